@@ -1,0 +1,129 @@
+//! The bootstrap channel: a `SOCK_SEQPACKET` Unix socket carrying postcard frames and fds.
+//! It stays open for the life of the connection so that EOF tells either side the other died.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::IpcError;
+
+/// Largest control frame; bulk data never travels on the socket.
+pub const MAX_FRAME: usize = 1 << 20;
+const MAX_FDS: usize = 8;
+
+/// Creates a connected `SOCK_SEQPACKET` pair with close-on-exec set.
+pub fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), IpcError> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid two-element array.
+    if unsafe {
+        libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+    } != 0
+    {
+        return Err(IpcError::os("socketpair"));
+    }
+    // SAFETY: both fds are fresh and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends one frame with optional fds attached.
+pub fn send_raw(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<(), IpcError> {
+    if bytes.len() > MAX_FRAME || fds.len() > MAX_FDS {
+        return Err(IpcError::Protocol("frame too large"));
+    }
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
+    let mut cmsg_buf = [0u64; 8];
+    // SAFETY: an all-zero msghdr is valid; the fields are filled in below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let fd_bytes = std::mem::size_of_val(fds);
+        // SAFETY: CMSG_SPACE is a pure computation.
+        let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
+        msg.msg_control = cmsg_buf.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: msg_control points at a buffer of at least `space` bytes (64 >= space for 8 fds),
+        // so the first header and its data fit.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
+        }
+    }
+    loop {
+        // SAFETY: msg is fully initialised and its buffers outlive the call.
+        let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(());
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return Err(IpcError::os("sendmsg"));
+        }
+    }
+}
+
+/// Receives one frame. `Ok(None)` is an orderly EOF: the peer is gone.
+pub fn recv_raw(sock: RawFd) -> Result<Option<(Vec<u8>, Vec<OwnedFd>)>, IpcError> {
+    let mut buf = vec![0u8; MAX_FRAME];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cmsg_buf = [0u64; 8];
+    // SAFETY: zeroed msghdr is valid; fields set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cmsg_buf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cmsg_buf);
+    let n = loop {
+        // SAFETY: msg describes buffers we own for the duration of the call.
+        let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if err.raw_os_error() == Some(libc::ECONNRESET) {
+            return Ok(None);
+        }
+        return Err(IpcError::os("recvmsg"));
+    };
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled msg_control; CMSG_* walk it within msg_controllen.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg) as *const RawFd;
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if n == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    if msg.msg_flags & libc::MSG_TRUNC != 0 {
+        return Err(IpcError::Protocol("frame truncated"));
+    }
+    buf.truncate(n);
+    Ok(Some((buf, fds)))
+}
+
+/// Encodes and sends a message.
+pub fn send<T: Serialize>(sock: &impl AsRawFd, msg: &T, fds: &[RawFd]) -> Result<(), IpcError> {
+    let bytes = postcard::to_allocvec(msg).map_err(IpcError::Encode)?;
+    send_raw(sock.as_raw_fd(), &bytes, fds)
+}
+
+/// Receives and decodes a message; EOF is `IpcError::PeerGone`.
+pub fn recv<T: DeserializeOwned>(sock: &impl AsRawFd) -> Result<(T, Vec<OwnedFd>), IpcError> {
+    let (bytes, fds) = recv_raw(sock.as_raw_fd())?.ok_or(IpcError::PeerGone)?;
+    let msg = postcard::from_bytes(&bytes).map_err(IpcError::Decode)?;
+    Ok((msg, fds))
+}

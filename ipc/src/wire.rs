@@ -1,0 +1,263 @@
+//! The messages. Each lane call is described once, in `wire_calls!` below; the macro derives
+//! the request struct, the `Request` enum, the typed reply (`Call::Reply`), the flight-recorder
+//! op name and the worker's `Handler` trait and `dispatch` from that one line.
+
+use serde::{Deserialize, Serialize};
+
+/// An object as both sides name it. The shim allocates ids for objects it creates (so an
+/// enqueue that returns an event need not wait to learn its name); the worker allocates ids,
+/// with `WORKER_ID_BIT` set, for what the driver enumerates (platforms, devices).
+pub type ObjectId = u64;
+pub const WORKER_ID_BIT: u64 = 1 << 63;
+
+/// Which `clGet*Info` function an info query goes to; `aux` in `GetInfo` carries the second
+/// object or index that some of them take.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InfoTarget {
+    Platform,
+    Device,
+    Context,
+    CommandQueue,
+    MemObject,
+    Image,
+    Sampler,
+    Program,
+    /// `aux` = device.
+    ProgramBuild,
+    Kernel,
+    /// `aux` = device (0 for NULL).
+    KernelWorkGroup,
+    /// `aux` = argument index.
+    KernelArg,
+    Event,
+    EventProfiling,
+    Pipe,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct InfoReply {
+    pub status: i32,
+    /// The whole value; the shim applies the `param_value_size` protocol itself.
+    pub value: Vec<u8>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct IdsReply {
+    pub status: i32,
+    pub ids: Vec<ObjectId>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct KernelReply {
+    pub status: i32,
+    pub num_args: u32,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct KernelsReply {
+    pub status: i32,
+    pub count: u32,
+    pub num_args: Vec<u32>,
+}
+
+/// Where bulk bytes are: in the calling lane's bulk area, or in a shared segment.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataRef {
+    Lane { offset: u64, len: u64 },
+    Segment { id: u64, offset: u64, len: u64 },
+}
+
+impl DataRef {
+    pub fn len(&self) -> u64 {
+        match *self {
+            DataRef::Lane { len, .. } | DataRef::Segment { len, .. } => len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A kernel argument as recorded by `clSetKernelArg` in the shim and shipped with the enqueue.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum ArgValue {
+    Bytes(Vec<u8>),
+    /// A memory object or sampler handle, translated to its id.
+    Object(ObjectId),
+    /// `arg_value == NULL`: a `__local` buffer of this many bytes.
+    Local(u64),
+}
+
+/// The event wait list and the event an enqueue returns.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct EnqueueSync {
+    pub wait: Vec<ObjectId>,
+    pub event: Option<ObjectId>,
+}
+
+/// A lane call: its request type knows its reply type and its name.
+pub trait Call: Serialize {
+    type Reply: serde::de::DeserializeOwned + Serialize;
+    const NAME: &'static str;
+    fn into_request(self) -> Request;
+}
+
+macro_rules! wire_calls {
+    ($( $(#[$doc:meta])* $name:ident($method:ident) { $($field:ident : $fty:ty),* $(,)? } -> $reply:ty; )*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+            pub struct $name { $(pub $field: $fty),* }
+
+            impl Call for $name {
+                type Reply = $reply;
+                const NAME: &'static str = stringify!($name);
+                fn into_request(self) -> Request { Request::$name(self) }
+            }
+        )*
+
+        /// Every lane request. The variant order is the wire format: bump
+        /// `PROTOCOL_VERSION` when it changes.
+        #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+        pub enum Request { $($name($name)),* }
+
+        impl Request {
+            /// The call's name, for the flight recorder and logs.
+            pub fn op_name(&self) -> &'static str {
+                match self { $(Request::$name(_) => stringify!($name)),* }
+            }
+        }
+
+        /// What the worker implements: one method per call.
+        pub trait Handler {
+            $( fn $method(&self, req: $name) -> $reply; )*
+        }
+
+        /// Runs `req` on `handler` and encodes the typed reply.
+        pub fn dispatch<H: Handler + ?Sized>(handler: &H, req: Request) -> Result<Vec<u8>, postcard::Error> {
+            match req { $(Request::$name(r) => postcard::to_allocvec(&handler.$method(r))),* }
+        }
+    };
+}
+
+wire_calls! {
+    /// Any `clGet*Info`; handle-valued results come back as ids.
+    GetInfo(get_info) { target: InfoTarget, object: ObjectId, aux: u64, param: u32 } -> InfoReply;
+    GetDeviceIds(get_device_ids) { platform: ObjectId, device_type: u64 } -> IdsReply;
+    /// The application's last reference is gone; the worker drops its own.
+    Release(release) { object: ObjectId } -> i32;
+    CreateContext(create_context) {
+        id: ObjectId, properties: Option<Vec<i64>>, devices: Vec<ObjectId>, notify: Option<u64>,
+    } -> i32;
+    CreateContextFromType(create_context_from_type) {
+        id: ObjectId, properties: Option<Vec<i64>>, device_type: u64, notify: Option<u64>,
+    } -> i32;
+    CreateCommandQueue(create_command_queue) {
+        id: ObjectId, context: ObjectId, device: ObjectId, properties: u64,
+    } -> i32;
+    CreateCommandQueueWithProperties(create_command_queue_with_properties) {
+        id: ObjectId, context: ObjectId, device: ObjectId, properties: Option<Vec<u64>>,
+    } -> i32;
+    CreateBuffer(create_buffer) {
+        id: ObjectId, context: ObjectId, flags: u64, size: u64, host_data: Option<DataRef>,
+    } -> i32;
+    CreateProgramWithSource(create_program_with_source) {
+        id: ObjectId, context: ObjectId, sources: Vec<Vec<u8>>,
+    } -> i32;
+    BuildProgram(build_program) {
+        program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>, notify: Option<u64>,
+    } -> i32;
+    CreateKernel(create_kernel) { id: ObjectId, program: ObjectId, name: Vec<u8> } -> KernelReply;
+    CreateKernelsInProgram(create_kernels_in_program) { program: ObjectId, ids: Vec<ObjectId> } -> KernelsReply;
+    /// `args` are the arguments set since the kernel's last enqueue.
+    EnqueueNdRange(enqueue_nd_range) {
+        queue: ObjectId, kernel: ObjectId, args: Vec<(u32, ArgValue)>, work_dim: u32,
+        offset: Option<Vec<u64>>, global: Option<Vec<u64>>, local: Option<Vec<u64>>, sync: EnqueueSync,
+    } -> i32;
+    /// The data is in shared memory the shim reuses, so the worker always writes blocking.
+    EnqueueWriteBuffer(enqueue_write_buffer) {
+        queue: ObjectId, mem: ObjectId, offset: u64, data: DataRef, sync: EnqueueSync,
+    } -> i32;
+    /// Into the lane (blocking) or into a segment the shim copies out of on completion.
+    EnqueueReadBuffer(enqueue_read_buffer) {
+        queue: ObjectId, mem: ObjectId, blocking: bool, offset: u64, into: DataRef, sync: EnqueueSync,
+    } -> i32;
+    EnqueueCopyBuffer(enqueue_copy_buffer) {
+        queue: ObjectId, src: ObjectId, dst: ObjectId, src_offset: u64, dst_offset: u64, size: u64,
+        sync: EnqueueSync,
+    } -> i32;
+    EnqueueFillBuffer(enqueue_fill_buffer) {
+        queue: ObjectId, mem: ObjectId, pattern: Vec<u8>, offset: u64, size: u64, sync: EnqueueSync,
+    } -> i32;
+    /// Maps and copies the region into `segment`, which the application sees as the mapping.
+    EnqueueMapBuffer(enqueue_map_buffer) {
+        queue: ObjectId, mem: ObjectId, flags: u64, offset: u64, size: u64, segment: u64, sync: EnqueueSync,
+    } -> i32;
+    /// Copies `segment` back (if `write_back`), unmaps and forgets the segment.
+    EnqueueUnmapMemObject(enqueue_unmap_mem_object) {
+        queue: ObjectId, mem: ObjectId, segment: u64, write_back: bool, sync: EnqueueSync,
+    } -> i32;
+    EnqueueMarkerOrBarrier(enqueue_marker_or_barrier) { queue: ObjectId, barrier: bool, sync: EnqueueSync } -> i32;
+    FlushOrFinish(flush_or_finish) { queue: ObjectId, finish: bool } -> i32;
+    WaitForEvents(wait_for_events) { events: Vec<ObjectId> } -> i32;
+    CreateUserEvent(create_user_event) { id: ObjectId, context: ObjectId } -> i32;
+    SetUserEventStatus(set_user_event_status) { event: ObjectId, status: i32 } -> i32;
+    /// The worker registers its own callback and sends `Notification::EventStatus` with `token`.
+    SetEventCallback(set_event_callback) { event: ObjectId, callback_type: i32, token: u64 } -> i32;
+    /// The shim no longer uses this shared segment.
+    DropSegment(drop_segment) { segment: u64 } -> i32;
+}
+
+/// Messages on the socket from the shim to its worker.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum ShimMessage {
+    Hello(crate::handshake::Hello),
+    /// Carries one fd: the lane's memfd. The worker starts a thread to serve it.
+    NewLane { lane: u64 },
+    /// Carries one fd: a shared segment for bulk data (maps, large transfers).
+    NewSegment { segment: u64 },
+}
+
+/// A platform or device the worker enumerated, with the id the shim will use for it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Enumerated {
+    pub id: ObjectId,
+    pub platform: ObjectId,
+}
+
+/// Messages on the socket from the worker to the shim.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum WorkerMessage {
+    Welcome { version: u32, driver: String, platforms: Vec<ObjectId>, devices: Vec<Enumerated> },
+    Refused { reason: String },
+    Notify(Notification),
+}
+
+/// Something the driver did on its own time: the shim runs the application's callback.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Notification {
+    EventStatus { token: u64, status: i32 },
+    ContextError { token: u64, errinfo: String, private_info: Vec<u8> },
+    BuildDone { token: u64 },
+}
+
+/// The application (shim) asking the broker for its workers.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum BrokerRequest {
+    Hello(crate::handshake::Hello),
+}
+
+/// One worker the broker started for this application; its channel fd rides along.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct WorkerGrant {
+    pub driver: String,
+    pub library: String,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum BrokerReply {
+    /// One fd per grant, in order.
+    Workers { version: u32, grants: Vec<WorkerGrant>, errors: Vec<String> },
+    Refused { reason: String },
+}
