@@ -34,6 +34,59 @@ pub enum InfoTarget {
     Pipe,
 }
 
+/// How a handle-valued info result is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandleLayout {
+    One,
+    Array,
+    /// A zero-terminated property list whose `CL_CONTEXT_PLATFORM` value is a platform.
+    ContextProperties,
+}
+
+/// Info results that hold handles: the worker turns driver handles into ids, the shim turns
+/// ids into its own handles. One table, so the two sides cannot disagree.
+pub fn handle_layout(t: InfoTarget, param: u32) -> Option<HandleLayout> {
+    use InfoTarget::*;
+    Some(match (t, param) {
+        (Device, 0x1031) | (Device, 0x1042) => HandleLayout::One,
+        (Context, 0x1081) => HandleLayout::Array,
+        (Context, 0x1082) => HandleLayout::ContextProperties,
+        (CommandQueue, 0x1090) | (CommandQueue, 0x1091) | (CommandQueue, 0x1095) => HandleLayout::One,
+        (MemObject, 0x1106) | (MemObject, 0x1107) | (Image, 0x1118) => HandleLayout::One,
+        (Sampler, 0x1151) => HandleLayout::One,
+        (Program, 0x1161) => HandleLayout::One,
+        (Program, 0x1163) => HandleLayout::Array,
+        (Kernel, 0x1193) | (Kernel, 0x1194) => HandleLayout::One,
+        (Event, 0x11D0) | (Event, 0x11D4) => HandleLayout::One,
+        _ => return None,
+    })
+}
+
+/// Rewrites every handle-sized slot that `layout` says holds a handle.
+pub fn map_handles(layout: HandleLayout, value: &mut [u8], mut f: impl FnMut(u64) -> u64) {
+    const W: usize = 8;
+    let mut swap = |chunk: &mut [u8]| {
+        let mut b = [0u8; W];
+        b.copy_from_slice(chunk);
+        chunk.copy_from_slice(&f(u64::from_ne_bytes(b)).to_ne_bytes());
+    };
+    match layout {
+        HandleLayout::One | HandleLayout::Array => value.chunks_exact_mut(W).for_each(swap),
+        HandleLayout::ContextProperties => {
+            let mut pairs = value.chunks_exact_mut(W);
+            while let Some(key) = pairs.next() {
+                let mut b = [0u8; W];
+                b.copy_from_slice(key);
+                let k = i64::from_ne_bytes(b);
+                let Some(v) = pairs.next() else { break };
+                if k == 0x1084 {
+                    swap(v);
+                }
+            }
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct InfoReply {
     pub status: i32,
@@ -261,3 +314,13 @@ pub enum BrokerReply {
     Workers { version: u32, grants: Vec<WorkerGrant>, errors: Vec<String> },
     Refused { reason: String },
 }
+
+/// Replies built from a bare status, for error paths.
+macro_rules! status_only {
+    ($($t:ident { $($f:ident),* }),*) => {$(
+        impl From<i32> for $t {
+            fn from(status: i32) -> Self { $t { status, $($f: Default::default()),* } }
+        }
+    )*};
+}
+status_only!(InfoReply { value }, IdsReply { ids }, KernelReply { num_args }, KernelsReply { count, num_args });

@@ -1,0 +1,41 @@
+//! Shared segments the shim sent for bulk data (mappings, transfers too big for a lane).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use cloister_ipc::shm::SharedRegion;
+
+/// A segment arrives on the socket, the request that uses it on a lane; the lane thread may
+/// get there first, so lookups wait briefly for a missing segment.
+#[derive(Default)]
+pub struct Segments {
+    map: Mutex<HashMap<u64, Arc<SharedRegion>>>,
+    arrived: Condvar,
+}
+
+impl Segments {
+    pub fn insert(&self, id: u64, region: SharedRegion) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(region));
+        self.arrived.notify_all();
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<SharedRegion>> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(r) = map.get(&id) {
+                return Some(r.clone());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            map = self.arrived.wait_timeout(map, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    pub fn remove(&self, id: u64) -> Option<Arc<SharedRegion>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
+    }
+}
