@@ -1,1 +1,101 @@
-fn main(){}
+//! `cloister`: run OpenCL applications with their drivers caged.
+
+mod broker;
+mod cage;
+mod drivers;
+
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use clap::{Parser, Subcommand};
+
+use cage::{Cage, Install};
+
+#[derive(Parser)]
+#[command(name = "cloister", version, about = "Run OpenCL drivers in a cage: a driver crash no longer takes the application down")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run APP with its OpenCL calls forwarded to caged driver workers.
+    Run {
+        /// Cage only this driver: an .icd name in the vendor registry (e.g. `pocl`) or a library path.
+        #[arg(long)]
+        driver: Option<String>,
+        /// Put cloister first on LD_LIBRARY_PATH as libOpenCL.so.1 instead of going through the ICD loader.
+        #[arg(long)]
+        drop_in: bool,
+        /// The application and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        app: Vec<String>,
+    },
+    /// List the registered drivers cloister would cage.
+    Drivers,
+}
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Run { driver, drop_in, app } => run(driver.as_deref(), drop_in, &app),
+        Cmd::Drivers => list_drivers(),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cloister: {e}");
+            ExitCode::from(125)
+        }
+    }
+}
+
+fn list_drivers() -> Result<ExitCode, String> {
+    let install = Install::locate()?;
+    for d in drivers::discover(&drivers::vendors_dir(), &install.shim) {
+        println!("{}\t{}", d.name, d.library);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(driver: Option<&str>, drop_in: bool, app: &[String]) -> Result<ExitCode, String> {
+    let install = Install::locate()?;
+    let drivers = cage::choose_drivers(&install, driver)?;
+    let cage = Cage::start(&install, drivers)?;
+    let mut cmd = Command::new(&app[0]);
+    cmd.args(&app[1..]);
+    cage.configure(&mut cmd, drop_in);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", app[0]))?;
+    CHILD.store(child.id() as i32, Ordering::Relaxed);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: installing an async-signal-safe handler.
+        unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    drop(cage);
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        return Ok(ExitCode::from(code as u8));
+    }
+    if let Some(sig) = status.signal() {
+        // Die the same way, so the caller's shell sees the same signal.
+        // SAFETY: restoring the default action and re-raising on ourselves.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return Ok(ExitCode::from(128 + sig as u8));
+    }
+    Ok(ExitCode::FAILURE)
+}

@@ -26,3 +26,9 @@ macro_rules! define_dispatch {
 crate::for_each_cl_entry_point!(define_dispatch);
 
 const _: () = assert!(std::mem::size_of::<IcdDispatch>() == crate::api_table::DISPATCH_SLOTS * 8);
+
+// SAFETY: the table holds only function pointers and, for Windows-only slots, pointers that are
+// always null; it is never mutated after construction.
+unsafe impl Sync for IcdDispatch {}
+// SAFETY: as above.
+unsafe impl Send for IcdDispatch {}

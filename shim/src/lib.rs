@@ -1,1 +1,123 @@
+//! `libcloister.so`: an OpenCL ICD, and a drop-in `libOpenCL.so.1`, that forwards every call to
+//! a worker process hosting the real driver.
+//!
+//! Every entry point is generated from `cloister_ipc::api_table`: the exported `cl*` symbol, a
+//! guarded twin that catches panics (the ICD dispatch table points at the twins, so the symbols
+//! the ICD loader exports can never be interposed over ours), and for entry points cloister
+//! does not forward, a stub that returns `CL_INVALID_OPERATION`.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
 
+mod api;
+mod conn;
+mod handle;
+mod info;
+mod runtime;
+
+use std::ffi::c_void;
+
+use cloister_ipc::cl::*;
+use cloister_ipc::dispatch::IcdDispatch;
+
+/// What an entry point returns when it is not forwarded, or when it panicked.
+trait EntryReturn {
+    fn with_code(code: cl_int) -> Self;
+}
+
+impl EntryReturn for cl_int {
+    fn with_code(code: cl_int) -> Self {
+        code
+    }
+}
+
+impl EntryReturn for *mut c_void {
+    fn with_code(_: cl_int) -> Self {
+        std::ptr::null_mut()
+    }
+}
+
+impl EntryReturn for () {
+    fn with_code(_: cl_int) -> Self {}
+}
+
+macro_rules! set_errcode {
+    (none, $code:expr) => {};
+    ($err:ident, $code:expr) => {
+        if !$err.is_null() {
+            // SAFETY: errcode_ret is NULL or points at a cl_int, per the OpenCL API.
+            unsafe { *$err = $code };
+        }
+    };
+}
+
+macro_rules! entry_body {
+    (forwarded, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { api::$name($($arg),*) })) {
+            Ok(v) => v,
+            Err(_) => {
+                set_errcode!($err, CL_OUT_OF_HOST_MEMORY);
+                <$ret as EntryReturn>::with_code(CL_OUT_OF_HOST_MEMORY)
+            }
+        }
+    };
+    (unimplemented, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {{
+        $( let _ = $arg; )*
+        set_errcode!($err, CL_INVALID_OPERATION);
+        <$ret as EntryReturn>::with_code(CL_INVALID_OPERATION)
+    }};
+}
+
+macro_rules! slot_value {
+    (windows, $name:ident) => {
+        std::ptr::null()
+    };
+    ($status:ident, $name:ident) => {
+        Some(guarded::$name)
+    };
+}
+
+macro_rules! define_entry_points {
+    ($( ($slot:literal, $name:ident, $status:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty, $err:ident); )*) => {
+        /// The guarded entry points the dispatch table points at.
+        mod guarded {
+            #![allow(unused_imports, clippy::unused_unit)]
+            use super::*;
+            $( define_entry_points!(@guarded $status, $name, ($($arg : $ty),*) -> $ret, $err); )*
+        }
+
+        /// The exported symbols, for applications that link cloister as `libOpenCL.so.1`.
+        mod exports {
+            #![allow(unused_imports)]
+            use super::*;
+            $( define_entry_points!(@export $status, $name, ($($arg : $ty),*) -> $ret); )*
+        }
+
+        /// The table every cloister handle points at.
+        pub(crate) static DISPATCH: IcdDispatch = IcdDispatch { $( $name: slot_value!($status, $name), )* };
+    };
+    (@guarded windows, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty, $err:ident) => {};
+    (@guarded $status:ident, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty, $err:ident) => {
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            entry_body!($status, $name, ($($arg),*), $ret, $err)
+        }
+    };
+    (@export windows, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {};
+    (@export $status:ident, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the caller upholds the OpenCL API contract for this entry point.
+            unsafe { guarded::$name($($arg),*) }
+        }
+    };
+}
+
+cloister_ipc::for_each_cl_entry_point!(define_entry_points);
+
+/// The ICD loader's way in (cl_khr_icd).
+#[no_mangle]
+pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(num_entries: cl_uint, platforms: *mut cl_platform_id, num_platforms: *mut cl_uint) -> cl_int {
+    std::panic::catch_unwind(|| {
+        // SAFETY: same contract as clGetPlatformIDs.
+        unsafe { api::platform::icd_get_platform_ids(num_entries, platforms, num_platforms) }
+    })
+    .unwrap_or(CL_OUT_OF_HOST_MEMORY)
+}

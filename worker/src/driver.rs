@@ -30,6 +30,18 @@ impl Driver {
         // SAFETY: lib is a valid handle and sym a valid C string.
         let mut f = unsafe { libc::dlsym(lib, sym.as_ptr()) };
         if f.is_null() {
+            // The ICD way (cl_khr_icd): ask the library's extension lookup for the entry.
+            // SAFETY: as above.
+            let gefa = unsafe { libc::dlsym(lib, c"clGetExtensionFunctionAddress".as_ptr()) };
+            if !gefa.is_null() {
+                type Gefa = unsafe extern "C" fn(*const std::ffi::c_char) -> *mut c_void;
+                // SAFETY: clGetExtensionFunctionAddress has this signature per the spec.
+                let gefa: Gefa = unsafe { std::mem::transmute::<*mut c_void, Gefa>(gefa) };
+                // SAFETY: a valid C string argument.
+                f = unsafe { gefa(sym.as_ptr()) };
+            }
+        }
+        if f.is_null() {
             // A non-ICD library: its clGetPlatformIDs has the same signature.
             // SAFETY: as above.
             f = unsafe { libc::dlsym(lib, c"clGetPlatformIDs".as_ptr()) };

@@ -1,0 +1,147 @@
+//! The broker: accepts shims on a Unix socket, checks they run as our user, and starts one
+//! worker per driver for each, handing the shim its end of each worker's channel.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use cloister_ipc::handshake::PROTOCOL_VERSION;
+use cloister_ipc::{channel, BrokerReply, BrokerRequest, WorkerGrant};
+
+use crate::drivers::Driver;
+
+/// Where the broker finds the worker binary.
+pub struct BrokerConfig {
+    pub worker: PathBuf,
+    pub drivers: Vec<Driver>,
+}
+
+/// A listening `SOCK_SEQPACKET` socket.
+pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
+    // SAFETY: plain socket creation; owned at once.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: raw is fresh and ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: zeroed sockaddr_un is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "socket path too long"));
+    }
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: addr is a valid sockaddr_un; fd is a socket.
+    let rc = unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), std::mem::size_of::<libc::sockaddr_un>() as u32) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a bound socket.
+    if unsafe { libc::listen(fd.as_raw_fd(), 64) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Serves shims forever (until the process exits).
+pub fn serve(listener: OwnedFd, config: BrokerConfig) {
+    let config = std::sync::Arc::new(config);
+    loop {
+        // SAFETY: accept4 on a listening socket; NULL address is allowed.
+        let raw = unsafe { libc::accept4(listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC) };
+        if raw < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        // SAFETY: raw is a fresh connection fd.
+        let client = unsafe { OwnedFd::from_raw_fd(raw) };
+        let config = config.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = serve_client(&client, &config) {
+                eprintln!("cloister broker: {e}");
+            }
+        });
+    }
+}
+
+fn peer_uid(fd: RawFd) -> std::io::Result<u32> {
+    // SAFETY: zeroed ucred is valid; getsockopt fills it.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred/len are valid out pointers of the right size.
+    let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+fn serve_client(client: &OwnedFd, config: &BrokerConfig) -> Result<(), String> {
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
+    let uid = peer_uid(client.as_raw_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    if uid != me {
+        let reason = format!("client runs as uid {uid}, this broker serves uid {me} only");
+        let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
+        return Err(reason);
+    }
+    let (BrokerRequest::Hello(hello), _) = channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())?;
+    if let Err(reason) = hello.check() {
+        let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
+        return Err(reason);
+    }
+    let mut grants = Vec::new();
+    let mut fds = Vec::new();
+    let mut errors = Vec::new();
+    for d in &config.drivers {
+        match spawn_worker(&config.worker, d) {
+            Ok(fd) => {
+                grants.push(WorkerGrant { driver: d.name.clone(), library: d.library.clone() });
+                fds.push(fd);
+            }
+            Err(e) => errors.push(format!("cannot start a worker for {}: {e}", d.name)),
+        }
+    }
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    channel::send(client, &BrokerReply::Workers { version: PROTOCOL_VERSION, grants, errors }, &raw).map_err(|e| e.to_string())
+}
+
+/// Starts a worker for `driver`; returns the shim's end of its channel.
+pub fn spawn_worker(worker: &Path, driver: &Driver) -> std::io::Result<OwnedFd> {
+    let (ours, theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
+    let theirs_raw = theirs.as_raw_fd();
+    let mut cmd = Command::new(worker);
+    cmd.arg("--library").arg(&driver.library).arg("--name").arg(&driver.name);
+    cmd.env_clear();
+    for key in cloister_sandbox_policy::ENV_PASSTHROUGH.iter().chain(["CLOISTER_DEBUG", "CLOISTER_SPIN_US"].iter()) {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(theirs_raw, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let flags = libc::fcntl(3, libc::F_GETFD);
+            libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    drop(theirs);
+    // Reap the worker when it exits so it does not linger as a zombie.
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
+    Ok(ours)
+}

@@ -1,0 +1,105 @@
+//! A private cage for one application run: a temporary directory holding the broker socket and
+//! an ICD registry that names only cloister, plus the broker thread serving that socket.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::broker::{self, BrokerConfig};
+use crate::drivers::{self, Driver};
+
+/// Where the shim and worker live: beside the `cloister` binary unless overridden.
+pub struct Install {
+    pub shim: PathBuf,
+    pub worker: PathBuf,
+}
+
+impl Install {
+    pub fn locate() -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+        let dir = exe.parent().ok_or("binary has no directory")?.to_path_buf();
+        let shim = std::env::var_os("CLOISTER_SHIM").map(PathBuf::from).unwrap_or_else(|| dir.join("libcloister.so"));
+        let worker = std::env::var_os("CLOISTER_WORKER").map(PathBuf::from).unwrap_or_else(|| dir.join("cloister-worker"));
+        for (what, p) in [("shim", &shim), ("worker", &worker)] {
+            if !p.exists() {
+                return Err(format!("{what} not found at {} (build the workspace, or set CLOISTER_{})", p.display(), what.to_uppercase()));
+            }
+        }
+        Ok(Self { shim, worker })
+    }
+}
+
+pub struct Cage {
+    dir: PathBuf,
+    socket: PathBuf,
+    vendors: PathBuf,
+    libdir: PathBuf,
+}
+
+impl Cage {
+    /// Sets up the directory and starts the broker thread for `drivers`.
+    pub fn start(install: &Install, drivers: Vec<Driver>) -> Result<Self, String> {
+        let base = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_dir()).unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!("cloister-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        set_mode(&dir, 0o700);
+        let vendors = dir.join("vendors");
+        let libdir = dir.join("lib");
+        std::fs::create_dir_all(&vendors).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&libdir).map_err(|e| e.to_string())?;
+        let shim = std::fs::canonicalize(&install.shim).map_err(|e| e.to_string())?;
+        std::fs::write(vendors.join("cloister.icd"), format!("{}\n", shim.display())).map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so.1")).map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so")).map_err(|e| e.to_string())?;
+        let socket = dir.join("broker.sock");
+        let listener = broker::listen(&socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+        let config = BrokerConfig { worker: install.worker.clone(), drivers };
+        std::thread::Builder::new().name("broker".into()).spawn(move || broker::serve(listener, config)).map_err(|e| e.to_string())?;
+        Ok(Self { dir, socket, vendors, libdir })
+    }
+
+    /// Points `cmd`'s OpenCL at the cage: through the ICD loader, or with `drop_in`, by putting
+    /// cloister first on the library path as `libOpenCL.so.1`.
+    pub fn configure(&self, cmd: &mut Command, drop_in: bool) {
+        cmd.env("CLOISTER_SOCKET", &self.socket);
+        cmd.env("OCL_ICD_VENDORS", &self.vendors);
+        cmd.env_remove("OCL_ICD_FILENAMES");
+        if drop_in {
+            let mut path = self.libdir.as_os_str().to_owned();
+            if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+                path.push(":");
+                path.push(old);
+            }
+            cmd.env("LD_LIBRARY_PATH", path);
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
+impl Drop for Cage {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn set_mode(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+}
+
+/// The drivers to cage: all registered ones, or the one `--driver` names.
+pub fn choose_drivers(install: &Install, want: Option<&str>) -> Result<Vec<Driver>, String> {
+    let dir = drivers::vendors_dir();
+    let all = drivers::discover(&dir, &install.shim);
+    match want {
+        Some(w) => Ok(vec![drivers::select(&all, w)?]),
+        None if all.is_empty() => Err(format!(
+            "no OpenCL drivers registered in {} (install one, e.g. `apt install pocl-opencl-icd`, or pass --driver PATH)",
+            dir.display()
+        )),
+        None => Ok(all),
+    }
+}

@@ -1,0 +1,68 @@
+//! Devices: enumerated by the workers; type-filtered lists are asked of the driver once.
+
+use std::ffi::c_void;
+
+use cloister_ipc::cl::*;
+use cloister_ipc::{GetDeviceIds, InfoTarget};
+
+use crate::handle::{lookup, Kind};
+use crate::info;
+
+use super::retain_release;
+
+pub unsafe fn clGetDeviceIDs(platform: cl_platform_id, device_type: cl_bitfield, num_entries: cl_uint, devices: *mut cl_device_id, num_devices: *mut cl_uint) -> cl_int {
+    let platform = if platform.is_null() {
+        crate::runtime::runtime().platforms().first().map_or(std::ptr::null_mut(), |&p| p as cl_platform_id)
+    } else {
+        platform
+    };
+    let obj = match lookup(platform, Kind::Platform) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    if (num_entries == 0 && !devices.is_null()) || (devices.is_null() && num_devices.is_null()) {
+        return CL_INVALID_VALUE;
+    }
+    // Cached beside the info values under a parameter name no info query uses.
+    let key = (u32::MAX, device_type);
+    let cached = obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+    let ids: Vec<u64> = match cached {
+        Some(bytes) => bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default())).collect(),
+        None => {
+            let reply = match obj.conn.call(GetDeviceIds { platform: obj.id, device_type }) {
+                Ok(r) => r,
+                Err(e) => return e,
+            };
+            if reply.status != CL_SUCCESS {
+                return reply.status;
+            }
+            let bytes = reply.ids.iter().flat_map(|i| i.to_ne_bytes()).collect();
+            obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, bytes);
+            reply.ids
+        }
+    };
+    let handles: Vec<u64> = ids.iter().map(|&id| obj.conn.handle_of(id)).filter(|&h| h != 0).collect();
+    if handles.is_empty() {
+        return CL_DEVICE_NOT_FOUND;
+    }
+    if !num_devices.is_null() {
+        // SAFETY: checked non-NULL.
+        unsafe { *num_devices = handles.len() as cl_uint };
+    }
+    if !devices.is_null() {
+        for (i, &h) in handles.iter().take(num_entries as usize).enumerate() {
+            // SAFETY: the caller provides num_entries slots.
+            unsafe { *devices.add(i) = h as cl_device_id };
+        }
+    }
+    CL_SUCCESS
+}
+
+pub unsafe fn clGetDeviceInfo(device: cl_device_id, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+    // SAFETY: forwarded API contract.
+    unsafe { info::get_info(device, Kind::Device, InfoTarget::Device, 0, param_name, size, value, size_ret, |_| None) }
+}
+
+retain_release! {
+    clRetainDevice, clReleaseDevice, cl_device_id, Kind::Device;
+}

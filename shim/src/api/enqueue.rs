@@ -1,0 +1,354 @@
+//! Enqueues. Transfers go through the calling thread's lane in chunks of at most `BULK_CAP`;
+//! each chunk is one copy here and the driver's own copy there. Reads and writes run blocking
+//! in the worker (the lane's bulk area is reused by the next call), which is always correct:
+//! the data is in place when the call returns, before any event or wait can report it done.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cloister_ipc::cl::*;
+use cloister_ipc::lane::BULK_CAP;
+use cloister_ipc::*;
+
+use super::kernel::{restore_dirty_args, take_dirty_args};
+use super::{enqueue_sync, finish_enqueue, slice};
+use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
+
+fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
+    let q = lookup(queue, Kind::Queue)?;
+    let m = lookup(mem, Kind::Mem)?;
+    if !Arc::ptr_eq(&q.conn, &m.conn) {
+        return Err(CL_INVALID_CONTEXT);
+    }
+    Ok((q, m))
+}
+
+/// Splits `[0, size)` into lane-sized chunks; a zero size is one empty chunk (the driver
+/// reports the error).
+fn chunks(size: usize) -> impl Iterator<Item = (usize, usize, bool, bool)> {
+    let n = size.div_ceil(BULK_CAP).max(1);
+    (0..n).map(move |i| {
+        let start = i * BULK_CAP;
+        (start, (size - start).min(BULK_CAP), i == 0, i + 1 == n)
+    })
+}
+
+/// The wait list goes with the first chunk, the event with the last.
+fn chunk_sync(sync: &EnqueueSync, first: bool, last: bool) -> EnqueueSync {
+    EnqueueSync { wait: if first { sync.wait.clone() } else { Vec::new() }, event: if last { sync.event } else { None } }
+}
+
+fn use_host_ptr(m: &Object) -> Option<usize> {
+    match m.data {
+        ObjData::Mem { host_ptr, .. } if host_ptr != 0 => Some(host_ptr),
+        _ => None,
+    }
+}
+
+pub unsafe fn clEnqueueReadBuffer(
+    queue: cl_command_queue,
+    buffer: cl_mem,
+    _blocking_read: cl_uint,
+    offset: usize,
+    size: usize,
+    ptr: *mut c_void,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let r = (|| {
+        let (q, m) = queue_and_mem(queue, buffer)?;
+        if ptr.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: API contract for the wait list and event.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let mirror = use_host_ptr(&m);
+        for (start, len, first, last) in chunks(size) {
+            let req = EnqueueReadBuffer {
+                queue: q.id,
+                mem: m.id,
+                blocking: true,
+                offset: (offset + start) as u64,
+                into: DataRef::Lane { offset: 0, len: len as u64 },
+                sync: chunk_sync(&sync, first, last),
+            };
+            let rc = q.conn.call_with(req, |_| Ok(()), |rc, bulk| {
+                if *rc == CL_SUCCESS {
+                    // SAFETY: the application's ptr holds `size` bytes; the chunk is within it
+                    // and within the bulk area.
+                    unsafe { std::ptr::copy_nonoverlapping(bulk, ptr.cast::<u8>().add(start), len) };
+                    if let Some(host) = mirror {
+                        // CL_MEM_USE_HOST_PTR: the application's memory holds device results.
+                        // SAFETY: host_ptr covers the whole buffer, and offset+start+len is
+                        // inside it (the driver accepted the read).
+                        unsafe { std::ptr::copy(bulk, (host as *mut u8).add(offset + start), len) };
+                    }
+                }
+            })?;
+            if rc != CL_SUCCESS || last {
+                // SAFETY: event per API contract.
+                return Ok(unsafe { finish_enqueue(&q, &sync, event, Ok(rc)) });
+            }
+        }
+        Ok(CL_SUCCESS)
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clEnqueueWriteBuffer(
+    queue: cl_command_queue,
+    buffer: cl_mem,
+    _blocking_write: cl_uint,
+    offset: usize,
+    size: usize,
+    ptr: *const c_void,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let r = (|| {
+        let (q, m) = queue_and_mem(queue, buffer)?;
+        if ptr.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: API contract for the wait list and event.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        for (start, len, first, last) in chunks(size) {
+            let req = EnqueueWriteBuffer {
+                queue: q.id,
+                mem: m.id,
+                offset: (offset + start) as u64,
+                data: DataRef::Lane { offset: 0, len: len as u64 },
+                sync: chunk_sync(&sync, first, last),
+            };
+            let fill = |bulk: *mut u8| {
+                // SAFETY: ptr holds `size` bytes; the chunk fits the bulk area.
+                unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>().add(start), bulk, len) };
+                Ok(())
+            };
+            let rc = q.conn.call_with(req, fill, |_, _| ())?;
+            if rc != CL_SUCCESS || last {
+                // SAFETY: event per API contract.
+                return Ok(unsafe { finish_enqueue(&q, &sync, event, Ok(rc)) });
+            }
+        }
+        Ok(CL_SUCCESS)
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clEnqueueCopyBuffer(
+    queue: cl_command_queue,
+    src: cl_mem,
+    dst: cl_mem,
+    src_offset: usize,
+    dst_offset: usize,
+    size: usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let r = (|| {
+        let (q, s) = queue_and_mem(queue, src)?;
+        let (_, d) = queue_and_mem(queue, dst)?;
+        // SAFETY: API contract.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let req = EnqueueCopyBuffer {
+            queue: q.id,
+            src: s.id,
+            dst: d.id,
+            src_offset: src_offset as u64,
+            dst_offset: dst_offset as u64,
+            size: size as u64,
+            sync: sync.clone(),
+        };
+        // SAFETY: event per API contract.
+        Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clEnqueueFillBuffer(
+    queue: cl_command_queue,
+    buffer: cl_mem,
+    pattern: *const c_void,
+    pattern_size: usize,
+    offset: usize,
+    size: usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let r = (|| {
+        let (q, m) = queue_and_mem(queue, buffer)?;
+        if pattern.is_null() || pattern_size == 0 || pattern_size > 128 {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: pattern holds pattern_size bytes.
+        let pattern = unsafe { slice(pattern.cast::<u8>(), pattern_size, CL_INVALID_VALUE)? }.to_vec();
+        // SAFETY: API contract.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let req = EnqueueFillBuffer { queue: q.id, mem: m.id, pattern, offset: offset as u64, size: size as u64, sync: sync.clone() };
+        // SAFETY: event per API contract.
+        Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clEnqueueMapBuffer(
+    queue: cl_command_queue,
+    buffer: cl_mem,
+    _blocking_map: cl_uint,
+    map_flags: cl_bitfield,
+    offset: usize,
+    size: usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+    errcode_ret: *mut cl_int,
+) -> *mut c_void {
+    let r = (|| {
+        let (q, m) = queue_and_mem(queue, buffer)?;
+        // SAFETY: API contract.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let (segment, region) = q.conn.new_segment(size)?;
+        let req = EnqueueMapBuffer {
+            queue: q.id,
+            mem: m.id,
+            flags: map_flags,
+            offset: offset as u64,
+            size: size as u64,
+            segment,
+            sync: sync.clone(),
+        };
+        let rc = q.conn.call(req);
+        if rc != Ok(CL_SUCCESS) {
+            let _ = q.conn.call(DropSegment { segment });
+            return Err(rc.unwrap_or_else(|e| e));
+        }
+        // SAFETY: event per API contract.
+        unsafe { finish_enqueue(&q, &sync, event, Ok(CL_SUCCESS)) };
+        let ptr = match use_host_ptr(&m) {
+            // CL_MEM_USE_HOST_PTR: the spec requires the application's own pointer.
+            Some(host) => {
+                let p = host + offset;
+                if map_flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 {
+                    // SAFETY: host_ptr covers the buffer; the driver accepted offset+size.
+                    unsafe { std::ptr::copy(region.as_ptr(), p as *mut u8, size) };
+                }
+                p
+            }
+            None => region.as_ptr() as usize,
+        };
+        if let ObjData::Mem { maps, .. } = &m.data {
+            let record = MapRecord { segment, region, offset, size, flags: map_flags };
+            maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
+        }
+        Ok(ptr as *mut c_void)
+    })();
+    // SAFETY: errcode_ret per API contract.
+    unsafe { super::creation(r, errcode_ret) }
+}
+
+pub unsafe fn clEnqueueUnmapMemObject(queue: cl_command_queue, memobj: cl_mem, mapped_ptr: *mut c_void, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> cl_int {
+    let r = (|| {
+        let (q, m) = queue_and_mem(queue, memobj)?;
+        let ObjData::Mem { maps, .. } = &m.data else { return Err(CL_INVALID_MEM_OBJECT) };
+        // SAFETY: API contract.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let record = {
+            let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
+            let list = maps.get_mut(&(mapped_ptr as usize)).ok_or(CL_INVALID_VALUE)?;
+            let rec = list.pop().ok_or(CL_INVALID_VALUE)?;
+            if list.is_empty() {
+                maps.remove(&(mapped_ptr as usize));
+            }
+            rec
+        };
+        let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
+        if write_back && use_host_ptr(&m).is_some() {
+            // SAFETY: mapped_ptr is the application's host_ptr+offset with `size` bytes.
+            unsafe { std::ptr::copy(mapped_ptr.cast::<u8>(), record.region.as_ptr(), record.size) };
+        }
+        let req = EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.segment, write_back, sync: sync.clone() };
+        let rc = q.conn.call(req);
+        let _ = record.offset;
+        // SAFETY: event per API contract.
+        Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clEnqueueNDRangeKernel(
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    work_dim: cl_uint,
+    global_work_offset: *const usize,
+    global_work_size: *const usize,
+    local_work_size: *const usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let r = (|| {
+        let q = lookup(queue, Kind::Queue)?;
+        let k = lookup(kernel, Kind::Kernel)?;
+        if !Arc::ptr_eq(&q.conn, &k.conn) {
+            return Err(CL_INVALID_CONTEXT);
+        }
+        if !(1..=3).contains(&work_dim) {
+            return Err(CL_INVALID_WORK_DIMENSION);
+        }
+        let dims = |p: *const usize| -> Option<Vec<u64>> {
+            // SAFETY: non-NULL size arrays hold work_dim entries per the API contract.
+            (!p.is_null()).then(|| (0..work_dim as usize).map(|i| unsafe { *p.add(i) } as u64).collect())
+        };
+        // SAFETY: API contract.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let args = take_dirty_args(&k.data);
+        let req = EnqueueNdRange {
+            queue: q.id,
+            kernel: k.id,
+            args: args.clone(),
+            work_dim,
+            offset: dims(global_work_offset),
+            global: dims(global_work_size),
+            local: dims(local_work_size),
+            sync: sync.clone(),
+        };
+        let rc = q.conn.call(req);
+        if rc != Ok(CL_SUCCESS) {
+            restore_dirty_args(&k.data, &args);
+        }
+        // SAFETY: event per API contract.
+        Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clEnqueueTask(queue: cl_command_queue, kernel: cl_kernel, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> cl_int {
+    let one = [1usize];
+    // SAFETY: a task is a one-work-item NDRange.
+    unsafe { clEnqueueNDRangeKernel(queue, kernel, 1, std::ptr::null(), one.as_ptr(), one.as_ptr(), n, list, event) }
+}
+
+fn marker_or_barrier(queue: cl_command_queue, barrier: bool, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> cl_int {
+    let r = (|| {
+        let q = lookup(queue, Kind::Queue)?;
+        // SAFETY: API contract.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let rc = q.conn.call(EnqueueMarkerOrBarrier { queue: q.id, barrier, sync: sync.clone() });
+        // SAFETY: event per API contract.
+        Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clEnqueueMarkerWithWaitList(queue: cl_command_queue, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> cl_int {
+    marker_or_barrier(queue, false, n, list, event)
+}
+
+pub unsafe fn clEnqueueBarrierWithWaitList(queue: cl_command_queue, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> cl_int {
+    marker_or_barrier(queue, true, n, list, event)
+}

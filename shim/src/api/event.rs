@@ -1,0 +1,72 @@
+//! Events, user events and event callbacks.
+
+use std::ffi::c_void;
+
+use cloister_ipc::cl::*;
+use cloister_ipc::{CreateUserEvent, InfoTarget, SetEventCallback, SetUserEventStatus, WaitForEvents};
+
+use super::{create, creation, ids_of, retain_release, slice};
+use crate::conn::{Callback, EventNotifyFn};
+use crate::handle::{lookup, Kind, ObjData};
+use crate::info;
+
+pub unsafe fn clWaitForEvents(num_events: cl_uint, event_list: *const cl_event) -> cl_int {
+    let r = (|| {
+        if num_events == 0 {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: event_list holds num_events handles.
+        let evs = unsafe { slice(event_list, num_events as usize, CL_INVALID_VALUE)? };
+        let (ids, conn) = ids_of(evs, Kind::Event, CL_INVALID_EVENT)?;
+        let conn = conn.ok_or(CL_INVALID_VALUE)?;
+        conn.call(WaitForEvents { events: ids })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clGetEventInfo(event: cl_event, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+    // SAFETY: forwarded API contract.
+    unsafe { info::get_info(event, Kind::Event, InfoTarget::Event, 0, param_name, size, value, size_ret, |_| None) }
+}
+
+pub unsafe fn clGetEventProfilingInfo(event: cl_event, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+    // SAFETY: forwarded API contract.
+    unsafe { info::get_info(event, Kind::Event, InfoTarget::EventProfiling, 0, param_name, size, value, size_ret, |_| None) }
+}
+
+pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -> cl_event {
+    let r = lookup(context, Kind::Context)
+        .and_then(|ctx| create(&ctx.conn, Kind::Event, ObjData::Event, |id| ctx.conn.call(CreateUserEvent { id, context: ctx.id })));
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(r, errcode_ret) }
+}
+
+pub unsafe fn clSetUserEventStatus(event: cl_event, execution_status: cl_int) -> cl_int {
+    let r = lookup(event, Kind::Event).and_then(|ev| ev.conn.call(SetUserEventStatus { event: ev.id, status: execution_status }));
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clSetEventCallback(event: cl_event, callback_type: cl_int, pfn_notify: *mut c_void, user_data: *mut c_void) -> cl_int {
+    let r = (|| {
+        let ev = lookup(event, Kind::Event)?;
+        if pfn_notify.is_null() || !(CL_COMPLETE..=CL_SUBMITTED).contains(&callback_type) {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: the application passes a function of clSetEventCallback's type.
+        let pfn = unsafe { std::mem::transmute::<*mut c_void, EventNotifyFn>(pfn_notify) };
+        // The callback receives the application's handle: keep it alive until it has run.
+        crate::handle::retain(event, Kind::Event);
+        let token = ev.conn.register_callback(Callback::Event { pfn, user_data: user_data as usize, event: event as usize });
+        let rc = ev.conn.call(SetEventCallback { event: ev.id, callback_type, token });
+        if rc != Ok(CL_SUCCESS) {
+            ev.conn.unregister_callback(token);
+            crate::handle::release(event, Kind::Event);
+        }
+        rc
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+retain_release! {
+    clRetainEvent, clReleaseEvent, cl_event, Kind::Event;
+}

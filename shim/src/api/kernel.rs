@@ -1,0 +1,147 @@
+//! Kernels. `clSetKernelArg` is recorded here and shipped with the next enqueue, so setting
+//! arguments costs no round trip. Index errors are reported at once (the argument count is
+//! known); size and value errors the driver finds are reported by the enqueue.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::Mutex;
+
+use cloister_ipc::cl::*;
+use cloister_ipc::{ArgValue, CreateKernel, CreateKernelsInProgram, InfoTarget};
+
+use super::{creation, retain_release};
+use crate::handle::{lookup, new_handle, Kind, KernelArgs, ObjData};
+use crate::info;
+
+fn kernel_data(num_args: u32) -> ObjData {
+    ObjData::Kernel { num_args, args: Mutex::new(KernelArgs { values: vec![None; num_args as usize], dirty: Vec::new() }) }
+}
+
+pub unsafe fn clCreateKernel(program: cl_program, kernel_name: *const c_char, errcode_ret: *mut cl_int) -> cl_kernel {
+    let r = (|| {
+        let p = lookup(program, Kind::Program)?;
+        if kernel_name.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: NUL-terminated per the API contract.
+        let name = unsafe { CStr::from_ptr(kernel_name) }.to_bytes().to_vec();
+        let id = p.conn.alloc_id();
+        let reply = p.conn.call(CreateKernel { id, program: p.id, name })?;
+        if reply.status != CL_SUCCESS {
+            return Err(reply.status);
+        }
+        Ok(new_handle(Kind::Kernel, id, &p.conn, kernel_data(reply.num_args)))
+    })();
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(r, errcode_ret) }
+}
+
+pub unsafe fn clCreateKernelsInProgram(program: cl_program, num_kernels: cl_uint, kernels: *mut cl_kernel, num_kernels_ret: *mut cl_uint) -> cl_int {
+    let p = match lookup(program, Kind::Program) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    if !kernels.is_null() && num_kernels == 0 {
+        return CL_INVALID_VALUE;
+    }
+    let ids: Vec<u64> = if kernels.is_null() { Vec::new() } else { (0..num_kernels).map(|_| p.conn.alloc_id()).collect() };
+    let reply = match p.conn.call(CreateKernelsInProgram { program: p.id, ids: ids.clone() }) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if reply.status != CL_SUCCESS {
+        return reply.status;
+    }
+    if !kernels.is_null() {
+        for (i, (&id, &n)) in ids.iter().zip(&reply.num_args).enumerate() {
+            // SAFETY: kernels holds num_kernels slots and reply.num_args has at most that many.
+            unsafe { *kernels.add(i) = new_handle(Kind::Kernel, id, &p.conn, kernel_data(n)) };
+        }
+    }
+    if !num_kernels_ret.is_null() {
+        // SAFETY: checked non-NULL.
+        unsafe { *num_kernels_ret = reply.count };
+    }
+    CL_SUCCESS
+}
+
+pub unsafe fn clSetKernelArg(kernel: cl_kernel, arg_index: cl_uint, arg_size: usize, arg_value: *const c_void) -> cl_int {
+    let k = match lookup(kernel, Kind::Kernel) {
+        Ok(k) => k,
+        Err(e) => return e,
+    };
+    let ObjData::Kernel { num_args, args } = &k.data else { return CL_INVALID_KERNEL };
+    if arg_index >= *num_args {
+        return CL_INVALID_ARG_INDEX;
+    }
+    let value = if arg_value.is_null() {
+        ArgValue::Local(arg_size as u64)
+    } else {
+        // SAFETY: arg_value points at arg_size bytes per the API contract.
+        let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
+        object_arg(bytes, &k.conn).unwrap_or_else(|| ArgValue::Bytes(bytes.to_vec()))
+    };
+    let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
+    if a.values[arg_index as usize].as_ref() != Some(&value) {
+        a.values[arg_index as usize] = Some(value);
+        if !a.dirty.contains(&arg_index) {
+            a.dirty.push(arg_index);
+        }
+    }
+    CL_SUCCESS
+}
+
+/// A pointer-sized argument holding one of our memory-object handles travels as its id.
+fn object_arg(bytes: &[u8], conn: &std::sync::Arc<crate::conn::Conn>) -> Option<ArgValue> {
+    let raw = usize::from_ne_bytes(bytes.try_into().ok()?);
+    if raw == 0 {
+        return None;
+    }
+    let obj = lookup(raw as *const c_void, Kind::Mem).ok()?;
+    std::sync::Arc::ptr_eq(&obj.conn, conn).then_some(ArgValue::Object(obj.id))
+}
+
+/// Takes the arguments set since the last enqueue, to ship with the next one.
+pub fn take_dirty_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
+    let ObjData::Kernel { args, .. } = data else { return Vec::new() };
+    let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
+    let dirty = std::mem::take(&mut a.dirty);
+    dirty.into_iter().filter_map(|i| a.values[i as usize].clone().map(|v| (i, v))).collect()
+}
+
+/// Puts arguments back as unsent after a failed enqueue, so the next one ships them again.
+pub fn restore_dirty_args(data: &ObjData, sent: &[(u32, ArgValue)]) {
+    let ObjData::Kernel { args, .. } = data else { return };
+    let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
+    for (i, _) in sent {
+        if !a.dirty.contains(i) {
+            a.dirty.push(*i);
+        }
+    }
+}
+
+pub unsafe fn clGetKernelInfo(kernel: cl_kernel, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+    // SAFETY: forwarded API contract.
+    unsafe { info::get_info(kernel, Kind::Kernel, InfoTarget::Kernel, 0, param_name, size, value, size_ret, |_| None) }
+}
+
+pub unsafe fn clGetKernelWorkGroupInfo(kernel: cl_kernel, device: cl_device_id, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+    let dev = if device.is_null() {
+        0
+    } else {
+        match lookup(device, Kind::Device) {
+            Ok(d) => d.id,
+            Err(e) => return e,
+        }
+    };
+    // SAFETY: forwarded API contract.
+    unsafe { info::get_info(kernel, Kind::Kernel, InfoTarget::KernelWorkGroup, dev, param_name, size, value, size_ret, |_| None) }
+}
+
+pub unsafe fn clGetKernelArgInfo(kernel: cl_kernel, arg_index: cl_uint, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+    // SAFETY: forwarded API contract.
+    unsafe { info::get_info(kernel, Kind::Kernel, InfoTarget::KernelArg, arg_index as u64, param_name, size, value, size_ret, |_| None) }
+}
+
+retain_release! {
+    clRetainKernel, clReleaseKernel, cl_kernel, Kind::Kernel;
+}

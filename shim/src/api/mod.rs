@@ -1,0 +1,149 @@
+//! The forwarded entry points, one module per API object (as in rusticl). Each validates its
+//! handles and arguments, then calls safe Rust that talks to the worker.
+
+pub mod context;
+pub mod device;
+pub mod enqueue;
+pub mod event;
+pub mod kernel;
+pub mod memory;
+pub mod platform;
+pub mod program;
+pub mod queue;
+
+pub use context::*;
+pub use device::*;
+pub use enqueue::*;
+pub use event::*;
+pub use kernel::*;
+pub use memory::*;
+pub use platform::*;
+pub use program::*;
+pub use queue::*;
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cloister_ipc::cl::*;
+use cloister_ipc::{EnqueueSync, ObjectId};
+
+use crate::conn::Conn;
+use crate::handle::{lookup, new_handle, Kind, ObjData, Object};
+
+/// Stores `code` in an optional `errcode_ret`.
+///
+/// # Safety
+/// `errcode_ret` is NULL or valid for a write.
+pub unsafe fn set_err(errcode_ret: *mut cl_int, code: cl_int) {
+    if !errcode_ret.is_null() {
+        // SAFETY: guaranteed by the caller.
+        unsafe { *errcode_ret = code };
+    }
+}
+
+/// Turns the result of a creating call into the C convention (handle + `errcode_ret`).
+///
+/// # Safety
+/// As for `set_err`.
+pub unsafe fn creation(r: Result<*mut c_void, cl_int>, errcode_ret: *mut cl_int) -> *mut c_void {
+    match r {
+        Ok(h) => {
+            // SAFETY: forwarded.
+            unsafe { set_err(errcode_ret, CL_SUCCESS) };
+            h
+        }
+        Err(e) => {
+            // SAFETY: forwarded.
+            unsafe { set_err(errcode_ret, e) };
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `(ptr, n)` as a slice; NULL with n > 0 is the caller's `err`.
+///
+/// # Safety
+/// If non-NULL, `ptr` points at `n` valid `T`s.
+pub unsafe fn slice<'a, T>(ptr: *const T, n: usize, err: cl_int) -> Result<&'a [T], cl_int> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(err);
+    }
+    // SAFETY: guaranteed by the caller.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
+}
+
+/// Validates a list of handles of one kind and returns their ids, all on one worker.
+pub fn ids_of(handles: &[*mut c_void], kind: Kind, err: cl_int) -> Result<(Vec<ObjectId>, Option<Arc<Conn>>), cl_int> {
+    let mut conn: Option<Arc<Conn>> = None;
+    let mut ids = Vec::with_capacity(handles.len());
+    for &h in handles {
+        let o = lookup(h, kind).map_err(|_| err)?;
+        if let Some(c) = &conn {
+            if !Arc::ptr_eq(c, &o.conn) {
+                return Err(err);
+            }
+        }
+        conn = Some(o.conn.clone());
+        ids.push(o.id);
+    }
+    Ok((ids, conn))
+}
+
+/// Validates an event wait list and allocates the returned event's id if one is wanted.
+///
+/// # Safety
+/// `list` points at `n` events or is NULL.
+pub unsafe fn enqueue_sync(queue: &Object, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> Result<EnqueueSync, cl_int> {
+    if (n == 0) != list.is_null() {
+        return Err(CL_INVALID_EVENT_WAIT_LIST);
+    }
+    // SAFETY: checked non-NULL with n entries per the API contract.
+    let events = unsafe { slice(list, n as usize, CL_INVALID_EVENT_WAIT_LIST)? };
+    let (wait, conn) = ids_of(events, Kind::Event, CL_INVALID_EVENT_WAIT_LIST)?;
+    if let Some(c) = conn {
+        if !Arc::ptr_eq(&c, &queue.conn) {
+            return Err(CL_INVALID_CONTEXT);
+        }
+    }
+    Ok(EnqueueSync { wait, event: (!event.is_null()).then(|| queue.conn.alloc_id()) })
+}
+
+/// After an enqueue: hands the application its new event, if it asked for one.
+///
+/// # Safety
+/// `event` is NULL or valid for a write.
+pub unsafe fn finish_enqueue(queue: &Object, sync: &EnqueueSync, event: *mut cl_event, rc: Result<cl_int, cl_int>) -> cl_int {
+    let rc = rc.unwrap_or_else(|e| e);
+    if rc == CL_SUCCESS {
+        if let (Some(id), false) = (sync.event, event.is_null()) {
+            // SAFETY: checked non-NULL; the API contract makes it writable.
+            unsafe { *event = new_handle(Kind::Event, id, &queue.conn, ObjData::Event) };
+        }
+    }
+    rc
+}
+
+/// Creates an object on the worker under a fresh id and returns its new handle.
+pub fn create(conn: &Arc<Conn>, kind: Kind, data: ObjData, call: impl FnOnce(ObjectId) -> Result<cl_int, cl_int>) -> Result<*mut c_void, cl_int> {
+    let id = conn.alloc_id();
+    match call(id)? {
+        CL_SUCCESS => Ok(new_handle(kind, id, conn, data)),
+        e => Err(e),
+    }
+}
+
+/// Generates `clRetainX` / `clReleaseX` for the given kinds.
+macro_rules! retain_release {
+    ($($retain:ident, $release:ident, $ty:ty, $kind:expr;)*) => {$(
+        pub unsafe fn $retain(h: $ty) -> cl_int {
+            crate::handle::retain(h, $kind)
+        }
+        pub unsafe fn $release(h: $ty) -> cl_int {
+            crate::handle::release(h, $kind)
+        }
+    )*};
+}
+pub(crate) use retain_release;

@@ -1,0 +1,251 @@
+//! A connection to one worker: the socket (bootstrap, fds, notifications, death detection), one
+//! lane per application thread, and the callbacks the application registered.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use cloister_ipc::cl::*;
+use cloister_ipc::handshake::Hello;
+use cloister_ipc::lane::Lane;
+use cloister_ipc::shm::SharedRegion;
+use cloister_ipc::{channel, decode_reply, encode_request, Call, Notification, ObjectId, ShimMessage, WorkerMessage};
+
+use crate::handle::{new_handle, Kind, ObjData};
+
+pub type ContextNotifyFn = unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void);
+pub type BuildNotifyFn = unsafe extern "C" fn(cl_program, *mut c_void);
+pub type EventNotifyFn = unsafe extern "C" fn(cl_event, cl_int, *mut c_void);
+
+/// An application callback waiting for a notification from the worker.
+pub enum Callback {
+    Context { pfn: ContextNotifyFn, user_data: usize },
+    Build { pfn: BuildNotifyFn, user_data: usize, program: usize },
+    Event { pfn: EventNotifyFn, user_data: usize, event: usize },
+}
+
+pub struct Conn {
+    serial: u64,
+    pub driver: String,
+    sock: OwnedFd,
+    send_lock: Mutex<()>,
+    dead: AtomicBool,
+    next_id: AtomicU64,
+    ids: RwLock<HashMap<ObjectId, usize>>,
+    callbacks: Mutex<HashMap<u64, Callback>>,
+    /// (platform handle, its device handles), in the worker's order.
+    pub platforms: OnceLock<Vec<(usize, Vec<usize>)>>,
+}
+
+/// A lane owned by the current thread; closing it on thread exit ends the worker's thread.
+struct LaneSlot(Lane);
+
+impl Drop for LaneSlot {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+thread_local! {
+    static LANES: RefCell<HashMap<u64, Rc<LaneSlot>>> = RefCell::new(HashMap::new());
+}
+
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// The error every call on a dead or misbehaving worker gets.
+pub const FAULT: cl_int = CL_DEVICE_NOT_AVAILABLE;
+
+impl Conn {
+    /// Greets the worker behind `sock` and builds handles for what it enumerated.
+    pub fn connect(sock: OwnedFd, driver: &str) -> Result<Arc<Conn>, String> {
+        channel::send(&sock, &ShimMessage::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
+        let (msg, _) = channel::recv::<WorkerMessage>(&sock).map_err(|e| format!("worker for {driver}: {e}"))?;
+        let (platforms, devices) = match msg {
+            WorkerMessage::Welcome { version, platforms, devices, .. } => {
+                if version != cloister_ipc::handshake::PROTOCOL_VERSION {
+                    return Err(format!("worker for {driver} speaks protocol v{version}"));
+                }
+                (platforms, devices)
+            }
+            WorkerMessage::Refused { reason } => return Err(format!("worker for {driver} refused: {reason}")),
+            WorkerMessage::Notify(_) => return Err(format!("worker for {driver}: unexpected message")),
+        };
+        let conn = Arc::new(Conn {
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+            driver: driver.to_string(),
+            sock,
+            send_lock: Mutex::new(()),
+            dead: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+            ids: RwLock::new(HashMap::new()),
+            callbacks: Mutex::new(HashMap::new()),
+            platforms: OnceLock::new(),
+        });
+        let mut table = Vec::new();
+        for pid in platforms {
+            let ph = new_handle(Kind::Platform, pid, &conn, ObjData::Platform) as usize;
+            let devs = devices
+                .iter()
+                .filter(|d| d.platform == pid)
+                .map(|d| new_handle(Kind::Device, d.id, &conn, ObjData::Device) as usize)
+                .collect();
+            table.push((ph, devs));
+        }
+        let _ = conn.platforms.set(table);
+        let notifier = conn.clone();
+        std::thread::Builder::new()
+            .name("cloister-notify".into())
+            .spawn(move || notifier.notification_loop())
+            .map_err(|e| e.to_string())?;
+        Ok(conn)
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    fn mark_dead(&self) {
+        self.dead.store(true, Ordering::Release);
+    }
+
+    pub fn alloc_id(&self) -> ObjectId {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn remember(&self, id: ObjectId, handle: usize) {
+        self.ids.write().unwrap_or_else(|e| e.into_inner()).insert(id, handle);
+    }
+
+    pub fn forget(&self, id: ObjectId) {
+        self.ids.write().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+
+    /// The handle for an id the worker returned; NULL for ids the application never saw.
+    pub fn handle_of(&self, id: ObjectId) -> u64 {
+        self.ids.read().unwrap_or_else(|e| e.into_inner()).get(&id).map_or(0, |&h| h as u64)
+    }
+
+    fn send(&self, msg: &ShimMessage, fds: &[i32]) -> Result<(), cl_int> {
+        let _g = self.send_lock.lock().unwrap_or_else(|e| e.into_inner());
+        channel::send(&self.sock, msg, fds).map_err(|_| {
+            self.mark_dead();
+            FAULT
+        })
+    }
+
+    /// This thread's lane to the worker, created on first use.
+    fn lane(&self) -> Result<Rc<LaneSlot>, cl_int> {
+        let existing = LANES.try_with(|l| l.borrow().get(&self.serial).cloned()).map_err(|_| CL_OUT_OF_RESOURCES)?;
+        if let Some(l) = existing {
+            return Ok(l);
+        }
+        let lane = Lane::create().map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        let id = self.alloc_id();
+        self.send(&ShimMessage::NewLane { lane: id }, &[lane.region().fd().as_raw_fd()])?;
+        let slot = Rc::new(LaneSlot(lane));
+        LANES.try_with(|l| l.borrow_mut().insert(self.serial, slot.clone())).map_err(|_| CL_OUT_OF_RESOURCES)?;
+        Ok(slot)
+    }
+
+    /// Runs a call on this thread's lane and waits for its typed reply.
+    pub fn call<C: Call>(&self, req: C) -> Result<C::Reply, cl_int> {
+        self.call_with(req, |_| Ok(()), |_, _| ())
+    }
+
+    /// Like `call`, with access to the lane's bulk area before the request (`fill`) and after
+    /// the reply (`drain`).
+    pub fn call_with<C: Call, R>(
+        &self,
+        req: C,
+        fill: impl FnOnce(*mut u8) -> Result<(), cl_int>,
+        drain: impl FnOnce(&C::Reply, *mut u8) -> R,
+    ) -> Result<C::Reply, cl_int> {
+        if self.is_dead() {
+            return Err(FAULT);
+        }
+        let slot = self.lane()?;
+        let lane = &slot.0;
+        fill(lane.bulk_ptr())?;
+        let bytes = encode_request(req).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        lane.post_request(&bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        let reply = lane.wait_reply(&|| !self.is_dead()).map_err(|_| {
+            self.mark_dead();
+            FAULT
+        })?;
+        match decode_reply::<C>(&reply) {
+            Ok(r) => {
+                drain(&r, lane.bulk_ptr());
+                Ok(r)
+            }
+            Err(e) => {
+                // A reply we cannot read is a misbehaving worker: a fault, like a crash.
+                crate::runtime::warn(&format!("worker for {} sent a malformed reply to {}: {e}", self.driver, C::NAME));
+                self.mark_dead();
+                Err(FAULT)
+            }
+        }
+    }
+
+    /// A fresh shared segment of `len` bytes, already announced to the worker.
+    pub fn new_segment(&self, len: usize) -> Result<(u64, SharedRegion), cl_int> {
+        let region = SharedRegion::create("cloister-segment", len.max(1)).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        let id = self.alloc_id();
+        self.send(&ShimMessage::NewSegment { segment: id }, &[region.fd().as_raw_fd()])?;
+        Ok((id, region))
+    }
+
+    pub fn register_callback(&self, cb: Callback) -> u64 {
+        let token = self.alloc_id();
+        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).insert(token, cb);
+        token
+    }
+
+    pub fn unregister_callback(&self, token: u64) {
+        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+    }
+
+    /// The notifier thread: runs application callbacks, and notices the worker's death by EOF.
+    fn notification_loop(&self) {
+        loop {
+            match channel::recv::<WorkerMessage>(&self.sock) {
+                Ok((WorkerMessage::Notify(n), _)) => self.deliver(n),
+                Ok(_) => {}
+                Err(_) => {
+                    self.mark_dead();
+                    return;
+                }
+            }
+        }
+    }
+
+    fn deliver(&self, n: Notification) {
+        let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+        match n {
+            Notification::ContextError { token, errinfo, private_info } => {
+                let Some(&Callback::Context { pfn, user_data }) = cbs.get(&token) else { return };
+                drop(cbs);
+                let msg = std::ffi::CString::new(errinfo.replace('\0', " ")).unwrap_or_default();
+                // SAFETY: the application registered pfn with this signature and user_data.
+                unsafe { pfn(msg.as_ptr(), private_info.as_ptr().cast(), private_info.len(), user_data as *mut c_void) };
+            }
+            Notification::BuildDone { token } => {
+                let Some(Callback::Build { pfn, user_data, program }) = cbs.remove(&token) else { return };
+                drop(cbs);
+                // SAFETY: as above; program is the application's handle.
+                unsafe { pfn(program as cl_program, user_data as *mut c_void) };
+            }
+            Notification::EventStatus { token, status } => {
+                let Some(Callback::Event { pfn, user_data, event }) = cbs.remove(&token) else { return };
+                drop(cbs);
+                // SAFETY: as above; event is the application's handle, kept alive by the retain
+                // taken at registration and dropped right after.
+                unsafe { pfn(event as cl_event, status, user_data as *mut c_void) };
+                crate::handle::release(event as *mut c_void, Kind::Event);
+            }
+        }
+    }
+}

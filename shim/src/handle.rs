@@ -1,0 +1,162 @@
+//! Handles: what the application holds. Each is a heap cell whose first word is the dispatch
+//! table (cl_khr_icd), followed by the shared object state. Handles are validated against a
+//! registry before they are dereferenced, so a garbage, NULL or released handle yields the
+//! right `CL_INVALID_*` instead of a crash.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use cloister_ipc::cl::*;
+use cloister_ipc::dispatch::IcdDispatch;
+use cloister_ipc::{ArgValue, ObjectId};
+
+use crate::conn::Conn;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Platform,
+    Device,
+    Context,
+    Queue,
+    Mem,
+    Program,
+    Kernel,
+    Event,
+}
+
+impl Kind {
+    pub fn invalid(self) -> cl_int {
+        match self {
+            Kind::Platform => CL_INVALID_PLATFORM,
+            Kind::Device => CL_INVALID_DEVICE,
+            Kind::Context => CL_INVALID_CONTEXT,
+            Kind::Queue => CL_INVALID_COMMAND_QUEUE,
+            Kind::Mem => CL_INVALID_MEM_OBJECT,
+            Kind::Program => CL_INVALID_PROGRAM,
+            Kind::Kernel => CL_INVALID_KERNEL,
+            Kind::Event => CL_INVALID_EVENT,
+        }
+    }
+}
+
+#[repr(C)]
+pub struct Handle {
+    dispatch: *const IcdDispatch,
+    obj: Arc<Object>,
+}
+
+/// A mapping the application holds: where it points, and the segment behind it.
+pub struct MapRecord {
+    pub segment: u64,
+    pub region: cloister_ipc::shm::SharedRegion,
+    pub offset: usize,
+    pub size: usize,
+    pub flags: u64,
+}
+
+#[derive(Default)]
+pub struct KernelArgs {
+    pub values: Vec<Option<ArgValue>>,
+    pub dirty: Vec<u32>,
+}
+
+pub enum ObjData {
+    Platform,
+    Device,
+    Context,
+    Queue,
+    Mem { flags: u64, size: u64, host_ptr: usize, maps: Mutex<HashMap<usize, Vec<MapRecord>>> },
+    Program,
+    Kernel { num_args: u32, args: Mutex<KernelArgs> },
+    Event,
+}
+
+pub struct Object {
+    pub kind: Kind,
+    pub id: ObjectId,
+    pub conn: Arc<Conn>,
+    refs: AtomicU32,
+    /// Platform and device info never changes: cached after the first query.
+    pub info_cache: Mutex<HashMap<(u32, u64), Vec<u8>>>,
+    pub data: ObjData,
+    released: AtomicBool,
+}
+
+impl Object {
+    pub fn ref_count(&self) -> u32 {
+        self.refs.load(Ordering::Acquire)
+    }
+}
+
+// SAFETY: handles are plain heap cells; the registry owns them and all shared state inside
+// `Object` is synchronised.
+unsafe impl Send for Handle {}
+// SAFETY: as above.
+unsafe impl Sync for Handle {}
+
+fn registry() -> &'static RwLock<HashMap<usize, Arc<Object>>> {
+    static REG: std::sync::OnceLock<RwLock<HashMap<usize, Arc<Object>>>> = std::sync::OnceLock::new();
+    REG.get_or_init(Default::default)
+}
+
+/// Creates a handle for a new object and registers it.
+pub fn new_handle(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> *mut c_void {
+    let obj = Arc::new(Object {
+        kind,
+        id,
+        conn: conn.clone(),
+        refs: AtomicU32::new(1),
+        info_cache: Mutex::new(HashMap::new()),
+        data,
+        released: AtomicBool::new(false),
+    });
+    let h = Box::into_raw(Box::new(Handle { dispatch: &crate::DISPATCH, obj: obj.clone() }));
+    registry().write().unwrap_or_else(|e| e.into_inner()).insert(h as usize, obj);
+    conn.remember(id, h as usize);
+    h.cast()
+}
+
+/// Validates `h` as a live handle of `kind`.
+pub fn lookup(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
+    match registry().read().unwrap_or_else(|e| e.into_inner()).get(&(h as usize)) {
+        Some(o) if o.kind == kind => Ok(o.clone()),
+        _ => Err(kind.invalid()),
+    }
+}
+
+pub fn retain(h: *const c_void, kind: Kind) -> cl_int {
+    match lookup(h, kind) {
+        Ok(o) => {
+            o.refs.fetch_add(1, Ordering::AcqRel);
+            CL_SUCCESS
+        }
+        Err(e) => e,
+    }
+}
+
+/// Drops one reference; the last one releases the worker's object and retires the handle.
+pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
+    let obj = match lookup(h, kind) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    if matches!(kind, Kind::Platform) || (kind == Kind::Device && obj.id & cloister_ipc::WORKER_ID_BIT != 0) {
+        return CL_SUCCESS; // root devices and platforms are not reference counted
+    }
+    if obj.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return CL_SUCCESS;
+    }
+    if obj.released.swap(true, Ordering::AcqRel) {
+        return CL_SUCCESS;
+    }
+    registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
+    obj.conn.forget(obj.id);
+    // A dead worker has already dropped everything: releases still succeed (DESIGN.md, Faults).
+    let _ = obj.conn.call(cloister_ipc::Release { object: obj.id });
+    // SAFETY: h was created by Box::into_raw in new_handle and is no longer registered, so no
+    // other path reaches it; the object lives on in any Arc clones still in flight.
+    drop(unsafe { Box::from_raw(h as *mut Handle) });
+    CL_SUCCESS
+}

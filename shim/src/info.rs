@@ -1,0 +1,108 @@
+//! The `param_value_size` / `param_value_size_ret` protocol, applied in one place to whole
+//! values fetched from the worker (or computed here).
+
+use std::ffi::c_void;
+
+use cloister_ipc::cl::*;
+use cloister_ipc::wire::{handle_layout, map_handles};
+use cloister_ipc::{GetInfo, InfoTarget};
+
+use crate::handle::{Kind, Object};
+
+/// Copies `bytes` out following the OpenCL info protocol.
+///
+/// # Safety
+/// `value` is NULL or points at `size` writable bytes; `size_ret` is NULL or valid.
+pub unsafe fn write_value(bytes: &[u8], size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+    if !value.is_null() {
+        if size < bytes.len() {
+            return CL_INVALID_VALUE;
+        }
+        // SAFETY: the caller guarantees `size` >= bytes.len() writable bytes at value.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), value.cast::<u8>(), bytes.len()) };
+    }
+    if !size_ret.is_null() {
+        // SAFETY: the caller guarantees size_ret is valid.
+        unsafe { *size_ret = bytes.len() };
+    }
+    CL_SUCCESS
+}
+
+fn cacheable(target: InfoTarget, param: u32) -> bool {
+    match target {
+        InfoTarget::Platform => true,
+        InfoTarget::Device => param != CL_DEVICE_AVAILABLE && param != CL_DEVICE_REFERENCE_COUNT,
+        _ => false,
+    }
+}
+
+/// The whole value of an info query, with worker ids turned into this process's handles.
+pub fn query(obj: &Object, target: InfoTarget, aux: u64, param: u32) -> Result<Vec<u8>, cl_int> {
+    let cache = cacheable(target, param);
+    if cache {
+        if let Some(v) = obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).get(&(param, aux)) {
+            return Ok(v.clone());
+        }
+    }
+    let reply = obj.conn.call(GetInfo { target, object: obj.id, aux, param })?;
+    if reply.status != CL_SUCCESS {
+        return Err(reply.status);
+    }
+    let mut value = reply.value;
+    if let Some(layout) = handle_layout(target, param) {
+        map_handles(layout, &mut value, |id| obj.conn.handle_of(id));
+    }
+    if cache {
+        obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).insert((param, aux), value.clone());
+    }
+    Ok(value)
+}
+
+/// A reference-count query answered from the shim's own count.
+pub fn ref_count_param(kind: Kind) -> Option<u32> {
+    Some(match kind {
+        Kind::Context => CL_CONTEXT_REFERENCE_COUNT,
+        Kind::Queue => CL_QUEUE_REFERENCE_COUNT,
+        Kind::Mem => CL_MEM_REFERENCE_COUNT,
+        Kind::Program => CL_PROGRAM_REFERENCE_COUNT,
+        Kind::Kernel => CL_KERNEL_REFERENCE_COUNT,
+        Kind::Event => CL_EVENT_REFERENCE_COUNT,
+        _ => return None,
+    })
+}
+
+/// The common shape of every `clGet*Info` entry point: validate, answer locally where the shim
+/// knows better (`local`), else forward; then apply the size protocol.
+///
+/// # Safety
+/// As for `write_value`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn get_info(
+    handle: *const c_void,
+    kind: Kind,
+    target: InfoTarget,
+    aux: u64,
+    param: u32,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+    local: impl FnOnce(&Object) -> Option<Result<Vec<u8>, cl_int>>,
+) -> cl_int {
+    let obj = match crate::handle::lookup(handle, kind) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    let bytes = if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
+        Ok(obj.ref_count().to_ne_bytes().to_vec())
+    } else {
+        match local(&obj) {
+            Some(v) => v,
+            None => query(&obj, target, aux, param),
+        }
+    };
+    match bytes {
+        // SAFETY: forwarded from the caller.
+        Ok(b) => unsafe { write_value(&b, size, value, size_ret) },
+        Err(e) => e,
+    }
+}
