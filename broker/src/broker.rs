@@ -48,8 +48,26 @@ pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
+type SpawnRequest = (Driver, std::sync::mpsc::Sender<std::io::Result<OwnedFd>>);
+
+/// Workers die with the thread that forked them (`PR_SET_PDEATHSIG` follows the parent
+/// *thread*), so all of them are started by one thread that lives as long as the broker.
+fn spawner(worker: PathBuf) -> std::sync::mpsc::Sender<SpawnRequest> {
+    let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
+    std::thread::Builder::new()
+        .name("worker-spawner".into())
+        .spawn(move || {
+            for (driver, reply) in rx {
+                let _ = reply.send(spawn_worker(&worker, &driver));
+            }
+        })
+        .expect("cannot start the worker-spawner thread");
+    tx
+}
+
 /// Serves shims forever (until the process exits).
 pub fn serve(listener: OwnedFd, config: BrokerConfig) {
+    let spawn = spawner(config.worker.clone());
     let config = std::sync::Arc::new(config);
     loop {
         // SAFETY: accept4 on a listening socket; NULL address is allowed.
@@ -63,8 +81,9 @@ pub fn serve(listener: OwnedFd, config: BrokerConfig) {
         // SAFETY: raw is a fresh connection fd.
         let client = unsafe { OwnedFd::from_raw_fd(raw) };
         let config = config.clone();
+        let spawn = spawn.clone();
         std::thread::spawn(move || {
-            if let Err(e) = serve_client(&client, &config) {
+            if let Err(e) = serve_client(&client, &config, &spawn) {
                 eprintln!("cloister broker: {e}");
             }
         });
@@ -83,7 +102,7 @@ fn peer_uid(fd: RawFd) -> std::io::Result<u32> {
     Ok(cred.uid)
 }
 
-fn serve_client(client: &OwnedFd, config: &BrokerConfig) -> Result<(), String> {
+fn serve_client(client: &OwnedFd, config: &BrokerConfig, spawn: &std::sync::mpsc::Sender<SpawnRequest>) -> Result<(), String> {
     // SAFETY: getuid cannot fail.
     let me = unsafe { libc::getuid() };
     let uid = peer_uid(client.as_raw_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
@@ -101,7 +120,10 @@ fn serve_client(client: &OwnedFd, config: &BrokerConfig) -> Result<(), String> {
     let mut fds = Vec::new();
     let mut errors = Vec::new();
     for d in &config.drivers {
-        match spawn_worker(&config.worker, d) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        spawn.send((d.clone(), tx)).map_err(|_| "worker spawner is gone")?;
+        let spawned = rx.recv().map_err(|_| "worker spawner is gone")?;
+        match spawned {
             Ok(fd) => {
                 grants.push(WorkerGrant { driver: d.name.clone(), library: d.library.clone() });
                 fds.push(fd);

@@ -41,10 +41,29 @@ impl Kind {
     }
 }
 
+/// What the application holds. Only the dispatch pointer lives here (the ICD loader reads it);
+/// the object is found through the registry, keyed by the handle's address.
 #[repr(C)]
 pub struct Handle {
     dispatch: *const IcdDispatch,
-    obj: Arc<Object>,
+}
+
+/// Retired handles stay allocated (and keep their dispatch pointer) for a while: through the ICD
+/// loader, a released handle is still dereferenced by the loader before we can say
+/// `CL_INVALID_*`, so freeing it at once would turn a use-after-release into a crash.
+const QUARANTINE: usize = 1 << 16;
+
+fn quarantine(h: usize) {
+    static Q: Mutex<std::collections::VecDeque<usize>> = Mutex::new(std::collections::VecDeque::new());
+    let mut q = Q.lock().unwrap_or_else(|e| e.into_inner());
+    q.push_back(h);
+    if q.len() > QUARANTINE {
+        if let Some(old) = q.pop_front() {
+            // SAFETY: `old` came from Box::into_raw in new_handle, was unregistered before it
+            // entered the quarantine, and leaves it exactly once.
+            drop(unsafe { Box::from_raw(old as *mut Handle) });
+        }
+    }
 }
 
 /// A mapping the application holds: where it points, and the segment behind it.
@@ -67,7 +86,7 @@ pub enum ObjData {
     Device,
     Context,
     Queue,
-    Mem { flags: u64, size: u64, host_ptr: usize, maps: Mutex<HashMap<usize, Vec<MapRecord>>> },
+    Mem { flags: u64, host_ptr: usize, maps: Mutex<HashMap<usize, Vec<MapRecord>>> },
     Program,
     Kernel { num_args: u32, args: Mutex<KernelArgs> },
     Event,
@@ -112,7 +131,7 @@ pub fn new_handle(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> 
         data,
         released: AtomicBool::new(false),
     });
-    let h = Box::into_raw(Box::new(Handle { dispatch: &crate::DISPATCH, obj: obj.clone() }));
+    let h = Box::into_raw(Box::new(Handle { dispatch: &crate::DISPATCH }));
     registry().write().unwrap_or_else(|e| e.into_inner()).insert(h as usize, obj);
     conn.remember(id, h as usize);
     h.cast()
@@ -155,8 +174,6 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     obj.conn.forget(obj.id);
     // A dead worker has already dropped everything: releases still succeed (DESIGN.md, Faults).
     let _ = obj.conn.call(cloister_ipc::Release { object: obj.id });
-    // SAFETY: h was created by Box::into_raw in new_handle and is no longer registered, so no
-    // other path reaches it; the object lives on in any Arc clones still in flight.
-    drop(unsafe { Box::from_raw(h as *mut Handle) });
+    quarantine(h as usize);
     CL_SUCCESS
 }

@@ -31,7 +31,6 @@ pub unsafe fn clCreateBuffer(context: cl_context, flags: cl_bitfield, size: usiz
         let wire_flags = if uses { (flags & !CL_MEM_USE_HOST_PTR) | CL_MEM_COPY_HOST_PTR } else { flags };
         let data = ObjData::Mem {
             flags,
-            size: size as u64,
             host_ptr: if uses { host_ptr as usize } else { 0 },
             maps: Mutex::new(HashMap::new()),
         };
