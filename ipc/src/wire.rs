@@ -228,9 +228,10 @@ wire_calls! {
         queue: ObjectId, kernel: ObjectId, args: Vec<(u32, ArgValue)>, work_dim: u32,
         offset: Option<Vec<u64>>, global: Option<Vec<u64>>, local: Option<Vec<u64>>, sync: EnqueueSync,
     } -> i32;
-    /// The data is in shared memory the shim reuses, so the worker always writes blocking.
+    /// From the lane (always blocking: the shim reuses it) or from a segment the shim keeps
+    /// until the write's event completes.
     EnqueueWriteBuffer(enqueue_write_buffer) {
-        queue: ObjectId, mem: ObjectId, offset: u64, data: DataRef, sync: EnqueueSync,
+        queue: ObjectId, mem: ObjectId, blocking: bool, offset: u64, data: DataRef, sync: EnqueueSync,
     } -> i32;
     /// Into the lane (blocking) or into a segment the shim copies out of on completion.
     EnqueueReadBuffer(enqueue_read_buffer) {

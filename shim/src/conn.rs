@@ -37,6 +37,7 @@ pub struct Conn {
     next_id: AtomicU64,
     ids: RwLock<HashMap<ObjectId, usize>>,
     callbacks: Mutex<HashMap<u64, Callback>>,
+    pending: crate::pending::Pending,
     /// (platform handle, its device handles), in the worker's order.
     pub platforms: OnceLock<Vec<(usize, Vec<usize>)>>,
 }
@@ -83,6 +84,7 @@ impl Conn {
             next_id: AtomicU64::new(1),
             ids: RwLock::new(HashMap::new()),
             callbacks: Mutex::new(HashMap::new()),
+            pending: Default::default(),
             platforms: OnceLock::new(),
         });
         let mut table = Vec::new();
@@ -102,6 +104,10 @@ impl Conn {
             .spawn(move || notifier.notification_loop())
             .map_err(|e| e.to_string())?;
         Ok(conn)
+    }
+
+    pub fn pending(&self) -> &crate::pending::Pending {
+        &self.pending
     }
 
     pub fn is_dead(&self) -> bool {
@@ -241,6 +247,10 @@ impl Conn {
             Notification::EventStatus { token, status } => {
                 let Some(Callback::Event { pfn, user_data, event }) = cbs.remove(&token) else { return };
                 drop(cbs);
+                if status <= CL_COMPLETE {
+                    // A finished read's data must be in place before the callback can look.
+                    crate::pending::settle(self, None);
+                }
                 // SAFETY: as above; event is the application's handle, kept alive by the retain
                 // taken at registration and dropped right after.
                 unsafe { pfn(event as cl_event, status, user_data as *mut c_void) };

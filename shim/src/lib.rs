@@ -11,6 +11,7 @@ mod api;
 mod conn;
 mod handle;
 mod info;
+mod pending;
 mod runtime;
 
 use std::ffi::c_void;

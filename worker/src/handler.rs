@@ -433,12 +433,14 @@ impl Handler for LaneServer<'_> {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let (src, _keep) = tri!(self.data(&r.data));
+        let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
         let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueWriteBuffer);
         let mut ev = null_mut();
-        // SAFETY: src holds data.len() bytes; blocking, so it is consumed before we return.
+        // SAFETY: src holds data.len() bytes of shared memory that outlives the write (lane:
+        // blocking; segment: the shim drops it only after the event completes).
         let rc = unsafe {
-            f(q as _, m as _, CL_TRUE, r.offset as usize, r.data.len() as usize, src.cast(), wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
+            f(q as _, m as _, blocking, r.offset as usize, r.data.len() as usize, src.cast(), wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
         };
         self.adopt_event(&r.sync, ev, rc)
     }

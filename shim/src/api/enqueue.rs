@@ -13,6 +13,7 @@ use cloister_ipc::*;
 use super::kernel::{restore_dirty_args, take_dirty_args};
 use super::{enqueue_sync, finish_enqueue, slice};
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
+use crate::pending::{settle, PendingOp, Transfer};
 
 fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
     let q = lookup(queue, Kind::Queue)?;
@@ -38,6 +39,48 @@ fn chunk_sync(sync: &EnqueueSync, first: bool, last: bool) -> EnqueueSync {
     EnqueueSync { wait: if first { sync.wait.clone() } else { Vec::new() }, event: if last { sync.event } else { None } }
 }
 
+/// Settles the queue's finished non-blocking transfers when a blocking call on it returns.
+struct SettleAfter<'a>(&'a Object);
+
+impl Drop for SettleAfter<'_> {
+    fn drop(&mut self) {
+        settle(&self.0.conn, Some(self.0.id));
+    }
+}
+
+/// Enqueues a transfer through `segment` without waiting for it, and records it as pending.
+/// It always gets an event, the application's or the shim's own, to know when it is done.
+///
+/// # Safety
+/// `event` is NULL or valid for a write.
+unsafe fn enqueue_pending<C: Call<Reply = i32>>(
+    q: &Object,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+    segment: u64,
+    region: cloister_ipc::shm::SharedRegion,
+    transfer: Transfer,
+    make: impl FnOnce(u64, EnqueueSync) -> C,
+) -> Result<cl_int, cl_int> {
+    let mut own = sync.clone();
+    let event_id = *own.event.get_or_insert_with(|| q.conn.alloc_id());
+    let rc = q.conn.call(make(segment, own));
+    if rc != Ok(CL_SUCCESS) {
+        let _ = q.conn.call(DropSegment { segment });
+        return rc;
+    }
+    // SAFETY: forwarded.
+    let rc = unsafe { finish_enqueue(q, sync, event, Ok(CL_SUCCESS)) };
+    let app_event = (!event.is_null()).then(|| {
+        // SAFETY: finish_enqueue stored a fresh handle there.
+        let h = unsafe { *event };
+        crate::handle::retain(h, Kind::Event);
+        h as usize
+    });
+    q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, region, transfer });
+    Ok(rc)
+}
+
 fn use_host_ptr(m: &Object) -> Option<usize> {
     match m.data {
         ObjData::Mem { host_ptr, .. } if host_ptr != 0 => Some(host_ptr),
@@ -48,7 +91,7 @@ fn use_host_ptr(m: &Object) -> Option<usize> {
 pub unsafe fn clEnqueueReadBuffer(
     queue: cl_command_queue,
     buffer: cl_mem,
-    _blocking_read: cl_uint,
+    blocking_read: cl_uint,
     offset: usize,
     size: usize,
     ptr: *mut c_void,
@@ -64,6 +107,21 @@ pub unsafe fn clEnqueueReadBuffer(
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let mirror = use_host_ptr(&m);
+        if blocking_read == CL_FALSE {
+            let transfer = Transfer::Read { dst: ptr as usize, len: size, mirror: mirror.map(|h| h + offset) };
+            let (segment, region) = q.conn.new_segment(size)?;
+            let make = |segment, sync| EnqueueReadBuffer {
+                queue: q.id,
+                mem: m.id,
+                blocking: false,
+                offset: offset as u64,
+                into: DataRef::Segment { id: segment, offset: 0, len: size as u64 },
+                sync,
+            };
+            // SAFETY: event per API contract.
+            return unsafe { enqueue_pending(&q, &sync, event, segment, region, transfer, make) };
+        }
+        let _settled = SettleAfter(&q);
         for (start, len, first, last) in chunks(size) {
             let req = EnqueueReadBuffer {
                 queue: q.id,
@@ -99,7 +157,7 @@ pub unsafe fn clEnqueueReadBuffer(
 pub unsafe fn clEnqueueWriteBuffer(
     queue: cl_command_queue,
     buffer: cl_mem,
-    _blocking_write: cl_uint,
+    blocking_write: cl_uint,
     offset: usize,
     size: usize,
     ptr: *const c_void,
@@ -114,10 +172,29 @@ pub unsafe fn clEnqueueWriteBuffer(
         }
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        if blocking_write == CL_FALSE {
+            let (segment, region) = q.conn.new_segment(size)?;
+            // The application may reuse its memory once the call returns only after the event
+            // completes, but copying now costs the same and frees it at once.
+            // SAFETY: ptr holds `size` bytes; so does the segment.
+            unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), region.as_ptr(), size) };
+            let make = |segment, sync| EnqueueWriteBuffer {
+                queue: q.id,
+                mem: m.id,
+                blocking: false,
+                offset: offset as u64,
+                data: DataRef::Segment { id: segment, offset: 0, len: size as u64 },
+                sync,
+            };
+            // SAFETY: event per API contract.
+            return unsafe { enqueue_pending(&q, &sync, event, segment, region, Transfer::Write, make) };
+        }
+        let _settled = SettleAfter(&q);
         for (start, len, first, last) in chunks(size) {
             let req = EnqueueWriteBuffer {
                 queue: q.id,
                 mem: m.id,
+                blocking: true,
                 offset: (offset + start) as u64,
                 data: DataRef::Lane { offset: 0, len: len as u64 },
                 sync: chunk_sync(&sync, first, last),

@@ -19,14 +19,28 @@ pub unsafe fn clWaitForEvents(num_events: cl_uint, event_list: *const cl_event) 
         let evs = unsafe { slice(event_list, num_events as usize, CL_INVALID_VALUE)? };
         let (ids, conn) = ids_of(evs, Kind::Event, CL_INVALID_EVENT)?;
         let conn = conn.ok_or(CL_INVALID_VALUE)?;
-        conn.call(WaitForEvents { events: ids })
+        let rc = conn.call(WaitForEvents { events: ids });
+        crate::pending::settle(&conn, None);
+        rc
     })();
     r.unwrap_or_else(|e| e)
 }
 
 pub unsafe fn clGetEventInfo(event: cl_event, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(event, Kind::Event, InfoTarget::Event, 0, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(event, Kind::Event, InfoTarget::Event, 0, param_name, size, value, size_ret, |obj| {
+            if param_name != CL_EVENT_COMMAND_EXECUTION_STATUS {
+                return None;
+            }
+            let v = info::query(obj, InfoTarget::Event, 0, param_name);
+            if matches!(&v, Ok(b) if b.as_slice() == CL_COMPLETE.to_ne_bytes()) {
+                // Reported complete: a read behind this event must have landed first.
+                crate::pending::settle(&obj.conn, None);
+            }
+            Some(v)
+        })
+    }
 }
 
 pub unsafe fn clGetEventProfilingInfo(event: cl_event, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {

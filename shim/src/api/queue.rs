@@ -69,7 +69,11 @@ fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
         Ok(q) => q,
         Err(e) => return e,
     };
-    q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e)
+    let rc = q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e);
+    if finish {
+        crate::pending::settle(&q.conn, Some(q.id));
+    }
+    rc
 }
 
 pub unsafe fn clFlush(queue: cl_command_queue) -> cl_int {

@@ -1,0 +1,100 @@
+//! Non-blocking transfers. The driver reads into (or writes from) a shared segment while the
+//! application goes on; the shim copies a read's data into the application's memory before
+//! anything can tell the application the read is done: `clFinish`, `clWaitForEvents`, a status
+//! query that returns `CL_COMPLETE`, an event callback, or a later blocking call on the queue.
+
+use std::sync::Mutex;
+
+use cloister_ipc::cl::*;
+use cloister_ipc::shm::SharedRegion;
+use cloister_ipc::{DropSegment, GetInfo, InfoTarget, ObjectId, Release};
+
+use crate::conn::Conn;
+use crate::handle::{self, Kind};
+
+pub enum Transfer {
+    /// Copy `len` bytes to `dst` (and to `mirror`, a `CL_MEM_USE_HOST_PTR` buffer's memory).
+    Read { dst: usize, len: usize, mirror: Option<usize> },
+    /// The segment only has to outlive the driver's read of it.
+    Write,
+}
+
+pub struct PendingOp {
+    pub queue: ObjectId,
+    pub event: ObjectId,
+    /// The application's handle for `event`, retained while pending; `None` for an event the
+    /// shim made for itself (released on the worker when settled).
+    pub app_event: Option<usize>,
+    pub segment: u64,
+    pub region: SharedRegion,
+    pub transfer: Transfer,
+}
+
+#[derive(Default)]
+pub struct Pending {
+    ops: Mutex<Vec<PendingOp>>,
+    /// One settler at a time, so no caller returns while another still holds a finished read.
+    settling: Mutex<()>,
+}
+
+impl Pending {
+    pub fn push(&self, op: PendingOp) {
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(op);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+}
+
+fn event_status(conn: &Conn, event: ObjectId) -> cl_int {
+    match conn.call(GetInfo { target: InfoTarget::Event, object: event, aux: 0, param: CL_EVENT_COMMAND_EXECUTION_STATUS }) {
+        Ok(r) if r.status == CL_SUCCESS && r.value.len() == 4 => i32::from_ne_bytes([r.value[0], r.value[1], r.value[2], r.value[3]]),
+        Ok(r) if r.status != CL_SUCCESS => r.status,
+        _ => CL_DEVICE_NOT_AVAILABLE,
+    }
+}
+
+/// Completes every finished transfer (of `queue`, or of all queues).
+pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
+    let pending = conn.pending();
+    if pending.is_empty() {
+        return;
+    }
+    let _one = pending.settling.lock().unwrap_or_else(|e| e.into_inner());
+    let mine: Vec<PendingOp> = {
+        let mut ops = pending.ops.lock().unwrap_or_else(|e| e.into_inner());
+        let (mine, rest) = std::mem::take(&mut *ops).into_iter().partition(|op| queue.is_none_or(|q| q == op.queue));
+        *ops = rest;
+        mine
+    };
+    for op in mine {
+        let status = event_status(conn, op.event);
+        if status > CL_COMPLETE && !conn.is_dead() {
+            pending.push(op);
+            continue;
+        }
+        complete(conn, op, status);
+    }
+}
+
+fn complete(conn: &Conn, op: PendingOp, status: cl_int) {
+    if let (Transfer::Read { dst, len, mirror }, CL_COMPLETE) = (&op.transfer, status) {
+        // SAFETY: dst is the application's buffer of `len` bytes, which it must keep valid
+        // until the read completes; the segment holds `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(op.region.as_ptr(), *dst as *mut u8, *len) };
+        if let Some(m) = mirror {
+            // SAFETY: the buffer's host memory covers the read range.
+            unsafe { std::ptr::copy(op.region.as_ptr(), *m as *mut u8, *len) };
+        }
+    }
+    let _ = conn.call(DropSegment { segment: op.segment });
+    match op.app_event {
+        Some(h) => {
+            handle::release(h as *mut _, Kind::Event);
+        }
+        None => {
+            let _ = conn.call(Release { object: op.event });
+        }
+    }
+}
