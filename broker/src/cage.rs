@@ -32,6 +32,8 @@ pub struct Cage {
     dir: PathBuf,
     socket: PathBuf,
     vendors: PathBuf,
+    /// A registry naming the caged drivers themselves, to run the same drivers uncaged.
+    direct_vendors: PathBuf,
     libdir: PathBuf,
 }
 
@@ -44,8 +46,14 @@ impl Cage {
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         set_mode(&dir, 0o700);
         let vendors = dir.join("vendors");
+        let direct_vendors = dir.join("direct-vendors");
         let libdir = dir.join("lib");
         std::fs::create_dir_all(&vendors).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&direct_vendors).map_err(|e| e.to_string())?;
+        for d in &drivers {
+            let file = direct_vendors.join(format!("{}.icd", d.name.replace('/', "_")));
+            std::fs::write(file, format!("{}\n", d.library)).map_err(|e| e.to_string())?;
+        }
         std::fs::create_dir_all(&libdir).map_err(|e| e.to_string())?;
         let shim = std::fs::canonicalize(&install.shim).map_err(|e| e.to_string())?;
         std::fs::write(vendors.join("cloister.icd"), format!("{}\n", shim.display())).map_err(|e| e.to_string())?;
@@ -55,7 +63,7 @@ impl Cage {
         let listener = broker::listen(&socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
         let config = BrokerConfig { worker: install.worker.clone(), drivers };
         std::thread::Builder::new().name("broker".into()).spawn(move || broker::serve(listener, config)).map_err(|e| e.to_string())?;
-        Ok(Self { dir, socket, vendors, libdir })
+        Ok(Self { dir, socket, vendors, direct_vendors, libdir })
     }
 
     /// Points `cmd`'s OpenCL at the cage: through the ICD loader, or with `drop_in`, by putting
@@ -74,8 +82,11 @@ impl Cage {
         }
     }
 
-    pub fn socket(&self) -> &Path {
-        &self.socket
+    /// Points `cmd` at the same drivers without the cage, for comparisons.
+    pub fn configure_direct(&self, cmd: &mut Command) {
+        cmd.env_remove("CLOISTER_SOCKET");
+        cmd.env("OCL_ICD_VENDORS", &self.direct_vendors);
+        cmd.env_remove("OCL_ICD_FILENAMES");
     }
 }
 

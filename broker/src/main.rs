@@ -1,5 +1,6 @@
 //! `cloister`: run OpenCL applications with their drivers caged.
 
+mod bench;
 mod broker;
 mod cage;
 mod drivers;
@@ -34,6 +35,21 @@ enum Cmd {
     },
     /// List the registered drivers cloister would cage.
     Drivers,
+    /// Print the coverage table of every OpenCL entry point (Markdown, as in the README).
+    Coverage,
+    /// Run the same micro-benchmarks directly on the driver and through the cage; print both
+    /// and the ratio.
+    Bench {
+        /// Benchmark this driver (default: the first registered one).
+        #[arg(long)]
+        driver: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Shorter runs (noisier figures), for smoke tests.
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
@@ -51,6 +67,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Run { driver, drop_in, app } => run(driver.as_deref(), drop_in, &app),
         Cmd::Drivers => list_drivers(),
+        Cmd::Coverage => {
+            print!("{}", cloister_ipc::dispatch::coverage_markdown());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench { driver, json, quick } => run_bench(driver.as_deref(), json, quick),
     };
     match result {
         Ok(code) => code,
@@ -98,4 +119,39 @@ fn run(driver: Option<&str>, drop_in: bool, app: &[String]) -> Result<ExitCode, 
         return Ok(ExitCode::from(128 + sig as u8));
     }
     Ok(ExitCode::FAILURE)
+}
+
+fn run_bench(driver: Option<&str>, json: bool, quick: bool) -> Result<ExitCode, String> {
+    let install = Install::locate()?;
+    let client = install.worker.with_file_name("cloister-bench-client");
+    if !client.exists() {
+        return Err(format!("benchmark client not found at {}", client.display()));
+    }
+    let mut drivers = cage::choose_drivers(&install, driver)?;
+    drivers.truncate(1);
+    let cage = Cage::start(&install, drivers)?;
+    let run_client = |caged: bool| -> Result<serde_json::Value, String> {
+        let mut cmd = Command::new(&client);
+        if quick {
+            cmd.arg("--quick");
+        }
+        if caged {
+            cage.configure(&mut cmd, false);
+        } else {
+            cage.configure_direct(&mut cmd);
+        }
+        let out = cmd.output().map_err(|e| format!("cannot run {}: {e}", client.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "benchmark client ({}) failed: {}",
+                if caged { "caged" } else { "direct" },
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("benchmark client printed bad JSON: {e}"))
+    };
+    let direct = run_client(false)?;
+    let caged = run_client(true)?;
+    print!("{}", bench::render(&direct, &caged, json));
+    Ok(ExitCode::SUCCESS)
 }

@@ -32,3 +32,47 @@ const _: () = assert!(std::mem::size_of::<IcdDispatch>() == crate::api_table::DI
 unsafe impl Sync for IcdDispatch {}
 // SAFETY: as above.
 unsafe impl Send for IcdDispatch {}
+
+/// What a coverage status means to a user.
+pub fn status_meaning(status: &str) -> &'static str {
+    match status {
+        "forwarded" => "forwarded to the caged driver",
+        "unimplemented" => "returns CL_INVALID_OPERATION",
+        "windows" => "Windows-only; not exported",
+        _ => "unknown",
+    }
+}
+
+/// The README's coverage table, derived from the entry-point table.
+pub fn coverage_markdown() -> String {
+    let mut out = String::from("| slot | entry point | status |\n| ---: | --- | --- |\n");
+    for (slot, (name, status)) in ENTRY_POINTS.iter().enumerate() {
+        out.push_str(&format!("| {slot} | `{name}` | {} |\n", status_meaning(status)));
+    }
+    let forwarded = ENTRY_POINTS.iter().filter(|(_, s)| *s == "forwarded").count();
+    out.push_str(&format!("\n{forwarded} of {} entry points forwarded.\n", ENTRY_POINTS.len()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's table must be the one derived from the code, so it can never drift.
+    #[test]
+    fn readme_coverage_table_matches_the_entry_point_table() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README.md");
+        let table = coverage_markdown();
+        assert!(
+            readme.contains(&table),
+            "README.md's coverage table is stale; regenerate it with `cloister coverage`:\n{table}"
+        );
+    }
+
+    #[test]
+    fn every_slot_has_a_known_status() {
+        for (name, status) in ENTRY_POINTS {
+            assert_ne!(status_meaning(status), "unknown", "{name}");
+        }
+    }
+}
