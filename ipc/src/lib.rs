@@ -42,6 +42,16 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request, IpcError> {
     postcard::from_bytes(bytes).map_err(IpcError::Decode)
 }
 
+/// Encodes an already-built request.
+pub fn encode_request_value(req: &Request) -> Result<Vec<u8>, IpcError> {
+    postcard::to_allocvec(req).map_err(IpcError::Encode)
+}
+
+/// Decodes a socket message from the worker as the shim reads it.
+pub fn decode_worker_message(bytes: &[u8]) -> Result<WorkerMessage, IpcError> {
+    postcard::from_bytes(bytes).map_err(IpcError::Decode)
+}
+
 /// Decodes a reply as the shim reads it: trailing garbage is an error too.
 pub fn decode_reply<C: Call>(bytes: &[u8]) -> Result<C::Reply, IpcError> {
     let (reply, rest) = postcard::take_from_bytes(bytes).map_err(IpcError::Decode)?;
@@ -49,4 +59,74 @@ pub fn decode_reply<C: Call>(bytes: &[u8]) -> Result<C::Reply, IpcError> {
         return Err(IpcError::Protocol("trailing bytes after reply"));
     }
     Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator, so the test needs no extra crates and is repeatable.
+    fn xorshift(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    #[test]
+    fn decoders_survive_random_and_mutated_input() {
+        let seeds: Vec<Vec<u8>> = vec![
+            encode_request(GetInfo { target: InfoTarget::Device, object: 7, aux: 0, param: 0x102B }).unwrap(),
+            encode_request(EnqueueNdRange {
+                queue: 1,
+                kernel: 2,
+                args: vec![(0, ArgValue::Object(3)), (1, ArgValue::Bytes(vec![1, 2, 3, 4])), (2, ArgValue::Local(64))],
+                work_dim: 1,
+                offset: None,
+                global: Some(vec![1024]),
+                local: None,
+                sync: EnqueueSync { wait: vec![5], event: Some(6) },
+            })
+            .unwrap(),
+            postcard::to_allocvec(&InfoReply { status: 0, value: vec![1; 16] }).unwrap(),
+        ];
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for round in 0..20_000 {
+            let mut bytes = seeds[round % seeds.len()].clone();
+            let edits = 1 + (xorshift(&mut state) % 4) as usize;
+            for _ in 0..edits {
+                match xorshift(&mut state) % 3 {
+                    0 if !bytes.is_empty() => {
+                        let i = (xorshift(&mut state) as usize) % bytes.len();
+                        bytes[i] = xorshift(&mut state) as u8;
+                    }
+                    1 => bytes.truncate((xorshift(&mut state) as usize) % (bytes.len() + 1)),
+                    _ => bytes.push(xorshift(&mut state) as u8),
+                }
+            }
+            let _ = decode_request(&bytes);
+            let _ = decode_worker_message(&bytes);
+            let _ = decode_reply::<GetInfo>(&bytes);
+            let _ = decode_reply::<CreateKernelsInProgram>(&bytes);
+        }
+    }
+
+    #[test]
+    fn reply_with_trailing_garbage_is_rejected() {
+        let mut bytes = postcard::to_allocvec(&0i32).unwrap();
+        assert_eq!(decode_reply::<FlushOrFinish>(&bytes).unwrap(), 0);
+        bytes.push(0);
+        assert!(matches!(decode_reply::<FlushOrFinish>(&bytes), Err(IpcError::Protocol(_))));
+    }
+
+    #[test]
+    fn handshake_refuses_other_versions_with_a_clear_message() {
+        let mut hello = handshake::Hello::new();
+        assert!(hello.check().is_ok());
+        hello.version += 1;
+        let err = hello.check().unwrap_err();
+        assert!(err.contains("protocol version mismatch"), "{err}");
+        hello.magic = *b"notcloi!";
+        assert!(hello.check().unwrap_err().contains("magic"));
+    }
 }
