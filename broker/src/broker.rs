@@ -135,6 +135,11 @@ fn serve_client(client: &OwnedFd, config: &BrokerConfig, spawn: &std::sync::mpsc
     channel::send(client, &BrokerReply::Workers { version: PROTOCOL_VERSION, grants, errors }, &raw).map_err(|e| e.to_string())
 }
 
+/// cloister's own variables a worker needs; the `CLOISTER_FAULT*` ones steer the
+/// fault-injecting test driver (`tests/fault-driver`) and mean nothing to real drivers.
+const WORKER_CLOISTER_VARS: &[&str] =
+    &["CLOISTER_DEBUG", "CLOISTER_SPIN_US", "CLOISTER_FAULT", "CLOISTER_FAULT_REAL", "CLOISTER_FAULT_FILE", "CLOISTER_FAULT_PORT"];
+
 /// Starts a worker for `driver`; returns the shim's end of its channel.
 pub fn spawn_worker(worker: &Path, driver: &Driver) -> std::io::Result<OwnedFd> {
     let (ours, theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -142,7 +147,7 @@ pub fn spawn_worker(worker: &Path, driver: &Driver) -> std::io::Result<OwnedFd> 
     let mut cmd = Command::new(worker);
     cmd.arg("--library").arg(&driver.library).arg("--name").arg(&driver.name);
     cmd.env_clear();
-    for key in cloister_sandbox_policy::ENV_PASSTHROUGH.iter().chain(["CLOISTER_DEBUG", "CLOISTER_SPIN_US"].iter()) {
+    for key in cloister_sandbox_policy::ENV_PASSTHROUGH.iter().chain(WORKER_CLOISTER_VARS.iter()) {
         if let Some(v) = std::env::var_os(key) {
             cmd.env(key, v);
         }

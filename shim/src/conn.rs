@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_void};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 use cloister_ipc::cl::*;
 use cloister_ipc::handshake::Hello;
@@ -38,12 +38,14 @@ pub struct Conn {
     ids: RwLock<HashMap<ObjectId, usize>>,
     callbacks: Mutex<HashMap<u64, Callback>>,
     pending: crate::pending::Pending,
+    /// Every lane ever opened, so a death can wake the threads sleeping on them at once.
+    lanes: Mutex<Vec<Weak<Lane>>>,
     /// (platform handle, its device handles), in the worker's order.
     pub platforms: OnceLock<Vec<(usize, Vec<usize>)>>,
 }
 
 /// A lane owned by the current thread; closing it on thread exit ends the worker's thread.
-struct LaneSlot(Lane);
+struct LaneSlot(Arc<Lane>);
 
 impl Drop for LaneSlot {
     fn drop(&mut self) {
@@ -85,6 +87,7 @@ impl Conn {
             ids: RwLock::new(HashMap::new()),
             callbacks: Mutex::new(HashMap::new()),
             pending: Default::default(),
+            lanes: Mutex::new(Vec::new()),
             platforms: OnceLock::new(),
         });
         let mut table = Vec::new();
@@ -152,6 +155,12 @@ impl Conn {
         let lane = Lane::create().map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let id = self.alloc_id();
         self.send(&ShimMessage::NewLane { lane: id }, &[lane.region().fd().as_raw_fd()])?;
+        let lane = Arc::new(lane);
+        {
+            let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+            lanes.retain(|l| l.strong_count() > 0);
+            lanes.push(Arc::downgrade(&lane));
+        }
         let slot = Rc::new(LaneSlot(lane));
         LANES.try_with(|l| l.borrow_mut().insert(self.serial, slot.clone())).map_err(|_| CL_OUT_OF_RESOURCES)?;
         Ok(slot)
@@ -221,8 +230,36 @@ impl Conn {
                 Ok((WorkerMessage::Notify(n), _)) => self.deliver(n),
                 Ok(_) => {}
                 Err(_) => {
-                    self.mark_dead();
+                    self.on_worker_death();
                     return;
+                }
+            }
+        }
+    }
+
+    /// The worker is gone (EOF on its channel): wake every waiting thread, and give every
+    /// callback still waiting on the worker its answer, so nothing in the application hangs.
+    fn on_worker_death(&self) {
+        self.mark_dead();
+        for lane in self.lanes.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade) {
+            lane.nudge();
+        }
+        crate::pending::settle(self, None);
+        let message = format!("cloister: the worker hosting driver {} died; its objects are lost", self.driver);
+        let msg = std::ffi::CString::new(message).unwrap_or_default();
+        let callbacks: Vec<Callback> = {
+            let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+            cbs.drain().map(|(_, cb)| cb).collect()
+        };
+        for cb in callbacks {
+            // SAFETY (all arms): the application registered each function with this signature
+            // and its user_data; handles are the application's own.
+            match cb {
+                Callback::Context { pfn, user_data } => unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void) },
+                Callback::Build { pfn, user_data, program } => unsafe { pfn(program as cl_program, user_data as *mut c_void) },
+                Callback::Event { pfn, user_data, event } => {
+                    unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
+                    crate::handle::release(event as *mut c_void, Kind::Event);
                 }
             }
         }

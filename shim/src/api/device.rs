@@ -60,7 +60,12 @@ pub unsafe fn clGetDeviceIDs(platform: cl_platform_id, device_type: cl_bitfield,
 
 pub unsafe fn clGetDeviceInfo(device: cl_device_id, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(device, Kind::Device, InfoTarget::Device, 0, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(device, Kind::Device, InfoTarget::Device, 0, param_name, size, value, size_ret, |obj| {
+            // A device whose worker died is unavailable, not an error.
+            (param_name == CL_DEVICE_AVAILABLE && obj.conn.is_dead()).then(|| Ok(CL_FALSE.to_ne_bytes().to_vec()))
+        })
+    }
 }
 
 retain_release! {

@@ -1,0 +1,290 @@
+//! `libfaultcl.so`: an OpenCL ICD that wraps the real pocl driver and misbehaves on request.
+//!
+//! `CLOISTER_FAULT=POINT:ACTION[,POINT:ACTION...]` picks what happens where. Points: `init`
+//! (platform enumeration), `context` (clCreateContext), `build` (clBuildProgram), `enqueue`
+//! (clEnqueueNDRangeKernel), `finish` (clFinish). Actions: crashes (`segv`, `abort`, `bus`,
+//! `exit`, `async-segv` a moment after the call returned), `hang`, `closefds`, and attacks that
+//! a caged driver must not be able to make (`exec`, `connect`, `readhome`, `writeout`,
+//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`). Each attack prints
+//! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
+//!
+//! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
+//! the wrapped driver behaves exactly like pocl everywhere else. `CLOISTER_FAULT_REAL` names the
+//! library to wrap (default `libpocl.so.2`).
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::OnceLock;
+
+use cloister_ipc::cl::*;
+use cloister_ipc::dispatch::IcdDispatch;
+
+type GetPlatforms = unsafe extern "C" fn(cl_uint, *mut cl_platform_id, *mut cl_uint) -> cl_int;
+
+struct Real {
+    get_platforms: GetPlatforms,
+}
+
+static REAL: OnceLock<Option<Real>> = OnceLock::new();
+static ORIG: OnceLock<IcdDispatch> = OnceLock::new();
+
+fn fault_for(point: &str) -> Option<String> {
+    let spec = std::env::var("CLOISTER_FAULT").ok()?;
+    spec.split(',').find_map(|item| {
+        let (p, action) = item.split_once(':')?;
+        (p == point).then(|| action.to_string())
+    })
+}
+
+fn report(attack: &str, result: Result<(), String>) {
+    match result {
+        Ok(()) => eprintln!("faultcl: {attack} succeeded"),
+        Err(why) => eprintln!("faultcl: {attack} blocked ({why})"),
+    }
+}
+
+fn errno() -> String {
+    std::io::Error::last_os_error().to_string()
+}
+
+/// Does what CLOISTER_FAULT says for this point, if anything.
+fn fault_point(point: &str) {
+    let Some(action) = fault_for(point) else { return };
+    // SAFETY (crash arms): deliberately faulting is the purpose of this library.
+    unsafe {
+        match action.as_str() {
+            "segv" => std::ptr::write_volatile(16 as *mut u32, 1),
+            "abort" => libc::abort(),
+            "bus" => {
+                libc::raise(libc::SIGBUS);
+            }
+            "exit" => libc::_exit(3),
+            "hang" => loop {
+                libc::pause();
+            },
+            "async-segv" => {
+                std::thread::spawn(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(150));
+                    std::ptr::write_volatile(16 as *mut u32, 1);
+                });
+            }
+            "closefds" => {
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0);
+            }
+            "exec" => report("exec", exec_shell()),
+            "connect" => report("connect", connect_tcp()),
+            "readhome" => report("readhome", read_home()),
+            "writeout" => report("writeout", write_outside()),
+            "kill-parent" => report("kill-parent", if libc::kill(libc::getppid(), 0) == 0 { Ok(()) } else { Err(errno()) }),
+            "ptrace-parent" => report(
+                "ptrace-parent",
+                if libc::ptrace(libc::PTRACE_ATTACH, libc::getppid(), 0, 0) == 0 {
+                    libc::ptrace(libc::PTRACE_DETACH, libc::getppid(), 0, 0);
+                    Ok(())
+                } else {
+                    Err(errno())
+                },
+            ),
+            "fork50" => report("fork50", fork_many(50)),
+            "fds100k" => report("fds100k", open_many(100_000)),
+            other => eprintln!("faultcl: unknown action {other}"),
+        }
+    }
+}
+
+fn exec_shell() -> Result<(), String> {
+    match std::process::Command::new("/bin/sh").arg("-c").arg("exit 0").status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("shell ended with {s}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn connect_tcp() -> Result<(), String> {
+    let port: u16 = std::env::var("CLOISTER_FAULT_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(9);
+    // A refused connection still proves the network is reachable; only "unreachable" or a
+    // permission error means it is blocked.
+    match std::net::TcpStream::connect(("127.0.0.1", port)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn read_home() -> Result<(), String> {
+    let path = std::env::var("CLOISTER_FAULT_FILE").map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
+    std::fs::read(&path).map(|_| ()).map_err(|e| e.to_string())
+}
+
+fn write_outside() -> Result<(), String> {
+    let path = std::env::var("CLOISTER_FAULT_FILE").map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
+    std::fs::write(&path, b"written by faultcl\n").map_err(|e| e.to_string())
+}
+
+fn fork_many(n: usize) -> Result<(), String> {
+    let mut pids = Vec::new();
+    let mut result = Ok(());
+    for _ in 0..n {
+        // SAFETY: the child only calls _exit after a short sleep.
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                libc::usleep(200_000);
+                libc::_exit(0)
+            },
+            -1 => {
+                result = Err(format!("fork {} of {n}: {}", pids.len() + 1, errno()));
+                break;
+            }
+            pid => pids.push(pid),
+        }
+    }
+    for pid in pids {
+        // SAFETY: reaping our own children.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    }
+    result
+}
+
+fn open_many(n: usize) -> Result<(), String> {
+    let mut fds = Vec::new();
+    let mut result = Ok(());
+    for _ in 0..n {
+        // SAFETY: opening /dev/null read-only.
+        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+        if fd < 0 {
+            result = Err(format!("open {} of {n}: {}", fds.len() + 1, errno()));
+            break;
+        }
+        fds.push(fd);
+    }
+    for fd in fds {
+        // SAFETY: closing fds we opened.
+        unsafe { libc::close(fd) };
+    }
+    result
+}
+
+fn real() -> Option<&'static Real> {
+    REAL.get_or_init(|| {
+        let lib = std::env::var("CLOISTER_FAULT_REAL").unwrap_or_else(|_| "libpocl.so.2".into());
+        let c = std::ffi::CString::new(lib.clone()).ok()?;
+        // SAFETY: loading the wrapped driver.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            eprintln!("faultcl: cannot load {lib}");
+            return None;
+        }
+        // SAFETY: symbol lookups on a valid handle.
+        let gefa = unsafe { libc::dlsym(h, c"clGetExtensionFunctionAddress".as_ptr()) };
+        if gefa.is_null() {
+            return None;
+        }
+        type Gefa = unsafe extern "C" fn(*const c_char) -> *mut c_void;
+        // SAFETY: the ICD extension lookup has this signature.
+        let gefa: Gefa = unsafe { std::mem::transmute::<*mut c_void, Gefa>(gefa) };
+        // SAFETY: valid C string.
+        let f = unsafe { gefa(c"clIcdGetPlatformIDsKHR".as_ptr()) };
+        if f.is_null() {
+            return None;
+        }
+        // SAFETY: the ICD entry has this signature.
+        let get_platforms: GetPlatforms = unsafe { std::mem::transmute::<*mut c_void, GetPlatforms>(f) };
+        let mut p: cl_platform_id = std::ptr::null_mut();
+        // SAFETY: one platform slot.
+        if unsafe { get_platforms(1, &mut p, std::ptr::null_mut()) } != CL_SUCCESS || p.is_null() {
+            return None;
+        }
+        // SAFETY: an ICD platform handle starts with its dispatch table pointer.
+        let table = unsafe { &mut **(p as *mut *mut IcdDispatch) };
+        patch(table);
+        Some(Real { get_platforms })
+    })
+    .as_ref()
+}
+
+/// Replaces the intercepted slots of the driver's (shared, static) dispatch table.
+fn patch(table: &mut IcdDispatch) {
+    // SAFETY: IcdDispatch is a plain array of pointers; a bitwise copy is a valid value.
+    let _ = ORIG.set(unsafe { std::ptr::read(table) });
+    let page = 4096usize;
+    let start = (table as *mut IcdDispatch as usize) & !(page - 1);
+    let end = table as *mut IcdDispatch as usize + std::mem::size_of::<IcdDispatch>();
+    // SAFETY: making the pages holding the table writable; they are mapped (we just read them).
+    unsafe { libc::mprotect(start as *mut c_void, end - start, libc::PROT_READ | libc::PROT_WRITE) };
+    table.clCreateContext = Some(create_context);
+    table.clBuildProgram = Some(build_program);
+    table.clEnqueueNDRangeKernel = Some(enqueue_nd_range);
+    table.clFinish = Some(finish);
+}
+
+fn orig() -> &'static IcdDispatch {
+    ORIG.get().expect("patched before any call")
+}
+
+unsafe extern "C" fn create_context(
+    p: *const isize,
+    n: cl_uint,
+    d: *const cl_device_id,
+    f: *mut c_void,
+    u: *mut c_void,
+    e: *mut cl_int,
+) -> cl_context {
+    fault_point("context");
+    // SAFETY: forwarding the caller's arguments unchanged.
+    unsafe { orig().clCreateContext.expect("pocl has clCreateContext")(p, n, d, f, u, e) }
+}
+
+unsafe extern "C" fn build_program(p: cl_program, n: cl_uint, d: *const cl_device_id, o: *const c_char, f: *mut c_void, u: *mut c_void) -> cl_int {
+    fault_point("build");
+    // SAFETY: as above.
+    unsafe { orig().clBuildProgram.expect("pocl has clBuildProgram")(p, n, d, o, f, u) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn enqueue_nd_range(
+    q: cl_command_queue,
+    k: cl_kernel,
+    dim: cl_uint,
+    off: *const usize,
+    g: *const usize,
+    l: *const usize,
+    n: cl_uint,
+    w: *const cl_event,
+    e: *mut cl_event,
+) -> cl_int {
+    fault_point("enqueue");
+    // SAFETY: as above.
+    unsafe { orig().clEnqueueNDRangeKernel.expect("pocl has clEnqueueNDRangeKernel")(q, k, dim, off, g, l, n, w, e) }
+}
+
+unsafe extern "C" fn finish(q: cl_command_queue) -> cl_int {
+    fault_point("finish");
+    // SAFETY: as above.
+    unsafe { orig().clFinish.expect("pocl has clFinish")(q) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(n: cl_uint, platforms: *mut cl_platform_id, num: *mut cl_uint) -> cl_int {
+    fault_point("init");
+    match real() {
+        // SAFETY: forwarding the caller's arguments.
+        Some(r) => unsafe { (r.get_platforms)(n, platforms, num) },
+        None => CL_PLATFORM_NOT_FOUND_KHR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn clGetExtensionFunctionAddress(name: *const c_char) -> *mut c_void {
+    if name.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: NUL-terminated per the API.
+    match unsafe { CStr::from_ptr(name) }.to_bytes() {
+        b"clIcdGetPlatformIDsKHR" => clIcdGetPlatformIDsKHR as *mut c_void,
+        // ocl-icd asks for this one too, to read the platform's ICD suffix.
+        b"clGetPlatformInfo" => real()
+            .and_then(|_| orig().clGetPlatformInfo)
+            .map_or(std::ptr::null_mut(), |f| f as *mut c_void),
+        _ => std::ptr::null_mut(),
+    }
+}
