@@ -1,0 +1,64 @@
+//! Plain C programs linked with `-lOpenCL`, run unchanged directly and through the cage.
+
+use cloister_tests::*;
+use std::path::Path;
+
+#[test]
+fn api_smoke_passes_directly_and_caged() {
+    let exe = c_client("api_smoke");
+    let d = direct(&exe, &[], &[]);
+    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
+    let c = caged(&[], &exe, &[], &[]);
+    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
+    let out = text(&c);
+    assert!(out.contains("PASS") && out.contains("nonblocking ok") && out.contains("callbacks 1"), "{out}");
+}
+
+#[test]
+fn drop_in_mode_validates_garbage_and_released_handles() {
+    let exe = c_client("api_smoke");
+    // GARBAGE=1 makes the client pass a made-up queue and release a context twice; without a
+    // loader in the way, cloister must answer CL_INVALID_* for both.
+    let c = caged(&["--drop-in"], &exe, &[], &[("GARBAGE", "1")]);
+    assert!(c.status.success(), "caged drop-in run failed:\n{}", text(&c));
+    assert!(text(&c).contains("PASS"));
+}
+
+#[test]
+fn eight_threads_enqueue_at_once() {
+    let exe = c_client("threads");
+    let c = caged(&[], &exe, &[], &[]);
+    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
+    assert!(text(&c).contains("PASS"));
+}
+
+#[test]
+fn exit_status_and_signals_pass_through() {
+    let c = caged(&[], Path::new("/bin/sh"), &["-c", "exit 7"], &[]);
+    assert_eq!(c.status.code(), Some(7));
+    let c = caged(&[], Path::new("/bin/sh"), &["-c", "kill -TERM $$"], &[]);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(c.status.signal(), Some(libc_sigterm()), "{:?}", c.status);
+}
+
+fn libc_sigterm() -> i32 {
+    15
+}
+
+#[test]
+fn without_a_broker_the_shim_says_what_to_do() {
+    ensure_built();
+    let exe = c_client("survivor");
+    let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
+    let out = direct(&exe, &[], &[("OCL_ICD_VENDORS", vendors.to_str().unwrap())]);
+    let t = text(&out);
+    assert!(t.contains("CLOISTER_SOCKET is not set") && t.contains("cloister run"), "{t}");
+    assert!(t.contains("code=-1001"), "{t}");
+}
+
+#[test]
+fn unknown_driver_is_a_clear_error() {
+    let c = caged(&["--driver", "no-such-driver"], Path::new("/bin/true"), &[], &[]);
+    assert_eq!(c.status.code(), Some(125));
+    assert!(text(&c).contains("no driver named no-such-driver"), "{}", text(&c));
+}

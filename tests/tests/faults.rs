@@ -1,0 +1,88 @@
+//! A driver that crashes kills the application when used directly, and only its worker when
+//! caged: the application sees CL_DEVICE_NOT_AVAILABLE and keeps running.
+
+use cloister_tests::*;
+
+fn run_fault(fault: &str) -> (std::process::Output, std::process::Output) {
+    let exe = c_client("survivor");
+    let driver = fault_driver();
+    let vendors = vendors_dir_for(&driver);
+    let env = [("CLOISTER_FAULT", fault), ("OCL_ICD_VENDORS", vendors.to_str().unwrap())];
+    let d = direct(&exe, &[], &env);
+    let c = caged(&["--driver", driver.to_str().unwrap()], &exe, &[], &[("CLOISTER_FAULT", fault)]);
+    (d, c)
+}
+
+fn assert_survives(fault: &str, step: &str) {
+    let (d, c) = run_fault(fault);
+    assert!(!d.status.success(), "{fault}: directly, the driver fault should kill the app:\n{}", text(&d));
+    assert!(!text(&d).contains("still running"), "{fault}: directly the app must not survive:\n{}", text(&d));
+    assert_caged_survived(fault, step, &c);
+}
+
+fn assert_caged_survived(fault: &str, step: &str, c: &std::process::Output) {
+    let t = text(&c);
+    assert!(c.status.success(), "{fault}: caged app did not survive ({:?}):\n{t}", c.status);
+    assert!(t.contains(&format!("ERROR step={step} code=-2")), "{fault}: expected CL_DEVICE_NOT_AVAILABLE at {step}:\n{t}");
+    assert!(t.contains("still running after the driver fault"), "{t}");
+}
+
+#[test]
+fn no_fault_runs_to_completion_both_ways() {
+    let (d, c) = run_fault("");
+    assert!(text(&d).contains("completed without fault"), "{}", text(&d));
+    assert!(text(&c).contains("completed without fault"), "{}", text(&c));
+}
+
+#[test]
+fn segv_in_enqueue() {
+    assert_survives("enqueue:segv", "enqueue");
+}
+
+#[test]
+fn abort_in_build() {
+    assert_survives("build:abort", "build");
+}
+
+#[test]
+fn sigbus_in_enqueue() {
+    assert_survives("enqueue:bus", "enqueue");
+}
+
+#[test]
+fn exit_in_finish() {
+    assert_survives("finish:exit", "finish");
+}
+
+#[test]
+fn segv_in_context_creation() {
+    assert_survives("context:segv", "context");
+}
+
+#[test]
+fn driver_closing_its_fds() {
+    // Directly this breaks the application's own fds. In the worker it cuts the socket, but the
+    // lanes are shared memory that stays mapped: the application must either finish with
+    // correct results or get CL_DEVICE_NOT_AVAILABLE, and never die or hang.
+    let (_, c) = run_fault("finish:closefds");
+    let t = text(&c);
+    assert!(c.status.success(), "{t}");
+    assert!(t.contains("completed without fault") || t.contains("code=-2"), "{t}");
+}
+
+#[test]
+fn asynchronous_crash_after_the_call_returned() {
+    // The kernel enqueue returns; 150 ms later a driver thread crashes. Some later call fails.
+    let (d, c) = run_fault("enqueue:async-segv");
+    assert!(!d.status.success(), "{}", text(&d));
+    let t = text(&c);
+    assert!(c.status.success() && t.contains("code=-2") && t.contains("still running"), "{t}");
+}
+
+#[test]
+fn crash_during_platform_init_leaves_no_platforms() {
+    let (d, c) = run_fault("init:segv");
+    assert!(!d.status.success(), "{}", text(&d));
+    let t = text(&c);
+    assert!(c.status.success() && t.contains("ERROR step=platforms code=-1001"), "{t}");
+}
