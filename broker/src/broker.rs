@@ -6,14 +6,27 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use cloister_crash_reports::{Cause, CrashReport};
 use cloister_ipc::handshake::PROTOCOL_VERSION;
+use cloister_ipc::recorder::{FlightRecorder, RECORDER_FD};
 use cloister_ipc::{channel, BrokerReply, BrokerRequest, WorkerGrant};
 
 use crate::drivers::Driver;
 
-/// Where the broker finds the worker binary.
-pub struct BrokerConfig {
+/// How the broker starts workers.
+#[derive(Clone)]
+pub struct WorkerOptions {
     pub worker: PathBuf,
+    /// `--profile`: a built-in profile name or file, instead of the one chosen by library name.
+    pub profile: Option<String>,
+    /// `--no-sandbox`: hygiene only (for debugging and `policy learn`).
+    pub no_sandbox: bool,
+    /// `--require-sandbox`: a layer that cannot be applied is fatal.
+    pub require_sandbox: bool,
+}
+
+pub struct BrokerConfig {
+    pub options: WorkerOptions,
     pub drivers: Vec<Driver>,
 }
 
@@ -31,13 +44,22 @@ pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     let bytes = path.as_os_str().as_encoded_bytes();
     if bytes.len() >= addr.sun_path.len() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "socket path too long"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "socket path too long",
+        ));
     }
     for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;
     }
     // SAFETY: addr is a valid sockaddr_un; fd is a socket.
-    let rc = unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), std::mem::size_of::<libc::sockaddr_un>() as u32) };
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            std::mem::size_of::<libc::sockaddr_un>() as u32,
+        )
+    };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -52,13 +74,13 @@ type SpawnRequest = (Driver, std::sync::mpsc::Sender<std::io::Result<OwnedFd>>);
 
 /// Workers die with the thread that forked them (`PR_SET_PDEATHSIG` follows the parent
 /// *thread*), so all of them are started by one thread that lives as long as the broker.
-fn spawner(worker: PathBuf) -> std::sync::mpsc::Sender<SpawnRequest> {
+fn spawner(options: WorkerOptions) -> std::sync::mpsc::Sender<SpawnRequest> {
     let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
     std::thread::Builder::new()
         .name("worker-spawner".into())
         .spawn(move || {
             for (driver, reply) in rx {
-                let _ = reply.send(spawn_worker(&worker, &driver));
+                let _ = reply.send(spawn_worker(&options, &driver));
             }
         })
         .expect("cannot start the worker-spawner thread");
@@ -67,11 +89,18 @@ fn spawner(worker: PathBuf) -> std::sync::mpsc::Sender<SpawnRequest> {
 
 /// Serves shims forever (until the process exits).
 pub fn serve(listener: OwnedFd, config: BrokerConfig) {
-    let spawn = spawner(config.worker.clone());
+    let spawn = spawner(config.options.clone());
     let config = std::sync::Arc::new(config);
     loop {
         // SAFETY: accept4 on a listening socket; NULL address is allowed.
-        let raw = unsafe { libc::accept4(listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC) };
+        let raw = unsafe {
+            libc::accept4(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
         if raw < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
@@ -95,25 +124,50 @@ fn peer_uid(fd: RawFd) -> std::io::Result<u32> {
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: cred/len are valid out pointers of the right size.
-    let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(cred.uid)
 }
 
-fn serve_client(client: &OwnedFd, config: &BrokerConfig, spawn: &std::sync::mpsc::Sender<SpawnRequest>) -> Result<(), String> {
+fn serve_client(
+    client: &OwnedFd,
+    config: &BrokerConfig,
+    spawn: &std::sync::mpsc::Sender<SpawnRequest>,
+) -> Result<(), String> {
     // SAFETY: getuid cannot fail.
     let me = unsafe { libc::getuid() };
     let uid = peer_uid(client.as_raw_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     if uid != me {
         let reason = format!("client runs as uid {uid}, this broker serves uid {me} only");
-        let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
+        let _ = channel::send(
+            client,
+            &BrokerReply::Refused {
+                reason: reason.clone(),
+            },
+            &[],
+        );
         return Err(reason);
     }
-    let (BrokerRequest::Hello(hello), _) = channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())?;
+    let (BrokerRequest::Hello(hello), _) =
+        channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())?;
     if let Err(reason) = hello.check() {
-        let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
+        let _ = channel::send(
+            client,
+            &BrokerReply::Refused {
+                reason: reason.clone(),
+            },
+            &[],
+        );
         return Err(reason);
     }
     let mut grants = Vec::new();
@@ -121,54 +175,173 @@ fn serve_client(client: &OwnedFd, config: &BrokerConfig, spawn: &std::sync::mpsc
     let mut errors = Vec::new();
     for d in &config.drivers {
         let (tx, rx) = std::sync::mpsc::channel();
-        spawn.send((d.clone(), tx)).map_err(|_| "worker spawner is gone")?;
+        spawn
+            .send((d.clone(), tx))
+            .map_err(|_| "worker spawner is gone")?;
         let spawned = rx.recv().map_err(|_| "worker spawner is gone")?;
         match spawned {
             Ok(fd) => {
-                grants.push(WorkerGrant { driver: d.name.clone(), library: d.library.clone() });
+                grants.push(WorkerGrant {
+                    driver: d.name.clone(),
+                    library: d.library.clone(),
+                });
                 fds.push(fd);
             }
             Err(e) => errors.push(format!("cannot start a worker for {}: {e}", d.name)),
         }
     }
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    channel::send(client, &BrokerReply::Workers { version: PROTOCOL_VERSION, grants, errors }, &raw).map_err(|e| e.to_string())
+    channel::send(
+        client,
+        &BrokerReply::Workers {
+            version: PROTOCOL_VERSION,
+            grants,
+            errors,
+        },
+        &raw,
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// cloister's own variables a worker needs; the `CLOISTER_FAULT*` ones steer the
 /// fault-injecting test driver (`tests/fault-driver`) and mean nothing to real drivers.
-const WORKER_CLOISTER_VARS: &[&str] =
-    &["CLOISTER_DEBUG", "CLOISTER_SPIN_US", "CLOISTER_FAULT", "CLOISTER_FAULT_REAL", "CLOISTER_FAULT_FILE", "CLOISTER_FAULT_PORT"];
+const WORKER_CLOISTER_VARS: &[&str] = &[
+    "CLOISTER_DEBUG",
+    "CLOISTER_SPIN_US",
+    "CLOISTER_FAULT",
+    "CLOISTER_FAULT_REAL",
+    "CLOISTER_FAULT_FILE",
+    "CLOISTER_FAULT_PORT",
+];
 
-/// Starts a worker for `driver`; returns the shim's end of its channel.
-pub fn spawn_worker(worker: &Path, driver: &Driver) -> std::io::Result<OwnedFd> {
-    let (ours, theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
+/// The worker's private, persistent cache directory: its only writable place (the driver's
+/// kernel cache lives there between runs), also its `HOME` and `TMPDIR`.
+pub fn cache_dir(driver: &Driver) -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    let name: String = driver
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    base.join("cloister").join("workers").join(name)
+}
+
+/// Starts a worker for `driver`; returns the shim's end of its channel. A thread waits for the
+/// worker and, if it dies, writes a crash report naming the cause.
+pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result<OwnedFd> {
+    let (ours, theirs) =
+        channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
+    let recorder = FlightRecorder::create().map_err(|e| std::io::Error::other(e.to_string()))?;
+    let cache = cache_dir(driver);
+    let tmp = cache.join("tmp");
+    std::fs::create_dir_all(&tmp)?;
     let theirs_raw = theirs.as_raw_fd();
-    let mut cmd = Command::new(worker);
-    cmd.arg("--library").arg(&driver.library).arg("--name").arg(&driver.name);
+    let recorder_raw = recorder.region().fd().as_raw_fd();
+    let mut cmd = Command::new(&options.worker);
+    cmd.arg("--library")
+        .arg(&driver.library)
+        .arg("--name")
+        .arg(&driver.name)
+        .arg("--cache")
+        .arg(&cache);
+    if let Some(p) = &options.profile {
+        cmd.arg("--profile").arg(p);
+    }
+    if options.no_sandbox {
+        cmd.arg("--no-sandbox");
+    }
+    if options.require_sandbox {
+        cmd.arg("--require-sandbox");
+    }
     cmd.env_clear();
-    for key in cloister_sandbox_policy::ENV_PASSTHROUGH.iter().chain(WORKER_CLOISTER_VARS.iter()) {
+    for key in cloister_sandbox_policy::ENV_PASSTHROUGH
+        .iter()
+        .chain(WORKER_CLOISTER_VARS.iter())
+    {
         if let Some(v) = std::env::var_os(key) {
             cmd.env(key, v);
         }
     }
+    cmd.env("HOME", &cache)
+        .env("XDG_CACHE_HOME", &cache)
+        .env("TMPDIR", &tmp);
     cmd.stdin(Stdio::null());
     // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(theirs_raw, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
+            for (from, to) in [(theirs_raw, 3), (recorder_raw, RECORDER_FD)] {
+                if libc::dup2(from, to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let flags = libc::fcntl(to, libc::F_GETFD);
+                libc::fcntl(to, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
             }
-            let flags = libc::fcntl(3, libc::F_GETFD);
-            libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
             Ok(())
         });
     }
     let mut child = cmd.spawn()?;
     drop(theirs);
-    // Reap the worker when it exits so it does not linger as a zombie.
+    let driver = driver.clone();
+    let profile = options
+        .profile
+        .clone()
+        .unwrap_or_else(|| cloister_sandbox_policy::Profile::for_library(&driver.library).name);
     std::thread::spawn(move || {
-        let _ = child.wait();
+        let pid = child.id();
+        let Ok(status) = child.wait() else { return };
+        if let Some(cause) = death_cause(status, &recorder) {
+            report_death(&driver, &profile, pid, cause);
+        }
     });
     Ok(ours)
+}
+
+/// Why a worker ended, or `None` for a clean exit (its application went away).
+fn death_cause(status: std::process::ExitStatus, recorder: &FlightRecorder) -> Option<Cause> {
+    use std::os::unix::process::ExitStatusExt;
+    let trapped = recorder
+        .header()
+        .trapped_syscall
+        .load(std::sync::atomic::Ordering::Acquire);
+    if trapped >= 0 {
+        let name = cloister_sandbox_policy::seccomp::syscall_name(trapped).map(str::to_string);
+        return Some(Cause::TrappedSyscall {
+            number: trapped,
+            name,
+        });
+    }
+    if let Some(signal) = status.signal() {
+        return Some(Cause::Signal {
+            signal,
+            fault_address: None,
+        });
+    }
+    match status.code() {
+        Some(0) | None => None,
+        Some(code) => Some(Cause::Exit { status: code }),
+    }
+}
+
+fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause) {
+    let report = CrashReport::new(&driver.name, &driver.library, profile, pid, cause);
+    let saved = cloister_crash_reports::crash_dir().map(|dir| report.write(&dir));
+    let place = match saved {
+        Some(Ok(path)) => format!("report: {}", path.display()),
+        Some(Err(e)) => format!("the report could not be written: {e}"),
+        None => "no state directory for a report (set HOME or XDG_STATE_HOME)".into(),
+    };
+    eprintln!(
+        "cloister: the worker for driver {} (pid {pid}) died: {}; {place}",
+        driver.name,
+        report.cause.describe()
+    );
 }

@@ -4,7 +4,22 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::broker::{self, BrokerConfig};
+use crate::broker::{self, BrokerConfig, WorkerOptions};
+
+/// The cage options `cloister run` and friends take.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SandboxOptions {
+    /// Use this sandbox profile (a built-in name: pocl, nvidia, generic; or a profile file)
+    /// instead of the one chosen by the driver's library name.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Run the driver without rlimits, network namespace, landlock or seccomp (hygiene only).
+    #[arg(long, conflicts_with = "require_sandbox")]
+    pub no_sandbox: bool,
+    /// Refuse to run a driver whose worker could not apply every sandbox layer.
+    #[arg(long)]
+    pub require_sandbox: bool,
+}
 use crate::drivers::{self, Driver};
 
 /// Where the shim and worker live: beside the `cloister` binary unless overridden.
@@ -17,11 +32,19 @@ impl Install {
     pub fn locate() -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
         let dir = exe.parent().ok_or("binary has no directory")?.to_path_buf();
-        let shim = std::env::var_os("CLOISTER_SHIM").map(PathBuf::from).unwrap_or_else(|| dir.join("libcloister.so"));
-        let worker = std::env::var_os("CLOISTER_WORKER").map(PathBuf::from).unwrap_or_else(|| dir.join("cloister-worker"));
+        let shim = std::env::var_os("CLOISTER_SHIM")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| dir.join("libcloister.so"));
+        let worker = std::env::var_os("CLOISTER_WORKER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| dir.join("cloister-worker"));
         for (what, p) in [("shim", &shim), ("worker", &worker)] {
             if !p.exists() {
-                return Err(format!("{what} not found at {} (build the workspace, or set CLOISTER_{})", p.display(), what.to_uppercase()));
+                return Err(format!(
+                    "{what} not found at {} (build the workspace, or set CLOISTER_{})",
+                    p.display(),
+                    what.to_uppercase()
+                ));
             }
         }
         Ok(Self { shim, worker })
@@ -39,11 +62,19 @@ pub struct Cage {
 
 impl Cage {
     /// Sets up the directory and starts the broker thread for `drivers`.
-    pub fn start(install: &Install, drivers: Vec<Driver>) -> Result<Self, String> {
-        let base = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_dir()).unwrap_or_else(std::env::temp_dir);
+    pub fn start(
+        install: &Install,
+        drivers: Vec<Driver>,
+        sandbox: &SandboxOptions,
+    ) -> Result<Self, String> {
+        let base = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_dir())
+            .unwrap_or_else(std::env::temp_dir);
         let dir = base.join(format!("cloister-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         set_mode(&dir, 0o700);
         let vendors = dir.join("vendors");
         let direct_vendors = dir.join("direct-vendors");
@@ -56,14 +87,36 @@ impl Cage {
         }
         std::fs::create_dir_all(&libdir).map_err(|e| e.to_string())?;
         let shim = std::fs::canonicalize(&install.shim).map_err(|e| e.to_string())?;
-        std::fs::write(vendors.join("cloister.icd"), format!("{}\n", shim.display())).map_err(|e| e.to_string())?;
-        std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so.1")).map_err(|e| e.to_string())?;
-        std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so")).map_err(|e| e.to_string())?;
+        std::fs::write(
+            vendors.join("cloister.icd"),
+            format!("{}\n", shim.display()),
+        )
+        .map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so.1"))
+            .map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so"))
+            .map_err(|e| e.to_string())?;
         let socket = dir.join("broker.sock");
-        let listener = broker::listen(&socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
-        let config = BrokerConfig { worker: install.worker.clone(), drivers };
-        std::thread::Builder::new().name("broker".into()).spawn(move || broker::serve(listener, config)).map_err(|e| e.to_string())?;
-        Ok(Self { dir, socket, vendors, direct_vendors, libdir })
+        let listener = broker::listen(&socket)
+            .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+        let options = WorkerOptions {
+            worker: install.worker.clone(),
+            profile: sandbox.profile.clone(),
+            no_sandbox: sandbox.no_sandbox,
+            require_sandbox: sandbox.require_sandbox,
+        };
+        let config = BrokerConfig { options, drivers };
+        std::thread::Builder::new()
+            .name("broker".into())
+            .spawn(move || broker::serve(listener, config))
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            dir,
+            socket,
+            vendors,
+            direct_vendors,
+            libdir,
+        })
     }
 
     /// Points `cmd`'s OpenCL at the cage: through the ICD loader, or with `drop_in`, by putting
@@ -80,6 +133,10 @@ impl Cage {
             }
             cmd.env("LD_LIBRARY_PATH", path);
         }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
     }
 
     /// Points `cmd` at the same drivers without the cage, for comparisons.

@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 use cage::{Cage, Install};
 
 #[derive(Parser)]
-#[command(name = "cloister", version, about = "Run OpenCL drivers in a cage: a driver crash no longer takes the application down")]
+#[command(
+    name = "cloister",
+    version,
+    about = "Run OpenCL drivers in a cage: a driver crash no longer takes the application down"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -29,12 +33,23 @@ enum Cmd {
         /// Put cloister first on LD_LIBRARY_PATH as libOpenCL.so.1 instead of going through the ICD loader.
         #[arg(long)]
         drop_in: bool,
+        #[command(flatten)]
+        sandbox: cage::SandboxOptions,
         /// The application and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         app: Vec<String>,
     },
     /// List the registered drivers cloister would cage.
     Drivers,
+    /// Show each driver in its cage: the sandbox profile, every layer (and why one is off),
+    /// and the platforms and devices the caged worker reports.
+    Info {
+        /// Only this driver.
+        #[arg(long)]
+        driver: Option<String>,
+        #[command(flatten)]
+        sandbox: cage::SandboxOptions,
+    },
     /// Print the coverage table of every OpenCL entry point (Markdown, as in the README).
     Coverage,
     /// Run the same micro-benchmarks directly on the driver and through the cage; print both
@@ -49,6 +64,8 @@ enum Cmd {
         /// Shorter runs (noisier figures), for smoke tests.
         #[arg(long)]
         quick: bool,
+        #[command(flatten)]
+        sandbox: cage::SandboxOptions,
     },
 }
 
@@ -65,13 +82,24 @@ extern "C" fn forward_signal(sig: libc::c_int) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Run { driver, drop_in, app } => run(driver.as_deref(), drop_in, &app),
+        Cmd::Run {
+            driver,
+            drop_in,
+            sandbox,
+            app,
+        } => run(driver.as_deref(), drop_in, &sandbox, &app),
         Cmd::Drivers => list_drivers(),
+        Cmd::Info { driver, sandbox } => info(driver.as_deref(), &sandbox),
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench { driver, json, quick } => run_bench(driver.as_deref(), json, quick),
+        Cmd::Bench {
+            driver,
+            json,
+            quick,
+            sandbox,
+        } => run_bench(driver.as_deref(), json, quick, &sandbox),
     };
     match result {
         Ok(code) => code,
@@ -90,14 +118,21 @@ fn list_drivers() -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn run(driver: Option<&str>, drop_in: bool, app: &[String]) -> Result<ExitCode, String> {
+fn run(
+    driver: Option<&str>,
+    drop_in: bool,
+    sandbox: &cage::SandboxOptions,
+    app: &[String],
+) -> Result<ExitCode, String> {
     let install = Install::locate()?;
     let drivers = cage::choose_drivers(&install, driver)?;
-    let cage = Cage::start(&install, drivers)?;
+    let cage = Cage::start(&install, drivers, sandbox)?;
     let mut cmd = Command::new(&app[0]);
     cmd.args(&app[1..]);
     cage.configure(&mut cmd, drop_in);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", app[0]))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", app[0]))?;
     CHILD.store(child.id() as i32, Ordering::Relaxed);
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
         // SAFETY: installing an async-signal-safe handler.
@@ -121,15 +156,23 @@ fn run(driver: Option<&str>, drop_in: bool, app: &[String]) -> Result<ExitCode, 
     Ok(ExitCode::FAILURE)
 }
 
-fn run_bench(driver: Option<&str>, json: bool, quick: bool) -> Result<ExitCode, String> {
+fn run_bench(
+    driver: Option<&str>,
+    json: bool,
+    quick: bool,
+    sandbox: &cage::SandboxOptions,
+) -> Result<ExitCode, String> {
     let install = Install::locate()?;
     let client = install.worker.with_file_name("cloister-bench-client");
     if !client.exists() {
-        return Err(format!("benchmark client not found at {}", client.display()));
+        return Err(format!(
+            "benchmark client not found at {}",
+            client.display()
+        ));
     }
     let mut drivers = cage::choose_drivers(&install, driver)?;
     drivers.truncate(1);
-    let cage = Cage::start(&install, drivers)?;
+    let cage = Cage::start(&install, drivers, sandbox)?;
     let run_client = |caged: bool| -> Result<serde_json::Value, String> {
         let mut cmd = Command::new(&client);
         if quick {
@@ -140,7 +183,9 @@ fn run_bench(driver: Option<&str>, json: bool, quick: bool) -> Result<ExitCode, 
         } else {
             cage.configure_direct(&mut cmd);
         }
-        let out = cmd.output().map_err(|e| format!("cannot run {}: {e}", client.display()))?;
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", client.display()))?;
         if !out.status.success() {
             return Err(format!(
                 "benchmark client ({}) failed: {}",
@@ -148,10 +193,50 @@ fn run_bench(driver: Option<&str>, json: bool, quick: bool) -> Result<ExitCode, 
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("benchmark client printed bad JSON: {e}"))
+        serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("benchmark client printed bad JSON: {e}"))
     };
     let direct = run_client(false)?;
     let caged = run_client(true)?;
     print!("{}", bench::render(&direct, &caged, json));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn info(driver: Option<&str>, sandbox: &cage::SandboxOptions) -> Result<ExitCode, String> {
+    let install = Install::locate()?;
+    let drivers = cage::choose_drivers(&install, driver)?;
+    let wanted = drivers.len();
+    let cage = Cage::start(&install, drivers, sandbox)?;
+    // This process becomes the application: the shim, linked in, connects to our own broker.
+    std::env::set_var("CLOISTER_SOCKET", cage.socket());
+    let workers = cloister::cage_summary();
+    for w in &workers {
+        println!("driver {}", w.driver);
+        println!("  sandbox profile: {}", w.profile);
+        for layer in &w.layers {
+            println!("    {layer}");
+        }
+        for (platform, devices) in &w.platforms {
+            println!("  platform: {platform}");
+            for d in devices {
+                println!(
+                    "    device: {} ({}, {})",
+                    d.name,
+                    d.kind,
+                    if d.available {
+                        "available"
+                    } else {
+                        "unavailable"
+                    }
+                );
+            }
+        }
+    }
+    if workers.len() < wanted {
+        return Err(format!(
+            "{} of {wanted} drivers could not be started (see the messages above)",
+            wanted - workers.len()
+        ));
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,7 @@
 //! (The flight recorder and the writer arrive with the crash-resilience work; the model and the
 //! storage location are fixed here so the CLI and tests share them.)
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -10,10 +10,21 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Cause {
-    Signal { signal: i32, fault_address: Option<u64> },
-    TrappedSyscall { number: i64, name: Option<String> },
-    Exit { status: i32 },
-    Hang { call: String, deadline_ms: u64 },
+    Signal {
+        signal: i32,
+        fault_address: Option<u64>,
+    },
+    TrappedSyscall {
+        number: i64,
+        name: Option<String>,
+    },
+    Exit {
+        status: i32,
+    },
+    Hang {
+        call: String,
+        deadline_ms: u64,
+    },
     MemoryLimit,
 }
 
@@ -28,13 +39,99 @@ pub struct RecordedCall {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CrashReport {
+    /// Seconds since the Unix epoch.
+    pub time: u64,
+    pub pid: u32,
     pub driver: String,
+    pub library: String,
+    pub profile: String,
     pub device: Option<String>,
     pub cause: Cause,
     pub in_flight: Option<RecordedCall>,
     pub last_calls: Vec<RecordedCall>,
     /// Groups repeats of the same crash.
     pub signature: String,
+}
+
+impl Cause {
+    /// A one-line description for people.
+    pub fn describe(&self) -> String {
+        match self {
+            Cause::Signal { signal, .. } => {
+                format!("killed by signal {signal} ({})", signal_name(*signal))
+            }
+            Cause::TrappedSyscall { number, name } => {
+                format!(
+                    "seccomp trapped the forbidden system call `{}` ({number})",
+                    name.as_deref().unwrap_or("?")
+                )
+            }
+            Cause::Exit { status } => format!("exited with status {status}"),
+            Cause::Hang { call, deadline_ms } => {
+                format!("hung in {call} for more than {deadline_ms} ms")
+            }
+            Cause::MemoryLimit => "hit its memory limit".into(),
+        }
+    }
+
+    fn signature_part(&self) -> String {
+        match self {
+            Cause::Signal { signal, .. } => signal_name(*signal).to_string(),
+            Cause::TrappedSyscall { name, number } => format!(
+                "seccomp:{}",
+                name.clone().unwrap_or_else(|| number.to_string())
+            ),
+            Cause::Exit { status } => format!("exit:{status}"),
+            Cause::Hang { call, .. } => format!("hang:{call}"),
+            Cause::MemoryLimit => "memory".into(),
+        }
+    }
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        31 => "SIGSYS",
+        _ => "signal",
+    }
+}
+
+impl CrashReport {
+    pub fn new(driver: &str, library: &str, profile: &str, pid: u32, cause: Cause) -> Self {
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let signature = format!("{driver}:{}", cause.signature_part());
+        Self {
+            time,
+            pid,
+            driver: driver.into(),
+            library: library.into(),
+            profile: profile.into(),
+            device: None,
+            cause,
+            in_flight: None,
+            last_calls: Vec::new(),
+            signature,
+        }
+    }
+
+    /// Writes the report as `<dir>/<time>-<pid>.json` and returns its path.
+    pub fn write(&self, dir: &Path) -> std::io::Result<PathBuf> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(format!("{}-{}.json", self.time, self.pid));
+        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, json)?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(path)
+    }
 }
 
 /// `$XDG_STATE_HOME/cloister/crashes` (default `~/.local/state/cloister/crashes`).
@@ -51,16 +148,32 @@ mod tests {
 
     #[test]
     fn report_round_trips_through_json() {
-        let r = CrashReport {
-            driver: "pocl".into(),
-            device: Some("cpu".into()),
-            cause: Cause::Signal { signal: 11, fault_address: Some(0x10) },
-            in_flight: Some(RecordedCall { op: "BuildProgram".into(), lane: 1, start_ns: 5, end_ns: None }),
-            last_calls: vec![],
-            signature: "pocl:SIGSEGV:BuildProgram".into(),
-        };
+        let mut r = CrashReport::new(
+            "pocl",
+            "libpocl.so.2",
+            "pocl",
+            42,
+            Cause::Signal {
+                signal: 11,
+                fault_address: Some(0x10),
+            },
+        );
+        r.in_flight = Some(RecordedCall {
+            op: "BuildProgram".into(),
+            lane: 1,
+            start_ns: 5,
+            end_ns: None,
+        });
+        assert_eq!(r.signature, "pocl:SIGSEGV");
         let json = serde_json::to_string(&r).unwrap();
         assert!(json.contains("\"kind\":\"signal\""), "{json}");
         assert_eq!(serde_json::from_str::<CrashReport>(&json).unwrap(), r);
+        let dir = std::env::temp_dir().join(format!("cloister-report-test-{}", std::process::id()));
+        let path = r.write(&dir).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<CrashReport>(&std::fs::read(&path).unwrap()).unwrap(),
+            r
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -51,7 +51,9 @@ pub fn handle_layout(t: InfoTarget, param: u32) -> Option<HandleLayout> {
         (Device, 0x1031) | (Device, 0x1042) => HandleLayout::One,
         (Context, 0x1081) => HandleLayout::Array,
         (Context, 0x1082) => HandleLayout::ContextProperties,
-        (CommandQueue, 0x1090) | (CommandQueue, 0x1091) | (CommandQueue, 0x1095) => HandleLayout::One,
+        (CommandQueue, 0x1090) | (CommandQueue, 0x1091) | (CommandQueue, 0x1095) => {
+            HandleLayout::One
+        }
         (MemObject, 0x1106) | (MemObject, 0x1107) | (Image, 0x1118) => HandleLayout::One,
         (Sampler, 0x1151) => HandleLayout::One,
         (Program, 0x1161) => HandleLayout::One,
@@ -268,9 +270,13 @@ wire_calls! {
 pub enum ShimMessage {
     Hello(crate::handshake::Hello),
     /// Carries one fd: the lane's memfd. The worker starts a thread to serve it.
-    NewLane { lane: u64 },
+    NewLane {
+        lane: u64,
+    },
     /// Carries one fd: a shared segment for bulk data (maps, large transfers).
-    NewSegment { segment: u64 },
+    NewSegment {
+        segment: u64,
+    },
 }
 
 /// A platform or device the worker enumerated, with the id the shim will use for it.
@@ -283,17 +289,36 @@ pub struct Enumerated {
 /// Messages on the socket from the worker to the shim.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum WorkerMessage {
-    Welcome { version: u32, driver: String, platforms: Vec<ObjectId>, devices: Vec<Enumerated> },
-    Refused { reason: String },
+    /// `profile` and `layers` describe the cage the worker runs in (one line per layer).
+    Welcome {
+        version: u32,
+        driver: String,
+        profile: String,
+        layers: Vec<String>,
+        platforms: Vec<ObjectId>,
+        devices: Vec<Enumerated>,
+    },
+    Refused {
+        reason: String,
+    },
     Notify(Notification),
 }
 
 /// Something the driver did on its own time: the shim runs the application's callback.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum Notification {
-    EventStatus { token: u64, status: i32 },
-    ContextError { token: u64, errinfo: String, private_info: Vec<u8> },
-    BuildDone { token: u64 },
+    EventStatus {
+        token: u64,
+        status: i32,
+    },
+    ContextError {
+        token: u64,
+        errinfo: String,
+        private_info: Vec<u8>,
+    },
+    BuildDone {
+        token: u64,
+    },
 }
 
 /// The application (shim) asking the broker for its workers.
@@ -312,8 +337,14 @@ pub struct WorkerGrant {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum BrokerReply {
     /// One fd per grant, in order.
-    Workers { version: u32, grants: Vec<WorkerGrant>, errors: Vec<String> },
-    Refused { reason: String },
+    Workers {
+        version: u32,
+        grants: Vec<WorkerGrant>,
+        errors: Vec<String>,
+    },
+    Refused {
+        reason: String,
+    },
 }
 
 /// Replies built from a bare status, for error paths.
@@ -324,4 +355,9 @@ macro_rules! status_only {
         }
     )*};
 }
-status_only!(InfoReply { value }, IdsReply { ids }, KernelReply { num_args }, KernelsReply { count, num_args });
+status_only!(
+    InfoReply { value },
+    IdsReply { ids },
+    KernelReply { num_args },
+    KernelsReply { count, num_args }
+);

@@ -1,7 +1,33 @@
-//! The worker's cage. This crate holds the layers the worker applies to itself before it loads
-//! a driver, and reports each one's state so `cloister info` can show it.
+//! The worker's cage: process hygiene, resource limits, a network namespace, landlock and a
+//! seccomp allow-list, driven by per-driver profiles kept as reviewed data files in
+//! `profiles/`. Each layer reports whether it is on, and why not, so `cloister info` can show it.
+
+pub mod fs;
+pub mod process;
+pub mod profile;
+pub mod seccomp;
+#[cfg(target_arch = "x86_64")]
+mod syscalls_x86_64;
 
 use std::fmt;
+use std::path::Path;
+
+pub use process::close_fds_except;
+pub use profile::Profile;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{0} failed: {1}")]
+    Os(&'static str, std::io::Error),
+    #[error("bad profile: {0}")]
+    Profile(String),
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+    #[error("landlock: {0}")]
+    Landlock(String),
+    #[error("{0}")]
+    Unsupported(String),
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LayerState {
@@ -16,6 +42,12 @@ pub struct Layer {
     pub state: LayerState,
 }
 
+impl Layer {
+    pub fn is_on(&self) -> bool {
+        self.state == LayerState::On
+    }
+}
+
 impl fmt::Display for Layer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.state {
@@ -25,50 +57,63 @@ impl fmt::Display for Layer {
     }
 }
 
-fn layer(name: &'static str, rc: libc::c_int) -> Layer {
-    let state = if rc == 0 {
-        LayerState::On
-    } else {
-        LayerState::Off(std::io::Error::last_os_error().to_string())
-    };
-    Layer { name, state }
-}
-
-/// Closes every fd above 2 except `keep`, so the driver inherits nothing of the broker's.
-pub fn close_fds_except(keep: &[i32]) -> Layer {
-    let mut rc = 0;
-    let mut from = 3;
-    let mut sorted: Vec<i32> = keep.iter().copied().filter(|&fd| fd >= 3).collect();
-    sorted.sort_unstable();
-    for k in sorted {
-        if k > from {
-            // SAFETY: close_range only closes descriptors; none of them are in use by Rust objects
-            // this early in the worker's life except `keep`, which is excluded.
-            rc |= unsafe { libc::syscall(libc::SYS_close_range, from as u32, (k - 1) as u32, 0) } as i32;
-        }
-        from = k + 1;
-    }
-    // SAFETY: as above.
-    rc |= unsafe { libc::syscall(libc::SYS_close_range, from as u32, u32::MAX, 0) } as i32;
-    layer("closed fds", rc)
-}
-
-/// Process hygiene: die with the parent, own session, no privilege gain, no core dumps.
-pub fn apply_process_hygiene() -> Vec<Layer> {
-    // SAFETY: prctl/setsid/setrlimit with constant, valid arguments.
-    unsafe {
-        let core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        vec![
-            layer("parent-death signal", libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0)),
-            layer("own session", if libc::setsid() < 0 { -1 } else { 0 }),
-            layer("no_new_privs", libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)),
-            layer("rlimit core=0", libc::setrlimit(libc::RLIMIT_CORE, &core)),
-        ]
+fn result_layer(name: &'static str, r: Result<LayerState, SandboxError>) -> Layer {
+    Layer {
+        name,
+        state: r.unwrap_or_else(|e| LayerState::Off(e.to_string())),
     }
 }
 
 /// The environment variables a driver may see; everything else is dropped.
-pub const ENV_PASSTHROUGH: &[&str] = &["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "XDG_CACHE_HOME", "POCL_DEBUG", "POCL_CACHE_DIR"];
+pub const ENV_PASSTHROUGH: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "POCL_DEBUG",
+    "POCL_DEVICES",
+    "POCL_MAX_PTHREAD_COUNT",
+    "CUDA_VISIBLE_DEVICES",
+];
+
+/// What to apply.
+pub struct CageSpec<'a> {
+    pub profile: &'a Profile,
+    /// Read-write directories private to this worker (its cache and temp dir).
+    pub private_dirs: &'a [&'a Path],
+    /// Read-only places beyond the profile's: the driver library's own directory.
+    pub extra_read: &'a [&'a Path],
+    /// Fds to keep open (the channel, the flight recorder).
+    pub keep_fds: &'a [i32],
+    /// Off for `cloister policy learn` and `--no-sandbox`: hygiene only.
+    pub confine: bool,
+}
+
+/// Applies every layer, in order, to the calling (still single-threaded) process, and reports
+/// each. Seccomp goes last: the layers before it need calls it forbids.
+pub fn apply(spec: &CageSpec) -> Vec<Layer> {
+    let mut layers = vec![close_fds_except(spec.keep_fds)];
+    layers.extend(process::hygiene());
+    if !spec.confine {
+        for name in ["rlimits", "network namespace", "landlock", "seccomp"] {
+            layers.push(Layer {
+                name,
+                state: LayerState::Off("sandbox disabled for this worker".into()),
+            });
+        }
+        return layers;
+    }
+    layers.extend(process::rlimits(spec.profile));
+    layers.push(process::no_network());
+    layers.push(result_layer(
+        "landlock",
+        fs::apply(spec.profile, spec.private_dirs, spec.extra_read),
+    ));
+    let seccomp = seccomp::build(spec.profile)
+        .and_then(|f| seccomp::install(&f))
+        .map(|()| LayerState::On);
+    layers.push(result_layer("seccomp", seccomp));
+    layers
+}
 
 #[cfg(test)]
 mod tests {
@@ -78,8 +123,11 @@ mod tests {
     fn layer_reports_errno_when_off() {
         // SAFETY: setting errno to a known value for the report.
         unsafe { *libc::__errno_location() = libc::EPERM };
-        let l = layer("x", -1);
-        assert!(matches!(l.state, LayerState::Off(ref why) if why.contains("not permitted")), "{l}");
-        assert_eq!(layer("y", 0).to_string(), "y: on");
+        let l = process::layer("x", -1);
+        assert!(
+            matches!(l.state, LayerState::Off(ref why) if why.contains("not permitted")),
+            "{l}"
+        );
+        assert_eq!(process::layer("y", 0).to_string(), "y: on");
     }
 }

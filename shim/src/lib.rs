@@ -5,7 +5,8 @@
 //! guarded twin that catches panics (the ICD dispatch table points at the twins, so the symbols
 //! the ICD loader exports can never be interposed over ours), and for entry points cloister
 //! does not forward, a stub that returns `CL_INVALID_OPERATION`.
-#![allow(non_snake_case, clippy::missing_safety_doc)]
+// The entry points keep the OpenCL C signatures, argument counts included.
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 mod api;
 mod conn;
@@ -13,6 +14,9 @@ mod handle;
 mod info;
 mod pending;
 mod runtime;
+mod summary;
+
+pub use summary::{cage_summary, DeviceSummary, WorkerSummary};
 
 use std::ffi::c_void;
 
@@ -115,7 +119,11 @@ cloister_ipc::for_each_cl_entry_point!(define_entry_points);
 
 /// The ICD loader's way in (cl_khr_icd).
 #[no_mangle]
-pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(num_entries: cl_uint, platforms: *mut cl_platform_id, num_platforms: *mut cl_uint) -> cl_int {
+pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(
+    num_entries: cl_uint,
+    platforms: *mut cl_platform_id,
+    num_platforms: *mut cl_uint,
+) -> cl_int {
     std::panic::catch_unwind(|| {
         // SAFETY: same contract as clGetPlatformIDs.
         unsafe { api::platform::icd_get_platform_ids(num_entries, platforms, num_platforms) }

@@ -14,7 +14,11 @@ use crate::handle::{self, Kind};
 
 pub enum Transfer {
     /// Copy `len` bytes to `dst` (and to `mirror`, a `CL_MEM_USE_HOST_PTR` buffer's memory).
-    Read { dst: usize, len: usize, mirror: Option<usize> },
+    Read {
+        dst: usize,
+        len: usize,
+        mirror: Option<usize>,
+    },
     /// The segment only has to outlive the driver's read of it.
     Write,
 }
@@ -43,13 +47,23 @@ impl Pending {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ops.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        self.ops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 }
 
 fn event_status(conn: &Conn, event: ObjectId) -> cl_int {
-    match conn.call(GetInfo { target: InfoTarget::Event, object: event, aux: 0, param: CL_EVENT_COMMAND_EXECUTION_STATUS }) {
-        Ok(r) if r.status == CL_SUCCESS && r.value.len() == 4 => i32::from_ne_bytes([r.value[0], r.value[1], r.value[2], r.value[3]]),
+    match conn.call(GetInfo {
+        target: InfoTarget::Event,
+        object: event,
+        aux: 0,
+        param: CL_EVENT_COMMAND_EXECUTION_STATUS,
+    }) {
+        Ok(r) if r.status == CL_SUCCESS && r.value.len() == 4 => {
+            i32::from_ne_bytes([r.value[0], r.value[1], r.value[2], r.value[3]])
+        }
         Ok(r) if r.status != CL_SUCCESS => r.status,
         _ => CL_DEVICE_NOT_AVAILABLE,
     }
@@ -64,7 +78,9 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
     let _one = pending.settling.lock().unwrap_or_else(|e| e.into_inner());
     let mine: Vec<PendingOp> = {
         let mut ops = pending.ops.lock().unwrap_or_else(|e| e.into_inner());
-        let (mine, rest) = std::mem::take(&mut *ops).into_iter().partition(|op| queue.is_none_or(|q| q == op.queue));
+        let (mine, rest) = std::mem::take(&mut *ops)
+            .into_iter()
+            .partition(|op| queue.is_none_or(|q| q == op.queue));
         *ops = rest;
         mine
     };
@@ -88,7 +104,9 @@ fn complete(conn: &Conn, op: PendingOp, status: cl_int) {
             unsafe { std::ptr::copy(op.region.as_ptr(), *m as *mut u8, *len) };
         }
     }
-    let _ = conn.call(DropSegment { segment: op.segment });
+    let _ = conn.call(DropSegment {
+        segment: op.segment,
+    });
     match op.app_event {
         Some(h) => {
             handle::release(h as *mut _, Kind::Event);

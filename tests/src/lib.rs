@@ -6,11 +6,17 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target")).join("debug")
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("debug")
 }
 
 /// Builds the binaries the tests drive (cargo test builds only test targets).
@@ -20,10 +26,24 @@ pub fn ensure_built() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(workspace_root())
-            .args(["build", "-q", "-p", "cloister-broker", "-p", "cloister-worker", "-p", "cloister-shim", "-p", "cloister-fault-driver"])
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "cloister-broker",
+                "-p",
+                "cloister-worker",
+                "-p",
+                "cloister-shim",
+                "-p",
+                "cloister-fault-driver",
+            ])
             .status()
             .expect("cannot run cargo build");
-        assert!(status.success(), "cargo build of the cloister binaries failed");
+        assert!(
+            status.success(),
+            "cargo build of the cloister binaries failed"
+        );
     });
 }
 
@@ -45,7 +65,8 @@ pub fn c_client(name: &str) -> PathBuf {
     std::fs::create_dir_all(&out_dir).expect("create c-clients dir");
     let exe = out_dir.join(name);
     let src = workspace_root().join("tests/c").join(format!("{name}.c"));
-    let fresh = exe.metadata().and_then(|m| m.modified()).ok() >= src.metadata().and_then(|m| m.modified()).ok();
+    let fresh = exe.metadata().and_then(|m| m.modified()).ok()
+        >= src.metadata().and_then(|m| m.modified()).ok();
     if !fresh || !exe.exists() {
         let out = Command::new("cc")
             .arg("-O1")
@@ -56,21 +77,34 @@ pub fn c_client(name: &str) -> PathBuf {
             .args(["-lOpenCL", "-lpthread"])
             .output()
             .expect("cannot run cc");
-        assert!(out.status.success(), "compiling {}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "compiling {}: {}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     exe
 }
 
 /// A one-driver ICD registry naming `library`, for running a driver directly.
 pub fn vendors_dir_for(library: &Path) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cloister-test-vendors-{}-{}", std::process::id(), library.file_name().unwrap().to_string_lossy()));
+    let dir = std::env::temp_dir().join(format!(
+        "cloister-test-vendors-{}-{}",
+        std::process::id(),
+        library.file_name().unwrap().to_string_lossy()
+    ));
     std::fs::create_dir_all(&dir).expect("create vendors dir");
     std::fs::write(dir.join("driver.icd"), format!("{}\n", library.display())).expect("write icd");
     dir
 }
 
 pub fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// Runs `program` directly on the system's drivers.
@@ -80,13 +114,23 @@ pub fn direct(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
 }
 
 /// Runs `program` through `cloister run [cloister_args] --`.
-pub fn caged(cloister_args: &[&str], program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+pub fn caged(
+    cloister_args: &[&str],
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     let mut cmd = Command::new(cloister());
-    cmd.arg("run").args(cloister_args).arg("--").arg(program).args(args);
+    cmd.arg("run")
+        .args(cloister_args)
+        .arg("--")
+        .arg(program)
+        .args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }

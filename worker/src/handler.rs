@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use cloister_ipc::cl::*;
 use cloister_ipc::lane::Lane;
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::*;
 use cloister_ipc::wire::{handle_layout, map_handles, HandleLayout};
+use cloister_ipc::*;
 
 use crate::driver_fn;
 use crate::notify;
@@ -69,28 +69,56 @@ fn target_kind(t: InfoTarget) -> Kind {
 
 /// One `clGet*Info` call on the driver.
 #[allow(clippy::too_many_arguments)]
-fn info_call(t: InfoTarget, h: usize, aux: usize, param: u32, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+fn info_call(
+    t: InfoTarget,
+    h: usize,
+    aux: usize,
+    param: u32,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     let h_ = h as *mut c_void;
     let a = aux as *mut c_void;
     // SAFETY (all arms): h is a live driver handle of the right kind (checked by the caller),
     // value has `size` writable bytes or is NULL with size 0, size_ret is valid or NULL.
     unsafe {
         match t {
-            InfoTarget::Platform => driver_fn!(h, clGetPlatformInfo)(h_, param, size, value, size_ret),
+            InfoTarget::Platform => {
+                driver_fn!(h, clGetPlatformInfo)(h_, param, size, value, size_ret)
+            }
             InfoTarget::Device => driver_fn!(h, clGetDeviceInfo)(h_, param, size, value, size_ret),
-            InfoTarget::Context => driver_fn!(h, clGetContextInfo)(h_, param, size, value, size_ret),
-            InfoTarget::CommandQueue => driver_fn!(h, clGetCommandQueueInfo)(h_, param, size, value, size_ret),
-            InfoTarget::MemObject => driver_fn!(h, clGetMemObjectInfo)(h_, param, size, value, size_ret),
+            InfoTarget::Context => {
+                driver_fn!(h, clGetContextInfo)(h_, param, size, value, size_ret)
+            }
+            InfoTarget::CommandQueue => {
+                driver_fn!(h, clGetCommandQueueInfo)(h_, param, size, value, size_ret)
+            }
+            InfoTarget::MemObject => {
+                driver_fn!(h, clGetMemObjectInfo)(h_, param, size, value, size_ret)
+            }
             InfoTarget::Image => driver_fn!(h, clGetImageInfo)(h_, param, size, value, size_ret),
             InfoTarget::Pipe => driver_fn!(h, clGetPipeInfo)(h_, param, size, value, size_ret),
-            InfoTarget::Sampler => driver_fn!(h, clGetSamplerInfo)(h_, param, size, value, size_ret),
-            InfoTarget::Program => driver_fn!(h, clGetProgramInfo)(h_, param, size, value, size_ret),
-            InfoTarget::ProgramBuild => driver_fn!(h, clGetProgramBuildInfo)(h_, a, param, size, value, size_ret),
+            InfoTarget::Sampler => {
+                driver_fn!(h, clGetSamplerInfo)(h_, param, size, value, size_ret)
+            }
+            InfoTarget::Program => {
+                driver_fn!(h, clGetProgramInfo)(h_, param, size, value, size_ret)
+            }
+            InfoTarget::ProgramBuild => {
+                driver_fn!(h, clGetProgramBuildInfo)(h_, a, param, size, value, size_ret)
+            }
             InfoTarget::Kernel => driver_fn!(h, clGetKernelInfo)(h_, param, size, value, size_ret),
-            InfoTarget::KernelWorkGroup => driver_fn!(h, clGetKernelWorkGroupInfo)(h_, a, param, size, value, size_ret),
-            InfoTarget::KernelArg => driver_fn!(h, clGetKernelArgInfo)(h_, aux as u32, param, size, value, size_ret),
+            InfoTarget::KernelWorkGroup => {
+                driver_fn!(h, clGetKernelWorkGroupInfo)(h_, a, param, size, value, size_ret)
+            }
+            InfoTarget::KernelArg => {
+                driver_fn!(h, clGetKernelArgInfo)(h_, aux as u32, param, size, value, size_ret)
+            }
             InfoTarget::Event => driver_fn!(h, clGetEventInfo)(h_, param, size, value, size_ret),
-            InfoTarget::EventProfiling => driver_fn!(h, clGetEventProfilingInfo)(h_, param, size, value, size_ret),
+            InfoTarget::EventProfiling => {
+                driver_fn!(h, clGetEventProfilingInfo)(h_, param, size, value, size_ret)
+            }
         }
     }
 }
@@ -103,7 +131,15 @@ impl LaneServer<'_> {
     }
 
     fn objs(&self, ids: &[ObjectId], kind: Kind, err: cl_int) -> Result<Vec<*mut c_void>, cl_int> {
-        ids.iter().map(|&id| self.worker.objects.get(id, kind).map(|h| h as *mut c_void).ok_or(err)).collect()
+        ids.iter()
+            .map(|&id| {
+                self.worker
+                    .objects
+                    .get(id, kind)
+                    .map(|h| h as *mut c_void)
+                    .ok_or(err)
+            })
+            .collect()
     }
 
     fn wait_list(&self, sync: &EnqueueSync) -> Result<Vec<*mut c_void>, cl_int> {
@@ -113,7 +149,11 @@ impl LaneServer<'_> {
     /// Resolves bulk data to a pointer into shared memory, bounds-checked.
     fn data(&self, d: &DataRef) -> Result<(*mut u8, Option<Arc<SharedRegion>>), cl_int> {
         match *d {
-            DataRef::Lane { offset, len } => self.lane.bulk_range(offset, len).map(|p| (p, None)).ok_or(CL_INVALID_VALUE),
+            DataRef::Lane { offset, len } => self
+                .lane
+                .bulk_range(offset, len)
+                .map(|p| (p, None))
+                .ok_or(CL_INVALID_VALUE),
             DataRef::Segment { id, offset, len } => {
                 let seg = self.worker.segments.get(id).ok_or(CL_INVALID_VALUE)?;
                 let p = seg.slice_ptr(offset, len).ok_or(CL_INVALID_VALUE)?;
@@ -152,7 +192,10 @@ impl LaneServer<'_> {
             }
             let v = *it.next().ok_or(CL_INVALID_PROPERTY)?;
             if k as isize == CL_CONTEXT_PLATFORM {
-                out.push(self.obj(v as u64, Kind::Platform).map_err(|_| CL_INVALID_PLATFORM)? as isize);
+                out.push(
+                    self.obj(v as u64, Kind::Platform)
+                        .map_err(|_| CL_INVALID_PLATFORM)? as isize,
+                );
             } else {
                 out.push(v as isize);
             }
@@ -191,7 +234,9 @@ impl Handler for LaneServer<'_> {
         let kind = target_kind(r.target);
         let h = tri!(self.obj(r.object, kind));
         let aux = match r.target {
-            InfoTarget::ProgramBuild | InfoTarget::KernelWorkGroup if r.aux != 0 => tri!(self.obj(r.aux, Kind::Device)),
+            InfoTarget::ProgramBuild | InfoTarget::KernelWorkGroup if r.aux != 0 => {
+                tri!(self.obj(r.aux, Kind::Device))
+            }
             InfoTarget::KernelArg => r.aux as usize,
             _ => 0,
         };
@@ -205,14 +250,25 @@ impl Handler for LaneServer<'_> {
             return rc.into();
         }
         let mut value = vec![0u8; size];
-        let rc = info_call(r.target, h, aux, r.param, size, value.as_mut_ptr().cast(), null_mut());
+        let rc = info_call(
+            r.target,
+            h,
+            aux,
+            r.param,
+            size,
+            value.as_mut_ptr().cast(),
+            null_mut(),
+        );
         if rc != CL_SUCCESS {
             return rc.into();
         }
         if let Some(layout) = handle_layout(r.target, r.param) {
             self.translate_handles(layout, &mut value);
         }
-        InfoReply { status: CL_SUCCESS, value }
+        InfoReply {
+            status: CL_SUCCESS,
+            value,
+        }
     }
 
     fn get_device_ids(&self, r: GetDeviceIds) -> IdsReply {
@@ -230,11 +286,19 @@ impl Handler for LaneServer<'_> {
         if rc != CL_SUCCESS {
             return rc.into();
         }
-        IdsReply { status: CL_SUCCESS, ids: devs.iter().map(|&d| self.worker.objects.id_of(d as usize)).collect() }
+        IdsReply {
+            status: CL_SUCCESS,
+            ids: devs
+                .iter()
+                .map(|&d| self.worker.objects.id_of(d as usize))
+                .collect(),
+        }
     }
 
     fn release(&self, r: Release) -> i32 {
-        let Some((kind, h)) = self.worker.objects.remove(r.object) else { return CL_INVALID_VALUE };
+        let Some((kind, h)) = self.worker.objects.remove(r.object) else {
+            return CL_INVALID_VALUE;
+        };
         let hp = h as *mut c_void;
         // SAFETY: h was a live handle of `kind`; the shim sends one release per object.
         unsafe {
@@ -255,13 +319,24 @@ impl Handler for LaneServer<'_> {
     fn create_context(&self, r: CreateContext) -> i32 {
         let props = tri!(self.context_properties(&r.properties));
         let devs = tri!(self.objs(&r.devices, Kind::Device, CL_INVALID_DEVICE));
-        let Some(&first) = devs.first() else { return CL_INVALID_VALUE };
+        let Some(&first) = devs.first() else {
+            return CL_INVALID_VALUE;
+        };
         let f = driver_fn!(first as usize, clCreateContext);
         let mut rc = CL_SUCCESS;
         let (cb, token) = notify_pair(r.notify, notify::on_context_error as *mut c_void);
         // SAFETY: props is zero-terminated or NULL; devs holds live devices; the callback has
         // the signature clCreateContext expects.
-        let ctx = unsafe { f(opt_ptr(&props), devs.len() as u32, devs.as_ptr(), cb, token, &mut rc) };
+        let ctx = unsafe {
+            f(
+                opt_ptr(&props),
+                devs.len() as u32,
+                devs.as_ptr(),
+                cb,
+                token,
+                &mut rc,
+            )
+        };
         self.adopt(r.id, Kind::Context, ctx, rc)
     }
 
@@ -269,9 +344,15 @@ impl Handler for LaneServer<'_> {
         let props = tri!(self.context_properties(&r.properties));
         let platform = props
             .as_ref()
-            .and_then(|p| p.chunks(2).find(|kv| kv[0] == CL_CONTEXT_PLATFORM).map(|kv| kv[1] as usize))
+            .and_then(|p| {
+                p.chunks(2)
+                    .find(|kv| kv[0] == CL_CONTEXT_PLATFORM)
+                    .map(|kv| kv[1] as usize)
+            })
             .or_else(|| self.some_platform());
-        let Some(platform) = platform else { return CL_INVALID_PLATFORM };
+        let Some(platform) = platform else {
+            return CL_INVALID_PLATFORM;
+        };
         let f = driver_fn!(platform, clCreateContextFromType);
         let mut rc = CL_SUCCESS;
         let (cb, token) = notify_pair(r.notify, notify::on_context_error as *mut c_void);
@@ -331,7 +412,15 @@ impl Handler for LaneServer<'_> {
         let f = driver_fn!(ctx, clCreateProgramWithSource);
         let mut rc = CL_SUCCESS;
         // SAFETY: ptrs/lens describe r.sources, alive for the call.
-        let p = unsafe { f(ctx as _, ptrs.len() as u32, ptrs.as_ptr() as *mut _, lens.as_ptr(), &mut rc) };
+        let p = unsafe {
+            f(
+                ctx as _,
+                ptrs.len() as u32,
+                ptrs.as_ptr() as *mut _,
+                lens.as_ptr(),
+                &mut rc,
+            )
+        };
         self.adopt(r.id, Kind::Program, p, rc)
     }
 
@@ -373,7 +462,10 @@ impl Handler for LaneServer<'_> {
         if rc != CL_SUCCESS {
             return rc.into();
         }
-        KernelReply { status: CL_SUCCESS, num_args: kernel_num_args(k as usize) }
+        KernelReply {
+            status: CL_SUCCESS,
+            num_args: kernel_num_args(k as usize),
+        }
     }
 
     fn create_kernels_in_program(&self, r: CreateKernelsInProgram) -> KernelsReply {
@@ -381,7 +473,11 @@ impl Handler for LaneServer<'_> {
         let f = driver_fn!(p, clCreateKernelsInProgram);
         let mut count: cl_uint = 0;
         let mut ks = vec![null_mut(); r.ids.len()];
-        let out = if ks.is_empty() { null_mut() } else { ks.as_mut_ptr() };
+        let out = if ks.is_empty() {
+            null_mut()
+        } else {
+            ks.as_mut_ptr()
+        };
         // SAFETY: live program; ks has room for ids.len() kernels.
         let rc = unsafe { f(p as _, ks.len() as u32, out, &mut count) };
         if rc != CL_SUCCESS {
@@ -394,7 +490,11 @@ impl Handler for LaneServer<'_> {
                 num_args.push(kernel_num_args(*k as usize));
             }
         }
-        KernelsReply { status: CL_SUCCESS, count, num_args }
+        KernelsReply {
+            status: CL_SUCCESS,
+            count,
+            num_args,
+        }
     }
 
     fn enqueue_nd_range(&self, r: EnqueueNdRange) -> i32 {
@@ -408,7 +508,9 @@ impl Handler for LaneServer<'_> {
                     ArgValue::Bytes(b) => set_arg(k as _, *index, b.len(), b.as_ptr().cast()),
                     ArgValue::Local(n) => set_arg(k as _, *index, *n as usize, null()),
                     ArgValue::Object(id) => match self.worker.objects.get_any(*id) {
-                        Some((Kind::Mem | Kind::Sampler, h)) => set_arg(k as _, *index, HANDLE, (&h as *const usize).cast()),
+                        Some((Kind::Mem | Kind::Sampler, h)) => {
+                            set_arg(k as _, *index, HANDLE, (&h as *const usize).cast())
+                        }
                         _ => CL_INVALID_ARG_VALUE,
                     },
                 }
@@ -424,7 +526,17 @@ impl Handler for LaneServer<'_> {
         // SAFETY: live queue/kernel/events; size arrays hold work_dim entries or are NULL
         // (the driver validates work_dim against them, as the shim sent exactly work_dim).
         let rc = unsafe {
-            f(q as _, k as _, r.work_dim, opt_ptr(&offset), opt_ptr(&global), opt_ptr(&local), wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
+            f(
+                q as _,
+                k as _,
+                r.work_dim,
+                opt_ptr(&offset),
+                opt_ptr(&global),
+                opt_ptr(&local),
+                wait.len() as u32,
+                wait_ptr(&wait),
+                ev_ptr(&r.sync, &mut ev),
+            )
         };
         self.adopt_event(&r.sync, ev, rc)
     }
@@ -433,14 +545,28 @@ impl Handler for LaneServer<'_> {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let (src, _keep) = tri!(self.data(&r.data));
-        let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
+        let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking {
+            CL_TRUE
+        } else {
+            CL_FALSE
+        };
         let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueWriteBuffer);
         let mut ev = null_mut();
         // SAFETY: src holds data.len() bytes of shared memory that outlives the write (lane:
         // blocking; segment: the shim drops it only after the event completes).
         let rc = unsafe {
-            f(q as _, m as _, blocking, r.offset as usize, r.data.len() as usize, src.cast(), wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
+            f(
+                q as _,
+                m as _,
+                blocking,
+                r.offset as usize,
+                r.data.len() as usize,
+                src.cast(),
+                wait.len() as u32,
+                wait_ptr(&wait),
+                ev_ptr(&r.sync, &mut ev),
+            )
         };
         self.adopt_event(&r.sync, ev, rc)
     }
@@ -450,14 +576,28 @@ impl Handler for LaneServer<'_> {
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let (dst, _keep) = tri!(self.data(&r.into));
         // A lane's bulk area is reused by the next call, so reads into it block.
-        let blocking = if matches!(r.into, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
+        let blocking = if matches!(r.into, DataRef::Lane { .. }) || r.blocking {
+            CL_TRUE
+        } else {
+            CL_FALSE
+        };
         let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueReadBuffer);
         let mut ev = null_mut();
         // SAFETY: dst holds into.len() writable bytes of shared memory that outlives the read
         // (lane: blocking; segment: the shim drops it only after the event completes).
         let rc = unsafe {
-            f(q as _, m as _, blocking, r.offset as usize, r.into.len() as usize, dst.cast(), wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
+            f(
+                q as _,
+                m as _,
+                blocking,
+                r.offset as usize,
+                r.into.len() as usize,
+                dst.cast(),
+                wait.len() as u32,
+                wait_ptr(&wait),
+                ev_ptr(&r.sync, &mut ev),
+            )
         };
         self.adopt_event(&r.sync, ev, rc)
     }
@@ -471,7 +611,17 @@ impl Handler for LaneServer<'_> {
         let mut ev = null_mut();
         // SAFETY: live objects.
         let rc = unsafe {
-            f(q as _, s as _, d as _, r.src_offset as usize, r.dst_offset as usize, r.size as usize, wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
+            f(
+                q as _,
+                s as _,
+                d as _,
+                r.src_offset as usize,
+                r.dst_offset as usize,
+                r.size as usize,
+                wait.len() as u32,
+                wait_ptr(&wait),
+                ev_ptr(&r.sync, &mut ev),
+            )
         };
         self.adopt_event(&r.sync, ev, rc)
     }
@@ -482,10 +632,24 @@ impl Handler for LaneServer<'_> {
         let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueFillBuffer);
         let mut ev = null_mut();
-        let pattern = if r.pattern.is_empty() { null() } else { r.pattern.as_ptr() };
+        let pattern = if r.pattern.is_empty() {
+            null()
+        } else {
+            r.pattern.as_ptr()
+        };
         // SAFETY: pattern holds pattern.len() bytes; the driver copies it before returning.
         let rc = unsafe {
-            f(q as _, m as _, pattern.cast(), r.pattern.len(), r.offset as usize, r.size as usize, wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
+            f(
+                q as _,
+                m as _,
+                pattern.cast(),
+                r.pattern.len(),
+                r.offset as usize,
+                r.size as usize,
+                wait.len() as u32,
+                wait_ptr(&wait),
+                ev_ptr(&r.sync, &mut ev),
+            )
         };
         self.adopt_event(&r.sync, ev, rc)
     }
@@ -493,7 +657,9 @@ impl Handler for LaneServer<'_> {
     fn enqueue_map_buffer(&self, r: EnqueueMapBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        let Some(segment) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE };
+        let Some(segment) = self.worker.segments.get(r.segment) else {
+            return CL_INVALID_VALUE;
+        };
         if (segment.len() as u64) < r.size {
             return CL_INVALID_VALUE;
         }
@@ -503,7 +669,18 @@ impl Handler for LaneServer<'_> {
         let mut rc = CL_SUCCESS;
         // SAFETY: live objects; blocking so the pointer is valid on return.
         let p = unsafe {
-            f(q as _, m as _, CL_TRUE, r.flags, r.offset as usize, r.size as usize, wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev), &mut rc)
+            f(
+                q as _,
+                m as _,
+                CL_TRUE,
+                r.flags,
+                r.offset as usize,
+                r.size as usize,
+                wait.len() as u32,
+                wait_ptr(&wait),
+                ev_ptr(&r.sync, &mut ev),
+                &mut rc,
+            )
         };
         if rc != CL_SUCCESS {
             return rc;
@@ -511,31 +688,68 @@ impl Handler for LaneServer<'_> {
         if r.flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 && r.size > 0 && !p.is_null() {
             // SAFETY: the driver mapped `size` readable bytes at p; the segment holds at least
             // `size` bytes (checked above).
-            unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), segment.as_ptr(), r.size as usize) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.cast::<u8>(), segment.as_ptr(), r.size as usize)
+            };
         }
-        let mapping = Mapping { mem: m, ptr: p as usize, size: r.size as usize, segment };
-        self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
+        let mapping = Mapping {
+            mem: m,
+            ptr: p as usize,
+            size: r.size as usize,
+            segment,
+        };
+        self.worker
+            .mappings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(r.segment, mapping);
         self.adopt_event(&r.sync, ev, rc)
     }
 
     fn enqueue_unmap_mem_object(&self, r: EnqueueUnmapMemObject) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        let mapping = self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.segment);
-        let Some(mapping) = mapping else { return CL_INVALID_VALUE };
+        let mapping = self
+            .worker
+            .mappings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&r.segment);
+        let Some(mapping) = mapping else {
+            return CL_INVALID_VALUE;
+        };
         if mapping.mem != m {
-            self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
+            self.worker
+                .mappings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(r.segment, mapping);
             return CL_INVALID_VALUE;
         }
         if r.write_back && mapping.size > 0 && mapping.ptr != 0 {
             // SAFETY: the driver's mapping is writable for `size` bytes; the segment holds as many.
-            unsafe { std::ptr::copy_nonoverlapping(mapping.segment.as_ptr(), mapping.ptr as *mut u8, mapping.size) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    mapping.segment.as_ptr(),
+                    mapping.ptr as *mut u8,
+                    mapping.size,
+                )
+            };
         }
         let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueUnmapMemObject);
         let mut ev = null_mut();
         // SAFETY: ptr is the driver's own mapping of m.
-        let rc = unsafe { f(q as _, m as _, mapping.ptr as *mut c_void, wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev)) };
+        let rc = unsafe {
+            f(
+                q as _,
+                m as _,
+                mapping.ptr as *mut c_void,
+                wait.len() as u32,
+                wait_ptr(&wait),
+                ev_ptr(&r.sync, &mut ev),
+            )
+        };
         self.worker.segments.remove(r.segment);
         self.adopt_event(&r.sync, ev, rc)
     }
@@ -547,9 +761,19 @@ impl Handler for LaneServer<'_> {
         // SAFETY: live queue and events.
         let rc = unsafe {
             if r.barrier {
-                driver_fn!(q, clEnqueueBarrierWithWaitList)(q as _, wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
+                driver_fn!(q, clEnqueueBarrierWithWaitList)(
+                    q as _,
+                    wait.len() as u32,
+                    wait_ptr(&wait),
+                    ev_ptr(&r.sync, &mut ev),
+                )
             } else {
-                driver_fn!(q, clEnqueueMarkerWithWaitList)(q as _, wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
+                driver_fn!(q, clEnqueueMarkerWithWaitList)(
+                    q as _,
+                    wait.len() as u32,
+                    wait_ptr(&wait),
+                    ev_ptr(&r.sync, &mut ev),
+                )
             }
         };
         self.adopt_event(&r.sync, ev, rc)
@@ -569,7 +793,9 @@ impl Handler for LaneServer<'_> {
 
     fn wait_for_events(&self, r: WaitForEvents) -> i32 {
         let evs = tri!(self.objs(&r.events, Kind::Event, CL_INVALID_EVENT));
-        let Some(&first) = evs.first() else { return CL_INVALID_VALUE };
+        let Some(&first) = evs.first() else {
+            return CL_INVALID_VALUE;
+        };
         // SAFETY: live events.
         unsafe { driver_fn!(first as usize, clWaitForEvents)(evs.len() as u32, evs.as_ptr()) }
     }
@@ -592,7 +818,14 @@ impl Handler for LaneServer<'_> {
         let ev = tri!(self.obj(r.event, Kind::Event));
         // SAFETY: live event; the callback has the signature clSetEventCallback expects and
         // `token` is an opaque integer, never dereferenced.
-        unsafe { driver_fn!(ev, clSetEventCallback)(ev as _, r.callback_type, notify::on_event_status as *mut c_void, r.token as *mut c_void) }
+        unsafe {
+            driver_fn!(ev, clSetEventCallback)(
+                ev as _,
+                r.callback_type,
+                notify::on_event_status as *mut c_void,
+                r.token as *mut c_void,
+            )
+        }
     }
 
     fn drop_segment(&self, r: DropSegment) -> i32 {
@@ -633,7 +866,15 @@ fn kernel_num_args(k: usize) -> u32 {
         None => return 0,
     };
     // SAFETY: live kernel, 4-byte out value.
-    let rc = unsafe { f(k as _, CL_KERNEL_NUM_ARGS, 4, (&mut n as *mut u32).cast(), null_mut()) };
+    let rc = unsafe {
+        f(
+            k as _,
+            CL_KERNEL_NUM_ARGS,
+            4,
+            (&mut n as *mut u32).cast(),
+            null_mut(),
+        )
+    };
     if rc == CL_SUCCESS {
         n
     } else {

@@ -15,10 +15,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use cloister_ipc::cl::*;
-use cloister_ipc::handshake::{Hello, PROTOCOL_VERSION};
+use cloister_ipc::handshake::PROTOCOL_VERSION;
 use cloister_ipc::lane::{Lane, LANE_BYTES};
+use cloister_ipc::recorder::{FlightRecorder, RECORDER_FD};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{channel, dispatch as dispatch_call, Enumerated, ShimMessage, WorkerMessage, WORKER_ID_BIT};
+use cloister_ipc::{
+    channel, dispatch as dispatch_call, Enumerated, ShimMessage, WorkerMessage, WORKER_ID_BIT,
+};
 
 use handler::{LaneServer, Worker};
 use objects::Kind;
@@ -28,21 +31,90 @@ const CHANNEL_FD: i32 = 3;
 struct Args {
     library: String,
     name: String,
+    /// A built-in profile name or a profile file; default: chosen by the library's name.
+    profile: Option<String>,
+    /// The worker's private, persistent cache directory (read-write under landlock).
+    cache: Option<std::path::PathBuf>,
+    /// Hygiene only: no rlimits, namespace, landlock or seccomp.
+    no_sandbox: bool,
+    /// Refuse to serve if any layer could not be applied.
+    require_sandbox: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut library = None;
-    let mut name = None;
+    let mut a = Args {
+        library: String::new(),
+        name: String::new(),
+        profile: None,
+        cache: None,
+        no_sandbox: false,
+        require_sandbox: false,
+    };
     let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--library" => library = it.next(),
-            "--name" => name = it.next(),
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--library" => a.library = it.next().ok_or("--library needs a value")?,
+            "--name" => a.name = it.next().ok_or("--name needs a value")?,
+            "--profile" => a.profile = Some(it.next().ok_or("--profile needs a value")?),
+            "--cache" => a.cache = Some(it.next().ok_or("--cache needs a value")?.into()),
+            "--no-sandbox" => a.no_sandbox = true,
+            "--require-sandbox" => a.require_sandbox = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    let library = library.ok_or("--library PATH is required")?;
-    Ok(Args { name: name.unwrap_or_else(|| library.clone()), library })
+    if a.library.is_empty() {
+        return Err("--library PATH is required".into());
+    }
+    if a.name.is_empty() {
+        a.name = a.library.clone();
+    }
+    Ok(a)
+}
+
+/// The cage as the worker applied it: the profile's name and one line per layer.
+struct CageState {
+    profile: String,
+    layers: Vec<cloister_sandbox_policy::Layer>,
+}
+
+fn enter_cage(args: &Args) -> Result<CageState, String> {
+    let profile = match &args.profile {
+        Some(p) => cloister_sandbox_policy::Profile::load(p).map_err(|e| e.to_string())?,
+        None => cloister_sandbox_policy::Profile::for_library(&args.library),
+    };
+    // The flight recorder comes as fd 4 when the broker provides one.
+    // SAFETY: fcntl(F_GETFD) only probes whether the fd is open.
+    let recorder = if unsafe { libc::fcntl(RECORDER_FD, libc::F_GETFD) } >= 0 {
+        // SAFETY: fd 4 is the broker's recorder memfd, ours from now on.
+        let fd = unsafe { OwnedFd::from_raw_fd(RECORDER_FD) };
+        SharedRegion::from_fd(fd, cloister_ipc::recorder::RECORDER_BYTES)
+            .ok()
+            .and_then(|r| FlightRecorder::from_region(r).ok())
+    } else {
+        None
+    };
+    let private: Vec<&std::path::Path> = args.cache.iter().map(|p| p.as_path()).collect();
+    // A driver given by path may live anywhere: its own directory stays readable.
+    let library_dir = std::fs::canonicalize(&args.library)
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.to_path_buf()));
+    let extra_read: Vec<&std::path::Path> = library_dir.iter().map(|p| p.as_path()).collect();
+    let spec = cloister_sandbox_policy::CageSpec {
+        profile: &profile,
+        private_dirs: &private,
+        extra_read: &extra_read,
+        keep_fds: &[0, 1, 2, CHANNEL_FD, RECORDER_FD],
+        confine: !args.no_sandbox,
+    };
+    if let Some(r) = recorder {
+        cloister_sandbox_policy::seccomp::install_trap_handler(&r.leak().trapped_syscall)
+            .map_err(|e| e.to_string())?;
+    }
+    let layers = cloister_sandbox_policy::apply(&spec);
+    Ok(CageState {
+        profile: profile.name,
+        layers,
+    })
 }
 
 fn main() -> ExitCode {
@@ -55,14 +127,26 @@ fn main() -> ExitCode {
     };
     // SAFETY: the broker passes the channel as fd 3; we take ownership once.
     let sock = unsafe { OwnedFd::from_raw_fd(CHANNEL_FD) };
-    let mut layers = vec![cloister_sandbox_policy::close_fds_except(&[0, 1, 2, CHANNEL_FD])];
-    layers.extend(cloister_sandbox_policy::apply_process_hygiene());
+    let cage = match enter_cage(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = channel::send(
+                &sock,
+                &WorkerMessage::Refused {
+                    reason: format!("cannot build the cage: {e}"),
+                },
+                &[],
+            );
+            eprintln!("cloister-worker[{}]: {e}", args.name);
+            return ExitCode::from(1);
+        }
+    };
     if std::env::var_os("CLOISTER_DEBUG").is_some() {
-        for l in &layers {
+        for l in &cage.layers {
             eprintln!("cloister-worker[{}]: {l}", args.name);
         }
     }
-    match serve(&args, sock) {
+    match serve(&args, &cage, sock) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cloister-worker[{}]: {e}", args.name);
@@ -71,25 +155,62 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(args: &Args, sock: OwnedFd) -> Result<(), String> {
+fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
     let (hello, _) = channel::recv::<ShimMessage>(&sock).map_err(|e| format!("handshake: {e}"))?;
-    let ShimMessage::Hello(hello) = hello else { return Err("handshake: expected hello".into()) };
+    let ShimMessage::Hello(hello) = hello else {
+        return Err("handshake: expected hello".into());
+    };
     if let Err(reason) = hello.check() {
-        let _ = channel::send(&sock, &WorkerMessage::Refused { reason: reason.clone() }, &[]);
+        let _ = channel::send(
+            &sock,
+            &WorkerMessage::Refused {
+                reason: reason.clone(),
+            },
+            &[],
+        );
         return Err(reason);
     }
-    let _ = Hello::new();
+    let off: Vec<String> = cage
+        .layers
+        .iter()
+        .filter(|l| !l.is_on())
+        .map(|l| l.to_string())
+        .collect();
+    if args.require_sandbox && !args.no_sandbox && !off.is_empty() {
+        let reason = format!("--require-sandbox: layers not applied: {}", off.join("; "));
+        let _ = channel::send(
+            &sock,
+            &WorkerMessage::Refused {
+                reason: reason.clone(),
+            },
+            &[],
+        );
+        return Err(reason);
+    }
 
     let worker = Arc::new(Worker::default());
     let (platforms, devices) = match driver::Driver::load(&args.library) {
         Ok(d) => enumerate(&worker, &d),
         Err(e) => {
             let reason = format!("cannot load driver {}: {}", args.library, e.0);
-            let _ = channel::send(&sock, &WorkerMessage::Refused { reason: reason.clone() }, &[]);
+            let _ = channel::send(
+                &sock,
+                &WorkerMessage::Refused {
+                    reason: reason.clone(),
+                },
+                &[],
+            );
             return Err(reason);
         }
     };
-    let welcome = WorkerMessage::Welcome { version: PROTOCOL_VERSION, driver: args.name.clone(), platforms, devices };
+    let welcome = WorkerMessage::Welcome {
+        version: PROTOCOL_VERSION,
+        driver: args.name.clone(),
+        profile: cage.profile.clone(),
+        layers: cage.layers.iter().map(|l| l.to_string()).collect(),
+        platforms,
+        devices,
+    };
     channel::send(&sock, &welcome, &[]).map_err(|e| e.to_string())?;
     notify::init(sock.as_raw_fd());
 
@@ -134,15 +255,27 @@ fn enumerate(worker: &Worker, d: &driver::Driver) -> (Vec<u64>, Vec<Enumerated>)
         worker.objects.insert(pid, Kind::Platform, p);
         platforms.push(pid);
         // SAFETY: p is a live platform handle from the driver.
-        let Some(get) = (unsafe { driver::dispatch(p) }).clGetDeviceIDs else { continue };
+        let Some(get) = (unsafe { driver::dispatch(p) }).clGetDeviceIDs else {
+            continue;
+        };
         let mut n = 0u32;
         // SAFETY: count query with valid out pointer.
-        if unsafe { get(p as _, CL_DEVICE_TYPE_ALL, 0, std::ptr::null_mut(), &mut n) } != CL_SUCCESS {
+        if unsafe { get(p as _, CL_DEVICE_TYPE_ALL, 0, std::ptr::null_mut(), &mut n) } != CL_SUCCESS
+        {
             continue;
         }
         let mut devs = vec![std::ptr::null_mut(); n as usize];
         // SAFETY: devs has room for n handles.
-        if unsafe { get(p as _, CL_DEVICE_TYPE_ALL, n, devs.as_mut_ptr(), std::ptr::null_mut()) } != CL_SUCCESS {
+        if unsafe {
+            get(
+                p as _,
+                CL_DEVICE_TYPE_ALL,
+                n,
+                devs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        } != CL_SUCCESS
+        {
             continue;
         }
         for dev in devs {

@@ -15,7 +15,10 @@ use crate::info;
 ///
 /// # Safety
 /// `props` is NULL or a zero-terminated property list.
-unsafe fn properties(props: *const isize) -> Result<(Option<Vec<i64>>, Option<Arc<Conn>>), cl_int> {
+/// A context property list as the worker takes it, and the worker its platform names.
+type WireProperties = (Option<Vec<i64>>, Option<Arc<Conn>>);
+
+unsafe fn properties(props: *const isize) -> Result<WireProperties, cl_int> {
     if props.is_null() {
         return Ok((None, None));
     }
@@ -31,7 +34,8 @@ unsafe fn properties(props: *const isize) -> Result<(Option<Vec<i64>>, Option<Ar
         // SAFETY: every non-zero key is followed by a value.
         let val = unsafe { *props.add(i + 1) };
         if key == CL_CONTEXT_PLATFORM {
-            let p = lookup(val as *const c_void, Kind::Platform).map_err(|_| CL_INVALID_PLATFORM)?;
+            let p =
+                lookup(val as *const c_void, Kind::Platform).map_err(|_| CL_INVALID_PLATFORM)?;
             out.extend([key as i64, p.id as i64]);
             conn = Some(p.conn.clone());
         } else {
@@ -46,13 +50,24 @@ unsafe fn properties(props: *const isize) -> Result<(Option<Vec<i64>>, Option<Ar
     Ok((Some(out), conn))
 }
 
-fn notify_token(conn: &Conn, pfn: *mut c_void, user_data: *mut c_void) -> Result<Option<u64>, cl_int> {
+fn notify_token(
+    conn: &Conn,
+    pfn: *mut c_void,
+    user_data: *mut c_void,
+) -> Result<Option<u64>, cl_int> {
     if pfn.is_null() {
-        return if user_data.is_null() { Ok(None) } else { Err(CL_INVALID_VALUE) };
+        return if user_data.is_null() {
+            Ok(None)
+        } else {
+            Err(CL_INVALID_VALUE)
+        };
     }
     // SAFETY: the application passes a function of clCreateContext's pfn_notify type.
     let pfn = unsafe { std::mem::transmute::<*mut c_void, ContextNotifyFn>(pfn) };
-    Ok(Some(conn.register_callback(Callback::Context { pfn, user_data: user_data as usize })))
+    Ok(Some(conn.register_callback(Callback::Context {
+        pfn,
+        user_data: user_data as usize,
+    })))
 }
 
 pub unsafe fn clCreateContext(
@@ -75,7 +90,12 @@ pub unsafe fn clCreateContext(
         let conn = conn.ok_or(CL_INVALID_VALUE)?;
         let notify = notify_token(&conn, pfn_notify, user_data)?;
         create(&conn, Kind::Context, ObjData::Context, |id| {
-            conn.call(CreateContext { id, properties: props, devices: ids, notify })
+            conn.call(CreateContext {
+                id,
+                properties: props,
+                devices: ids,
+                notify,
+            })
         })
     })();
     // SAFETY: errcode_ret per API contract.
@@ -94,20 +114,47 @@ pub unsafe fn clCreateContextFromType(
         let (props, conn) = unsafe { properties(properties_)? };
         let conn = match conn {
             Some(c) => c,
-            None => crate::runtime::runtime().conns.first().cloned().ok_or(CL_INVALID_PLATFORM)?,
+            None => crate::runtime::runtime()
+                .conns
+                .first()
+                .cloned()
+                .ok_or(CL_INVALID_PLATFORM)?,
         };
         let notify = notify_token(&conn, pfn_notify, user_data)?;
         create(&conn, Kind::Context, ObjData::Context, |id| {
-            conn.call(CreateContextFromType { id, properties: props, device_type, notify })
+            conn.call(CreateContextFromType {
+                id,
+                properties: props,
+                device_type,
+                notify,
+            })
         })
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
 }
 
-pub unsafe fn clGetContextInfo(context: cl_context, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetContextInfo(
+    context: cl_context,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(context, Kind::Context, InfoTarget::Context, 0, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(
+            context,
+            Kind::Context,
+            InfoTarget::Context,
+            0,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |_| None,
+        )
+    }
 }
 
 retain_release! {

@@ -10,9 +10,18 @@ use crate::info;
 
 use super::retain_release;
 
-pub unsafe fn clGetDeviceIDs(platform: cl_platform_id, device_type: cl_bitfield, num_entries: cl_uint, devices: *mut cl_device_id, num_devices: *mut cl_uint) -> cl_int {
+pub unsafe fn clGetDeviceIDs(
+    platform: cl_platform_id,
+    device_type: cl_bitfield,
+    num_entries: cl_uint,
+    devices: *mut cl_device_id,
+    num_devices: *mut cl_uint,
+) -> cl_int {
     let platform = if platform.is_null() {
-        crate::runtime::runtime().platforms().first().map_or(std::ptr::null_mut(), |&p| p as cl_platform_id)
+        crate::runtime::runtime()
+            .platforms()
+            .first()
+            .map_or(std::ptr::null_mut(), |&p| p as cl_platform_id)
     } else {
         platform
     };
@@ -25,11 +34,22 @@ pub unsafe fn clGetDeviceIDs(platform: cl_platform_id, device_type: cl_bitfield,
     }
     // Cached beside the info values under a parameter name no info query uses.
     let key = (u32::MAX, device_type);
-    let cached = obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+    let cached = obj
+        .info_cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+        .cloned();
     let ids: Vec<u64> = match cached {
-        Some(bytes) => bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default())).collect(),
+        Some(bytes) => bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+            .collect(),
         None => {
-            let reply = match obj.conn.call(GetDeviceIds { platform: obj.id, device_type }) {
+            let reply = match obj.conn.call(GetDeviceIds {
+                platform: obj.id,
+                device_type,
+            }) {
                 Ok(r) => r,
                 Err(e) => return e,
             };
@@ -37,11 +57,18 @@ pub unsafe fn clGetDeviceIDs(platform: cl_platform_id, device_type: cl_bitfield,
                 return reply.status;
             }
             let bytes = reply.ids.iter().flat_map(|i| i.to_ne_bytes()).collect();
-            obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, bytes);
+            obj.info_cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, bytes);
             reply.ids
         }
     };
-    let handles: Vec<u64> = ids.iter().map(|&id| obj.conn.handle_of(id)).filter(|&h| h != 0).collect();
+    let handles: Vec<u64> = ids
+        .iter()
+        .map(|&id| obj.conn.handle_of(id))
+        .filter(|&h| h != 0)
+        .collect();
     if handles.is_empty() {
         return CL_DEVICE_NOT_FOUND;
     }
@@ -58,13 +85,30 @@ pub unsafe fn clGetDeviceIDs(platform: cl_platform_id, device_type: cl_bitfield,
     CL_SUCCESS
 }
 
-pub unsafe fn clGetDeviceInfo(device: cl_device_id, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetDeviceInfo(
+    device: cl_device_id,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(device, Kind::Device, InfoTarget::Device, 0, param_name, size, value, size_ret, |obj| {
-            // A device whose worker died is unavailable, not an error.
-            (param_name == CL_DEVICE_AVAILABLE && obj.conn.is_dead()).then(|| Ok(CL_FALSE.to_ne_bytes().to_vec()))
-        })
+        info::get_info(
+            device,
+            Kind::Device,
+            InfoTarget::Device,
+            0,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |obj| {
+                // A device whose worker died is unavailable, not an error.
+                (param_name == CL_DEVICE_AVAILABLE && obj.conn.is_dead())
+                    .then(|| Ok(CL_FALSE.to_ne_bytes().to_vec()))
+            },
+        )
     }
 }
 

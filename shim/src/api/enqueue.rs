@@ -15,7 +15,10 @@ use super::{enqueue_sync, finish_enqueue, slice};
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
 use crate::pending::{settle, PendingOp, Transfer};
 
-fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
+fn queue_and_mem(
+    queue: cl_command_queue,
+    mem: cl_mem,
+) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
     let q = lookup(queue, Kind::Queue)?;
     let m = lookup(mem, Kind::Mem)?;
     if !Arc::ptr_eq(&q.conn, &m.conn) {
@@ -36,7 +39,10 @@ fn chunks(size: usize) -> impl Iterator<Item = (usize, usize, bool, bool)> {
 
 /// The wait list goes with the first chunk, the event with the last.
 fn chunk_sync(sync: &EnqueueSync, first: bool, last: bool) -> EnqueueSync {
-    EnqueueSync { wait: if first { sync.wait.clone() } else { Vec::new() }, event: if last { sync.event } else { None } }
+    EnqueueSync {
+        wait: if first { sync.wait.clone() } else { Vec::new() },
+        event: if last { sync.event } else { None },
+    }
 }
 
 /// Settles the queue's finished non-blocking transfers when a blocking call on it returns.
@@ -77,7 +83,14 @@ unsafe fn enqueue_pending<C: Call<Reply = i32>>(
         crate::handle::retain(h, Kind::Event);
         h as usize
     });
-    q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, region, transfer });
+    q.conn.pending().push(PendingOp {
+        queue: q.id,
+        event: event_id,
+        app_event,
+        segment,
+        region,
+        transfer,
+    });
     Ok(rc)
 }
 
@@ -108,14 +121,22 @@ pub unsafe fn clEnqueueReadBuffer(
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let mirror = use_host_ptr(&m);
         if blocking_read == CL_FALSE {
-            let transfer = Transfer::Read { dst: ptr as usize, len: size, mirror: mirror.map(|h| h + offset) };
+            let transfer = Transfer::Read {
+                dst: ptr as usize,
+                len: size,
+                mirror: mirror.map(|h| h + offset),
+            };
             let (segment, region) = q.conn.new_segment(size)?;
             let make = |segment, sync| EnqueueReadBuffer {
                 queue: q.id,
                 mem: m.id,
                 blocking: false,
                 offset: offset as u64,
-                into: DataRef::Segment { id: segment, offset: 0, len: size as u64 },
+                into: DataRef::Segment {
+                    id: segment,
+                    offset: 0,
+                    len: size as u64,
+                },
                 sync,
             };
             // SAFETY: event per API contract.
@@ -128,22 +149,33 @@ pub unsafe fn clEnqueueReadBuffer(
                 mem: m.id,
                 blocking: true,
                 offset: (offset + start) as u64,
-                into: DataRef::Lane { offset: 0, len: len as u64 },
+                into: DataRef::Lane {
+                    offset: 0,
+                    len: len as u64,
+                },
                 sync: chunk_sync(&sync, first, last),
             };
-            let rc = q.conn.call_with(req, |_| Ok(()), |rc, bulk| {
-                if *rc == CL_SUCCESS {
-                    // SAFETY: the application's ptr holds `size` bytes; the chunk is within it
-                    // and within the bulk area.
-                    unsafe { std::ptr::copy_nonoverlapping(bulk, ptr.cast::<u8>().add(start), len) };
-                    if let Some(host) = mirror {
-                        // CL_MEM_USE_HOST_PTR: the application's memory holds device results.
-                        // SAFETY: host_ptr covers the whole buffer, and offset+start+len is
-                        // inside it (the driver accepted the read).
-                        unsafe { std::ptr::copy(bulk, (host as *mut u8).add(offset + start), len) };
+            let rc = q.conn.call_with(
+                req,
+                |_| Ok(()),
+                |rc, bulk| {
+                    if *rc == CL_SUCCESS {
+                        // SAFETY: the application's ptr holds `size` bytes; the chunk is within it
+                        // and within the bulk area.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(bulk, ptr.cast::<u8>().add(start), len)
+                        };
+                        if let Some(host) = mirror {
+                            // CL_MEM_USE_HOST_PTR: the application's memory holds device results.
+                            // SAFETY: host_ptr covers the whole buffer, and offset+start+len is
+                            // inside it (the driver accepted the read).
+                            unsafe {
+                                std::ptr::copy(bulk, (host as *mut u8).add(offset + start), len)
+                            };
+                        }
                     }
-                }
-            })?;
+                },
+            )?;
             if rc != CL_SUCCESS || last {
                 // SAFETY: event per API contract.
                 return Ok(unsafe { finish_enqueue(&q, &sync, event, Ok(rc)) });
@@ -183,11 +215,17 @@ pub unsafe fn clEnqueueWriteBuffer(
                 mem: m.id,
                 blocking: false,
                 offset: offset as u64,
-                data: DataRef::Segment { id: segment, offset: 0, len: size as u64 },
+                data: DataRef::Segment {
+                    id: segment,
+                    offset: 0,
+                    len: size as u64,
+                },
                 sync,
             };
             // SAFETY: event per API contract.
-            return unsafe { enqueue_pending(&q, &sync, event, segment, region, Transfer::Write, make) };
+            return unsafe {
+                enqueue_pending(&q, &sync, event, segment, region, Transfer::Write, make)
+            };
         }
         let _settled = SettleAfter(&q);
         for (start, len, first, last) in chunks(size) {
@@ -196,7 +234,10 @@ pub unsafe fn clEnqueueWriteBuffer(
                 mem: m.id,
                 blocking: true,
                 offset: (offset + start) as u64,
-                data: DataRef::Lane { offset: 0, len: len as u64 },
+                data: DataRef::Lane {
+                    offset: 0,
+                    len: len as u64,
+                },
                 sync: chunk_sync(&sync, first, last),
             };
             let fill = |bulk: *mut u8| {
@@ -263,10 +304,18 @@ pub unsafe fn clEnqueueFillBuffer(
             return Err(CL_INVALID_VALUE);
         }
         // SAFETY: pattern holds pattern_size bytes.
-        let pattern = unsafe { slice(pattern.cast::<u8>(), pattern_size, CL_INVALID_VALUE)? }.to_vec();
+        let pattern =
+            unsafe { slice(pattern.cast::<u8>(), pattern_size, CL_INVALID_VALUE)? }.to_vec();
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let req = EnqueueFillBuffer { queue: q.id, mem: m.id, pattern, offset: offset as u64, size: size as u64, sync: sync.clone() };
+        let req = EnqueueFillBuffer {
+            queue: q.id,
+            mem: m.id,
+            pattern,
+            offset: offset as u64,
+            size: size as u64,
+            sync: sync.clone(),
+        };
         // SAFETY: event per API contract.
         Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
     })();
@@ -319,8 +368,18 @@ pub unsafe fn clEnqueueMapBuffer(
             None => region.as_ptr() as usize,
         };
         if let ObjData::Mem { maps, .. } = &m.data {
-            let record = MapRecord { segment, region, offset, size, flags: map_flags };
-            maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
+            let record = MapRecord {
+                segment,
+                region,
+                offset,
+                size,
+                flags: map_flags,
+            };
+            maps.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(ptr)
+                .or_default()
+                .push(record);
         }
         Ok(ptr as *mut c_void)
     })();
@@ -328,15 +387,26 @@ pub unsafe fn clEnqueueMapBuffer(
     unsafe { super::creation(r, errcode_ret) }
 }
 
-pub unsafe fn clEnqueueUnmapMemObject(queue: cl_command_queue, memobj: cl_mem, mapped_ptr: *mut c_void, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> cl_int {
+pub unsafe fn clEnqueueUnmapMemObject(
+    queue: cl_command_queue,
+    memobj: cl_mem,
+    mapped_ptr: *mut c_void,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
     let r = (|| {
         let (q, m) = queue_and_mem(queue, memobj)?;
-        let ObjData::Mem { maps, .. } = &m.data else { return Err(CL_INVALID_MEM_OBJECT) };
+        let ObjData::Mem { maps, .. } = &m.data else {
+            return Err(CL_INVALID_MEM_OBJECT);
+        };
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let record = {
             let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
-            let list = maps.get_mut(&(mapped_ptr as usize)).ok_or(CL_INVALID_VALUE)?;
+            let list = maps
+                .get_mut(&(mapped_ptr as usize))
+                .ok_or(CL_INVALID_VALUE)?;
             let rec = list.pop().ok_or(CL_INVALID_VALUE)?;
             if list.is_empty() {
                 maps.remove(&(mapped_ptr as usize));
@@ -348,7 +418,13 @@ pub unsafe fn clEnqueueUnmapMemObject(queue: cl_command_queue, memobj: cl_mem, m
             // SAFETY: mapped_ptr is the application's host_ptr+offset with `size` bytes.
             unsafe { std::ptr::copy(mapped_ptr.cast::<u8>(), record.region.as_ptr(), record.size) };
         }
-        let req = EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.segment, write_back, sync: sync.clone() };
+        let req = EnqueueUnmapMemObject {
+            queue: q.id,
+            mem: m.id,
+            segment: record.segment,
+            write_back,
+            sync: sync.clone(),
+        };
         let rc = q.conn.call(req);
         let _ = record.offset;
         // SAFETY: event per API contract.
@@ -379,7 +455,11 @@ pub unsafe fn clEnqueueNDRangeKernel(
         }
         let dims = |p: *const usize| -> Option<Vec<u64>> {
             // SAFETY: non-NULL size arrays hold work_dim entries per the API contract.
-            (!p.is_null()).then(|| (0..work_dim as usize).map(|i| unsafe { *p.add(i) } as u64).collect())
+            (!p.is_null()).then(|| {
+                (0..work_dim as usize)
+                    .map(|i| unsafe { *p.add(i) } as u64)
+                    .collect()
+            })
         };
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
@@ -404,28 +484,66 @@ pub unsafe fn clEnqueueNDRangeKernel(
     r.unwrap_or_else(|e| e)
 }
 
-pub unsafe fn clEnqueueTask(queue: cl_command_queue, kernel: cl_kernel, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> cl_int {
+pub unsafe fn clEnqueueTask(
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
     let one = [1usize];
     // SAFETY: a task is a one-work-item NDRange.
-    unsafe { clEnqueueNDRangeKernel(queue, kernel, 1, std::ptr::null(), one.as_ptr(), one.as_ptr(), n, list, event) }
+    unsafe {
+        clEnqueueNDRangeKernel(
+            queue,
+            kernel,
+            1,
+            std::ptr::null(),
+            one.as_ptr(),
+            one.as_ptr(),
+            n,
+            list,
+            event,
+        )
+    }
 }
 
-fn marker_or_barrier(queue: cl_command_queue, barrier: bool, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> cl_int {
+fn marker_or_barrier(
+    queue: cl_command_queue,
+    barrier: bool,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
     let r = (|| {
         let q = lookup(queue, Kind::Queue)?;
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let rc = q.conn.call(EnqueueMarkerOrBarrier { queue: q.id, barrier, sync: sync.clone() });
+        let rc = q.conn.call(EnqueueMarkerOrBarrier {
+            queue: q.id,
+            barrier,
+            sync: sync.clone(),
+        });
         // SAFETY: event per API contract.
         Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
     })();
     r.unwrap_or_else(|e| e)
 }
 
-pub unsafe fn clEnqueueMarkerWithWaitList(queue: cl_command_queue, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> cl_int {
+pub unsafe fn clEnqueueMarkerWithWaitList(
+    queue: cl_command_queue,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
     marker_or_barrier(queue, false, n, list, event)
 }
 
-pub unsafe fn clEnqueueBarrierWithWaitList(queue: cl_command_queue, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> cl_int {
+pub unsafe fn clEnqueueBarrierWithWaitList(
+    queue: cl_command_queue,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
     marker_or_barrier(queue, true, n, list, event)
 }

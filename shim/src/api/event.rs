@@ -3,7 +3,9 @@
 use std::ffi::c_void;
 
 use cloister_ipc::cl::*;
-use cloister_ipc::{CreateUserEvent, InfoTarget, SetEventCallback, SetUserEventStatus, WaitForEvents};
+use cloister_ipc::{
+    CreateUserEvent, InfoTarget, SetEventCallback, SetUserEventStatus, WaitForEvents,
+};
 
 use super::{create, creation, ids_of, retain_release, slice};
 use crate::conn::{Callback, EventNotifyFn};
@@ -26,41 +28,91 @@ pub unsafe fn clWaitForEvents(num_events: cl_uint, event_list: *const cl_event) 
     r.unwrap_or_else(|e| e)
 }
 
-pub unsafe fn clGetEventInfo(event: cl_event, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetEventInfo(
+    event: cl_event,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(event, Kind::Event, InfoTarget::Event, 0, param_name, size, value, size_ret, |obj| {
-            if param_name != CL_EVENT_COMMAND_EXECUTION_STATUS {
-                return None;
-            }
-            let v = info::query(obj, InfoTarget::Event, 0, param_name);
-            if matches!(&v, Ok(b) if b.as_slice() == CL_COMPLETE.to_ne_bytes()) {
-                // Reported complete: a read behind this event must have landed first.
-                crate::pending::settle(&obj.conn, None);
-            }
-            Some(v)
-        })
+        info::get_info(
+            event,
+            Kind::Event,
+            InfoTarget::Event,
+            0,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |obj| {
+                if param_name != CL_EVENT_COMMAND_EXECUTION_STATUS {
+                    return None;
+                }
+                let v = info::query(obj, InfoTarget::Event, 0, param_name);
+                if matches!(&v, Ok(b) if b.as_slice() == CL_COMPLETE.to_ne_bytes()) {
+                    // Reported complete: a read behind this event must have landed first.
+                    crate::pending::settle(&obj.conn, None);
+                }
+                Some(v)
+            },
+        )
     }
 }
 
-pub unsafe fn clGetEventProfilingInfo(event: cl_event, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetEventProfilingInfo(
+    event: cl_event,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(event, Kind::Event, InfoTarget::EventProfiling, 0, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(
+            event,
+            Kind::Event,
+            InfoTarget::EventProfiling,
+            0,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |_| None,
+        )
+    }
 }
 
 pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -> cl_event {
-    let r = lookup(context, Kind::Context)
-        .and_then(|ctx| create(&ctx.conn, Kind::Event, ObjData::Event, |id| ctx.conn.call(CreateUserEvent { id, context: ctx.id })));
+    let r = lookup(context, Kind::Context).and_then(|ctx| {
+        create(&ctx.conn, Kind::Event, ObjData::Event, |id| {
+            ctx.conn.call(CreateUserEvent {
+                id,
+                context: ctx.id,
+            })
+        })
+    });
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
 }
 
 pub unsafe fn clSetUserEventStatus(event: cl_event, execution_status: cl_int) -> cl_int {
-    let r = lookup(event, Kind::Event).and_then(|ev| ev.conn.call(SetUserEventStatus { event: ev.id, status: execution_status }));
+    let r = lookup(event, Kind::Event).and_then(|ev| {
+        ev.conn.call(SetUserEventStatus {
+            event: ev.id,
+            status: execution_status,
+        })
+    });
     r.unwrap_or_else(|e| e)
 }
 
-pub unsafe fn clSetEventCallback(event: cl_event, callback_type: cl_int, pfn_notify: *mut c_void, user_data: *mut c_void) -> cl_int {
+pub unsafe fn clSetEventCallback(
+    event: cl_event,
+    callback_type: cl_int,
+    pfn_notify: *mut c_void,
+    user_data: *mut c_void,
+) -> cl_int {
     let r = (|| {
         let ev = lookup(event, Kind::Event)?;
         if pfn_notify.is_null() || !(CL_COMPLETE..=CL_SUBMITTED).contains(&callback_type) {
@@ -70,8 +122,16 @@ pub unsafe fn clSetEventCallback(event: cl_event, callback_type: cl_int, pfn_not
         let pfn = unsafe { std::mem::transmute::<*mut c_void, EventNotifyFn>(pfn_notify) };
         // The callback receives the application's handle: keep it alive until it has run.
         crate::handle::retain(event, Kind::Event);
-        let token = ev.conn.register_callback(Callback::Event { pfn, user_data: user_data as usize, event: event as usize });
-        let rc = ev.conn.call(SetEventCallback { event: ev.id, callback_type, token });
+        let token = ev.conn.register_callback(Callback::Event {
+            pfn,
+            user_data: user_data as usize,
+            event: event as usize,
+        });
+        let rc = ev.conn.call(SetEventCallback {
+            event: ev.id,
+            callback_type,
+            token,
+        });
         if rc != Ok(CL_SUCCESS) {
             ev.conn.unregister_callback(token);
             crate::handle::release(event, Kind::Event);

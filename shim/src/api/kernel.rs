@@ -9,14 +9,24 @@ use cloister_ipc::cl::*;
 use cloister_ipc::{ArgValue, CreateKernel, CreateKernelsInProgram, InfoTarget};
 
 use super::{creation, retain_release};
-use crate::handle::{lookup, new_handle, Kind, KernelArgs, ObjData};
+use crate::handle::{lookup, new_handle, KernelArgs, Kind, ObjData};
 use crate::info;
 
 fn kernel_data(num_args: u32) -> ObjData {
-    ObjData::Kernel { num_args, args: Mutex::new(KernelArgs { values: vec![None; num_args as usize], dirty: Vec::new() }) }
+    ObjData::Kernel {
+        num_args,
+        args: Mutex::new(KernelArgs {
+            values: vec![None; num_args as usize],
+            dirty: Vec::new(),
+        }),
+    }
 }
 
-pub unsafe fn clCreateKernel(program: cl_program, kernel_name: *const c_char, errcode_ret: *mut cl_int) -> cl_kernel {
+pub unsafe fn clCreateKernel(
+    program: cl_program,
+    kernel_name: *const c_char,
+    errcode_ret: *mut cl_int,
+) -> cl_kernel {
     let r = (|| {
         let p = lookup(program, Kind::Program)?;
         if kernel_name.is_null() {
@@ -25,17 +35,31 @@ pub unsafe fn clCreateKernel(program: cl_program, kernel_name: *const c_char, er
         // SAFETY: NUL-terminated per the API contract.
         let name = unsafe { CStr::from_ptr(kernel_name) }.to_bytes().to_vec();
         let id = p.conn.alloc_id();
-        let reply = p.conn.call(CreateKernel { id, program: p.id, name })?;
+        let reply = p.conn.call(CreateKernel {
+            id,
+            program: p.id,
+            name,
+        })?;
         if reply.status != CL_SUCCESS {
             return Err(reply.status);
         }
-        Ok(new_handle(Kind::Kernel, id, &p.conn, kernel_data(reply.num_args)))
+        Ok(new_handle(
+            Kind::Kernel,
+            id,
+            &p.conn,
+            kernel_data(reply.num_args),
+        ))
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
 }
 
-pub unsafe fn clCreateKernelsInProgram(program: cl_program, num_kernels: cl_uint, kernels: *mut cl_kernel, num_kernels_ret: *mut cl_uint) -> cl_int {
+pub unsafe fn clCreateKernelsInProgram(
+    program: cl_program,
+    num_kernels: cl_uint,
+    kernels: *mut cl_kernel,
+    num_kernels_ret: *mut cl_uint,
+) -> cl_int {
     let p = match lookup(program, Kind::Program) {
         Ok(p) => p,
         Err(e) => return e,
@@ -43,8 +67,15 @@ pub unsafe fn clCreateKernelsInProgram(program: cl_program, num_kernels: cl_uint
     if !kernels.is_null() && num_kernels == 0 {
         return CL_INVALID_VALUE;
     }
-    let ids: Vec<u64> = if kernels.is_null() { Vec::new() } else { (0..num_kernels).map(|_| p.conn.alloc_id()).collect() };
-    let reply = match p.conn.call(CreateKernelsInProgram { program: p.id, ids: ids.clone() }) {
+    let ids: Vec<u64> = if kernels.is_null() {
+        Vec::new()
+    } else {
+        (0..num_kernels).map(|_| p.conn.alloc_id()).collect()
+    };
+    let reply = match p.conn.call(CreateKernelsInProgram {
+        program: p.id,
+        ids: ids.clone(),
+    }) {
         Ok(r) => r,
         Err(e) => return e,
     };
@@ -64,12 +95,19 @@ pub unsafe fn clCreateKernelsInProgram(program: cl_program, num_kernels: cl_uint
     CL_SUCCESS
 }
 
-pub unsafe fn clSetKernelArg(kernel: cl_kernel, arg_index: cl_uint, arg_size: usize, arg_value: *const c_void) -> cl_int {
+pub unsafe fn clSetKernelArg(
+    kernel: cl_kernel,
+    arg_index: cl_uint,
+    arg_size: usize,
+    arg_value: *const c_void,
+) -> cl_int {
     let k = match lookup(kernel, Kind::Kernel) {
         Ok(k) => k,
         Err(e) => return e,
     };
-    let ObjData::Kernel { num_args, args } = &k.data else { return CL_INVALID_KERNEL };
+    let ObjData::Kernel { num_args, args } = &k.data else {
+        return CL_INVALID_KERNEL;
+    };
     if arg_index >= *num_args {
         return CL_INVALID_ARG_INDEX;
     }
@@ -102,15 +140,22 @@ fn object_arg(bytes: &[u8], conn: &std::sync::Arc<crate::conn::Conn>) -> Option<
 
 /// Takes the arguments set since the last enqueue, to ship with the next one.
 pub fn take_dirty_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
-    let ObjData::Kernel { args, .. } = data else { return Vec::new() };
+    let ObjData::Kernel { args, .. } = data else {
+        return Vec::new();
+    };
     let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
     let dirty = std::mem::take(&mut a.dirty);
-    dirty.into_iter().filter_map(|i| a.values[i as usize].clone().map(|v| (i, v))).collect()
+    dirty
+        .into_iter()
+        .filter_map(|i| a.values[i as usize].clone().map(|v| (i, v)))
+        .collect()
 }
 
 /// Puts arguments back as unsent after a failed enqueue, so the next one ships them again.
 pub fn restore_dirty_args(data: &ObjData, sent: &[(u32, ArgValue)]) {
-    let ObjData::Kernel { args, .. } = data else { return };
+    let ObjData::Kernel { args, .. } = data else {
+        return;
+    };
     let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
     for (i, _) in sent {
         if !a.dirty.contains(i) {
@@ -119,12 +164,37 @@ pub fn restore_dirty_args(data: &ObjData, sent: &[(u32, ArgValue)]) {
     }
 }
 
-pub unsafe fn clGetKernelInfo(kernel: cl_kernel, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetKernelInfo(
+    kernel: cl_kernel,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(kernel, Kind::Kernel, InfoTarget::Kernel, 0, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(
+            kernel,
+            Kind::Kernel,
+            InfoTarget::Kernel,
+            0,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |_| None,
+        )
+    }
 }
 
-pub unsafe fn clGetKernelWorkGroupInfo(kernel: cl_kernel, device: cl_device_id, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetKernelWorkGroupInfo(
+    kernel: cl_kernel,
+    device: cl_device_id,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     let dev = if device.is_null() {
         0
     } else {
@@ -134,12 +204,43 @@ pub unsafe fn clGetKernelWorkGroupInfo(kernel: cl_kernel, device: cl_device_id, 
         }
     };
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(kernel, Kind::Kernel, InfoTarget::KernelWorkGroup, dev, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(
+            kernel,
+            Kind::Kernel,
+            InfoTarget::KernelWorkGroup,
+            dev,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |_| None,
+        )
+    }
 }
 
-pub unsafe fn clGetKernelArgInfo(kernel: cl_kernel, arg_index: cl_uint, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetKernelArgInfo(
+    kernel: cl_kernel,
+    arg_index: cl_uint,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(kernel, Kind::Kernel, InfoTarget::KernelArg, arg_index as u64, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(
+            kernel,
+            Kind::Kernel,
+            InfoTarget::KernelArg,
+            arg_index as u64,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |_| None,
+        )
+    }
 }
 
 retain_release! {

@@ -14,7 +14,13 @@ use super::{create, creation, retain_release};
 use crate::handle::{lookup, Kind, ObjData};
 use crate::info;
 
-pub unsafe fn clCreateBuffer(context: cl_context, flags: cl_bitfield, size: usize, host_ptr: *mut c_void, errcode_ret: *mut cl_int) -> cl_mem {
+pub unsafe fn clCreateBuffer(
+    context: cl_context,
+    flags: cl_bitfield,
+    size: usize,
+    host_ptr: *mut c_void,
+    errcode_ret: *mut cl_int,
+) -> cl_mem {
     let r = (|| {
         let ctx = lookup(context, Kind::Context)?;
         let uses = flags & CL_MEM_USE_HOST_PTR != 0;
@@ -28,7 +34,11 @@ pub unsafe fn clCreateBuffer(context: cl_context, flags: cl_bitfield, size: usiz
         if size == 0 {
             return Err(CL_INVALID_BUFFER_SIZE);
         }
-        let wire_flags = if uses { (flags & !CL_MEM_USE_HOST_PTR) | CL_MEM_COPY_HOST_PTR } else { flags };
+        let wire_flags = if uses {
+            (flags & !CL_MEM_USE_HOST_PTR) | CL_MEM_COPY_HOST_PTR
+        } else {
+            flags
+        };
         let data = ObjData::Mem {
             flags,
             host_ptr: if uses { host_ptr as usize } else { 0 },
@@ -36,7 +46,13 @@ pub unsafe fn clCreateBuffer(context: cl_context, flags: cl_bitfield, size: usiz
         };
         let conn = ctx.conn.clone();
         create(&conn, Kind::Mem, data, |id| {
-            let req = |host_data| CreateBuffer { id, context: ctx.id, flags: wire_flags, size: size as u64, host_data };
+            let req = |host_data| CreateBuffer {
+                id,
+                context: ctx.id,
+                flags: wire_flags,
+                size: size as u64,
+                host_data,
+            };
             if host_ptr.is_null() {
                 return conn.call(req(None));
             }
@@ -47,12 +63,23 @@ pub unsafe fn clCreateBuffer(context: cl_context, flags: cl_bitfield, size: usiz
                     unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), bulk, size) };
                     Ok(())
                 };
-                return conn.call_with(req(Some(DataRef::Lane { offset: 0, len: size as u64 })), copy, |_, _| ());
+                return conn.call_with(
+                    req(Some(DataRef::Lane {
+                        offset: 0,
+                        len: size as u64,
+                    })),
+                    copy,
+                    |_, _| (),
+                );
             }
             let (seg, region) = conn.new_segment(size)?;
             // SAFETY: as above; the segment holds `size` bytes.
             unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), region.as_ptr(), size) };
-            let rc = conn.call(req(Some(DataRef::Segment { id: seg, offset: 0, len: size as u64 })));
+            let rc = conn.call(req(Some(DataRef::Segment {
+                id: seg,
+                offset: 0,
+                len: size as u64,
+            })));
             let _ = conn.call(DropSegment { segment: seg });
             rc
         })
@@ -61,17 +88,38 @@ pub unsafe fn clCreateBuffer(context: cl_context, flags: cl_bitfield, size: usiz
     unsafe { creation(r, errcode_ret) }
 }
 
-pub unsafe fn clGetMemObjectInfo(memobj: cl_mem, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetMemObjectInfo(
+    memobj: cl_mem,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(memobj, Kind::Mem, InfoTarget::MemObject, 0, param_name, size, value, size_ret, |obj| {
-            let ObjData::Mem { flags, host_ptr, .. } = &obj.data else { return None };
-            match param_name {
-                CL_MEM_FLAGS => Some(Ok(flags.to_ne_bytes().to_vec())),
-                CL_MEM_HOST_PTR => Some(Ok(host_ptr.to_ne_bytes().to_vec())),
-                _ => None,
-            }
-        })
+        info::get_info(
+            memobj,
+            Kind::Mem,
+            InfoTarget::MemObject,
+            0,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |obj| {
+                let ObjData::Mem {
+                    flags, host_ptr, ..
+                } = &obj.data
+                else {
+                    return None;
+                };
+                match param_name {
+                    CL_MEM_FLAGS => Some(Ok(flags.to_ne_bytes().to_vec())),
+                    CL_MEM_HOST_PTR => Some(Ok(host_ptr.to_ne_bytes().to_vec())),
+                    _ => None,
+                }
+            },
+        )
     }
 }
 

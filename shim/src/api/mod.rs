@@ -76,7 +76,11 @@ pub unsafe fn slice<'a, T>(ptr: *const T, n: usize, err: cl_int) -> Result<&'a [
 }
 
 /// Validates a list of handles of one kind and returns their ids, all on one worker.
-pub fn ids_of(handles: &[*mut c_void], kind: Kind, err: cl_int) -> Result<(Vec<ObjectId>, Option<Arc<Conn>>), cl_int> {
+pub fn ids_of(
+    handles: &[*mut c_void],
+    kind: Kind,
+    err: cl_int,
+) -> Result<(Vec<ObjectId>, Option<Arc<Conn>>), cl_int> {
     let mut conn: Option<Arc<Conn>> = None;
     let mut ids = Vec::with_capacity(handles.len());
     for &h in handles {
@@ -96,7 +100,12 @@ pub fn ids_of(handles: &[*mut c_void], kind: Kind, err: cl_int) -> Result<(Vec<O
 ///
 /// # Safety
 /// `list` points at `n` events or is NULL.
-pub unsafe fn enqueue_sync(queue: &Object, n: cl_uint, list: *const cl_event, event: *mut cl_event) -> Result<EnqueueSync, cl_int> {
+pub unsafe fn enqueue_sync(
+    queue: &Object,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> Result<EnqueueSync, cl_int> {
     if (n == 0) != list.is_null() {
         return Err(CL_INVALID_EVENT_WAIT_LIST);
     }
@@ -108,14 +117,22 @@ pub unsafe fn enqueue_sync(queue: &Object, n: cl_uint, list: *const cl_event, ev
             return Err(CL_INVALID_CONTEXT);
         }
     }
-    Ok(EnqueueSync { wait, event: (!event.is_null()).then(|| queue.conn.alloc_id()) })
+    Ok(EnqueueSync {
+        wait,
+        event: (!event.is_null()).then(|| queue.conn.alloc_id()),
+    })
 }
 
 /// After an enqueue: hands the application its new event, if it asked for one.
 ///
 /// # Safety
 /// `event` is NULL or valid for a write.
-pub unsafe fn finish_enqueue(queue: &Object, sync: &EnqueueSync, event: *mut cl_event, rc: Result<cl_int, cl_int>) -> cl_int {
+pub unsafe fn finish_enqueue(
+    queue: &Object,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+    rc: Result<cl_int, cl_int>,
+) -> cl_int {
     let rc = rc.unwrap_or_else(|e| e);
     if rc == CL_SUCCESS {
         if let (Some(id), false) = (sync.event, event.is_null()) {
@@ -127,7 +144,12 @@ pub unsafe fn finish_enqueue(queue: &Object, sync: &EnqueueSync, event: *mut cl_
 }
 
 /// Creates an object on the worker under a fresh id and returns its new handle.
-pub fn create(conn: &Arc<Conn>, kind: Kind, data: ObjData, call: impl FnOnce(ObjectId) -> Result<cl_int, cl_int>) -> Result<*mut c_void, cl_int> {
+pub fn create(
+    conn: &Arc<Conn>,
+    kind: Kind,
+    data: ObjData,
+    call: impl FnOnce(ObjectId) -> Result<cl_int, cl_int>,
+) -> Result<*mut c_void, cl_int> {
     let id = conn.alloc_id();
     match call(id)? {
         CL_SUCCESS => Ok(new_handle(kind, id, conn, data)),

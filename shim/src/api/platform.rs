@@ -14,8 +14,14 @@ pub const SANDBOX_EXTENSION: &str = "cl_cloister_sandbox";
 
 /// # Safety
 /// OpenCL API contract for clGetPlatformIDs.
-pub unsafe fn icd_get_platform_ids(num_entries: cl_uint, platforms: *mut cl_platform_id, num_platforms: *mut cl_uint) -> cl_int {
-    if (num_entries == 0 && !platforms.is_null()) || (platforms.is_null() && num_platforms.is_null()) {
+pub unsafe fn icd_get_platform_ids(
+    num_entries: cl_uint,
+    platforms: *mut cl_platform_id,
+    num_platforms: *mut cl_uint,
+) -> cl_int {
+    if (num_entries == 0 && !platforms.is_null())
+        || (platforms.is_null() && num_platforms.is_null())
+    {
         return CL_INVALID_VALUE;
     }
     let all = runtime().platforms();
@@ -32,7 +38,11 @@ pub unsafe fn icd_get_platform_ids(num_entries: cl_uint, platforms: *mut cl_plat
     CL_SUCCESS
 }
 
-pub unsafe fn clGetPlatformIDs(num_entries: cl_uint, platforms: *mut cl_platform_id, num_platforms: *mut cl_uint) -> cl_int {
+pub unsafe fn clGetPlatformIDs(
+    num_entries: cl_uint,
+    platforms: *mut cl_platform_id,
+    num_platforms: *mut cl_uint,
+) -> cl_int {
     // SAFETY: same contract.
     let rc = unsafe { icd_get_platform_ids(num_entries, platforms, num_platforms) };
     if rc == CL_SUCCESS && runtime().platforms().is_empty() {
@@ -44,23 +54,45 @@ pub unsafe fn clGetPlatformIDs(num_entries: cl_uint, platforms: *mut cl_platform
 /// A NULL platform means "the default": the first caged one.
 fn platform_or_default(platform: cl_platform_id) -> cl_platform_id {
     if platform.is_null() {
-        runtime().platforms().first().map_or(std::ptr::null_mut(), |&p| p as cl_platform_id)
+        runtime()
+            .platforms()
+            .first()
+            .map_or(std::ptr::null_mut(), |&p| p as cl_platform_id)
     } else {
         platform
     }
 }
 
-pub unsafe fn clGetPlatformInfo(platform: cl_platform_id, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetPlatformInfo(
+    platform: cl_platform_id,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     let platform = platform_or_default(platform);
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(platform, Kind::Platform, InfoTarget::Platform, 0, param_name, size, value, size_ret, |obj| match param_name {
-            CL_PLATFORM_EXTENSIONS => Some(info::query(obj, InfoTarget::Platform, 0, param_name).map(add_extension)),
-            CL_PLATFORM_EXTENSIONS_WITH_VERSION => {
-                Some(info::query(obj, InfoTarget::Platform, 0, param_name).map(add_extension_with_version))
-            }
-            _ => None,
-        })
+        info::get_info(
+            platform,
+            Kind::Platform,
+            InfoTarget::Platform,
+            0,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |obj| match param_name {
+                CL_PLATFORM_EXTENSIONS => {
+                    Some(info::query(obj, InfoTarget::Platform, 0, param_name).map(add_extension))
+                }
+                CL_PLATFORM_EXTENSIONS_WITH_VERSION => Some(
+                    info::query(obj, InfoTarget::Platform, 0, param_name)
+                        .map(add_extension_with_version),
+                ),
+                _ => None,
+            },
+        )
     }
 }
 
@@ -101,7 +133,10 @@ pub unsafe fn clGetExtensionFunctionAddress(func_name: *const c_char) -> *mut c_
     }
 }
 
-pub unsafe fn clGetExtensionFunctionAddressForPlatform(platform: cl_platform_id, func_name: *const c_char) -> *mut c_void {
+pub unsafe fn clGetExtensionFunctionAddressForPlatform(
+    platform: cl_platform_id,
+    func_name: *const c_char,
+) -> *mut c_void {
     if crate::handle::lookup(platform, Kind::Platform).is_err() {
         return std::ptr::null_mut();
     }
@@ -115,7 +150,10 @@ mod tests {
 
     #[test]
     fn extension_is_appended_once_with_one_space() {
-        assert_eq!(add_extension(b"cl_khr_icd \0".to_vec()), b"cl_khr_icd cl_cloister_sandbox\0");
+        assert_eq!(
+            add_extension(b"cl_khr_icd \0".to_vec()),
+            b"cl_khr_icd cl_cloister_sandbox\0"
+        );
         assert_eq!(add_extension(b"\0".to_vec()), b"cl_cloister_sandbox\0");
     }
 
@@ -123,6 +161,9 @@ mod tests {
     fn name_version_record_is_68_bytes() {
         let v = add_extension_with_version(vec![]);
         assert_eq!(v.len(), 4 + CL_NAME_VERSION_MAX_NAME_SIZE);
-        assert_eq!(&v[4..4 + SANDBOX_EXTENSION.len()], SANDBOX_EXTENSION.as_bytes());
+        assert_eq!(
+            &v[4..4 + SANDBOX_EXTENSION.len()],
+            SANDBOX_EXTENSION.as_bytes()
+        );
     }
 }

@@ -10,7 +10,13 @@ use crate::conn::{BuildNotifyFn, Callback};
 use crate::handle::{lookup, Kind, ObjData};
 use crate::info;
 
-pub unsafe fn clCreateProgramWithSource(context: cl_context, count: cl_uint, strings: *mut *const c_char, lengths: *const usize, errcode_ret: *mut cl_int) -> cl_program {
+pub unsafe fn clCreateProgramWithSource(
+    context: cl_context,
+    count: cl_uint,
+    strings: *mut *const c_char,
+    lengths: *const usize,
+    errcode_ret: *mut cl_int,
+) -> cl_program {
     let r = (|| {
         let ctx = lookup(context, Kind::Context)?;
         if count == 0 || strings.is_null() {
@@ -24,7 +30,11 @@ pub unsafe fn clCreateProgramWithSource(context: cl_context, count: cl_uint, str
                 return Err(CL_INVALID_VALUE);
             }
             // SAFETY: lengths is NULL or holds `count` entries.
-            let len = if lengths.is_null() { 0 } else { unsafe { *lengths.add(i) } };
+            let len = if lengths.is_null() {
+                0
+            } else {
+                unsafe { *lengths.add(i) }
+            };
             let bytes = if len == 0 {
                 // SAFETY: a zero length means the string is NUL-terminated.
                 unsafe { CStr::from_ptr(s) }.to_bytes().to_vec()
@@ -35,7 +45,11 @@ pub unsafe fn clCreateProgramWithSource(context: cl_context, count: cl_uint, str
             sources.push(bytes);
         }
         create(&ctx.conn, Kind::Program, ObjData::Program, |id| {
-            ctx.conn.call(CreateProgramWithSource { id, context: ctx.id, sources })
+            ctx.conn.call(CreateProgramWithSource {
+                id,
+                context: ctx.id,
+                sources,
+            })
         })
     })();
     // SAFETY: errcode_ret per API contract.
@@ -52,7 +66,9 @@ pub unsafe fn clBuildProgram(
 ) -> cl_int {
     let r = (|| {
         let p = lookup(program, Kind::Program)?;
-        if (num_devices == 0) != device_list.is_null() || (pfn_notify.is_null() && !user_data.is_null()) {
+        if (num_devices == 0) != device_list.is_null()
+            || (pfn_notify.is_null() && !user_data.is_null())
+        {
             return Err(CL_INVALID_VALUE);
         }
         let devices = if device_list.is_null() {
@@ -63,15 +79,25 @@ pub unsafe fn clBuildProgram(
             Some(ids_of(devs, Kind::Device, CL_INVALID_DEVICE)?.0)
         };
         // SAFETY: options is NULL or NUL-terminated.
-        let options = (!options.is_null()).then(|| unsafe { CStr::from_ptr(options) }.to_bytes().to_vec());
+        let options =
+            (!options.is_null()).then(|| unsafe { CStr::from_ptr(options) }.to_bytes().to_vec());
         let notify = if pfn_notify.is_null() {
             None
         } else {
             // SAFETY: the application passes a function of clBuildProgram's pfn_notify type.
             let pfn = unsafe { std::mem::transmute::<*mut c_void, BuildNotifyFn>(pfn_notify) };
-            Some(p.conn.register_callback(Callback::Build { pfn, user_data: user_data as usize, program: program as usize }))
+            Some(p.conn.register_callback(Callback::Build {
+                pfn,
+                user_data: user_data as usize,
+                program: program as usize,
+            }))
         };
-        let rc = p.conn.call(BuildProgram { program: p.id, devices, options, notify });
+        let rc = p.conn.call(BuildProgram {
+            program: p.id,
+            devices,
+            options,
+            notify,
+        });
         if let (Some(token), Err(_)) = (notify, &rc) {
             p.conn.unregister_callback(token);
         }
@@ -80,18 +106,55 @@ pub unsafe fn clBuildProgram(
     r.unwrap_or_else(|e| e)
 }
 
-pub unsafe fn clGetProgramInfo(program: cl_program, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetProgramInfo(
+    program: cl_program,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(program, Kind::Program, InfoTarget::Program, 0, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(
+            program,
+            Kind::Program,
+            InfoTarget::Program,
+            0,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |_| None,
+        )
+    }
 }
 
-pub unsafe fn clGetProgramBuildInfo(program: cl_program, device: cl_device_id, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetProgramBuildInfo(
+    program: cl_program,
+    device: cl_device_id,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     let dev = match lookup(device, Kind::Device) {
         Ok(d) => d.id,
         Err(e) => return e,
     };
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(program, Kind::Program, InfoTarget::ProgramBuild, dev, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(
+            program,
+            Kind::Program,
+            InfoTarget::ProgramBuild,
+            dev,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |_| None,
+        )
+    }
 }
 
 retain_release! {

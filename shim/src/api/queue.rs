@@ -3,13 +3,18 @@
 use std::ffi::c_void;
 
 use cloister_ipc::cl::*;
-use cloister_ipc::{CreateCommandQueue, CreateCommandQueueWithProperties, FlushOrFinish, InfoTarget};
+use cloister_ipc::{
+    CreateCommandQueue, CreateCommandQueueWithProperties, FlushOrFinish, InfoTarget,
+};
 
 use super::{create, creation, retain_release};
 use crate::handle::{lookup, Kind, ObjData};
 use crate::info;
 
-fn context_and_device(context: cl_context, device: cl_device_id) -> Result<(std::sync::Arc<crate::handle::Object>, u64), cl_int> {
+fn context_and_device(
+    context: cl_context,
+    device: cl_device_id,
+) -> Result<(std::sync::Arc<crate::handle::Object>, u64), cl_int> {
     let ctx = lookup(context, Kind::Context)?;
     let dev = lookup(device, Kind::Device)?;
     if !std::sync::Arc::ptr_eq(&ctx.conn, &dev.conn) {
@@ -18,17 +23,32 @@ fn context_and_device(context: cl_context, device: cl_device_id) -> Result<(std:
     Ok((ctx, dev.id))
 }
 
-pub unsafe fn clCreateCommandQueue(context: cl_context, device: cl_device_id, properties: cl_bitfield, errcode_ret: *mut cl_int) -> cl_command_queue {
+pub unsafe fn clCreateCommandQueue(
+    context: cl_context,
+    device: cl_device_id,
+    properties: cl_bitfield,
+    errcode_ret: *mut cl_int,
+) -> cl_command_queue {
     let r = context_and_device(context, device).and_then(|(ctx, dev)| {
         create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
-            ctx.conn.call(CreateCommandQueue { id, context: ctx.id, device: dev, properties })
+            ctx.conn.call(CreateCommandQueue {
+                id,
+                context: ctx.id,
+                device: dev,
+                properties,
+            })
         })
     });
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
 }
 
-pub unsafe fn clCreateCommandQueueWithProperties(context: cl_context, device: cl_device_id, properties: *const cl_bitfield, errcode_ret: *mut cl_int) -> cl_command_queue {
+pub unsafe fn clCreateCommandQueueWithProperties(
+    context: cl_context,
+    device: cl_device_id,
+    properties: *const cl_bitfield,
+    errcode_ret: *mut cl_int,
+) -> cl_command_queue {
     let r = context_and_device(context, device).and_then(|(ctx, dev)| {
         let props = if properties.is_null() {
             None
@@ -52,16 +72,39 @@ pub unsafe fn clCreateCommandQueueWithProperties(context: cl_context, device: cl
             Some(v)
         };
         create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
-            ctx.conn.call(CreateCommandQueueWithProperties { id, context: ctx.id, device: dev, properties: props })
+            ctx.conn.call(CreateCommandQueueWithProperties {
+                id,
+                context: ctx.id,
+                device: dev,
+                properties: props,
+            })
         })
     });
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
 }
 
-pub unsafe fn clGetCommandQueueInfo(queue: cl_command_queue, param_name: cl_uint, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+pub unsafe fn clGetCommandQueueInfo(
+    queue: cl_command_queue,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(queue, Kind::Queue, InfoTarget::CommandQueue, 0, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(
+            queue,
+            Kind::Queue,
+            InfoTarget::CommandQueue,
+            0,
+            param_name,
+            size,
+            value,
+            size_ret,
+            |_| None,
+        )
+    }
 }
 
 fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
@@ -69,7 +112,13 @@ fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
         Ok(q) => q,
         Err(e) => return e,
     };
-    let rc = q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e);
+    let rc = q
+        .conn
+        .call(FlushOrFinish {
+            queue: q.id,
+            finish,
+        })
+        .unwrap_or_else(|e| e);
     if finish {
         crate::pending::settle(&q.conn, Some(q.id));
     }

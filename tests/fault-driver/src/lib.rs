@@ -49,7 +49,9 @@ fn errno() -> String {
 
 /// Does what CLOISTER_FAULT says for this point, if anything.
 fn fault_point(point: &str) {
-    let Some(action) = fault_for(point) else { return };
+    let Some(action) = fault_for(point) else {
+        return;
+    };
     // SAFETY (crash arms): deliberately faulting is the purpose of this library.
     unsafe {
         match action.as_str() {
@@ -75,7 +77,14 @@ fn fault_point(point: &str) {
             "connect" => report("connect", connect_tcp()),
             "readhome" => report("readhome", read_home()),
             "writeout" => report("writeout", write_outside()),
-            "kill-parent" => report("kill-parent", if libc::kill(libc::getppid(), 0) == 0 { Ok(()) } else { Err(errno()) }),
+            "kill-parent" => report(
+                "kill-parent",
+                if libc::kill(libc::getppid(), 0) == 0 {
+                    Ok(())
+                } else {
+                    Err(errno())
+                },
+            ),
             "ptrace-parent" => report(
                 "ptrace-parent",
                 if libc::ptrace(libc::PTRACE_ATTACH, libc::getppid(), 0, 0) == 0 {
@@ -93,7 +102,11 @@ fn fault_point(point: &str) {
 }
 
 fn exec_shell() -> Result<(), String> {
-    match std::process::Command::new("/bin/sh").arg("-c").arg("exit 0").status() {
+    match std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg("exit 0")
+        .status()
+    {
         Ok(s) if s.success() => Ok(()),
         Ok(s) => Err(format!("shell ended with {s}")),
         Err(e) => Err(e.to_string()),
@@ -101,7 +114,10 @@ fn exec_shell() -> Result<(), String> {
 }
 
 fn connect_tcp() -> Result<(), String> {
-    let port: u16 = std::env::var("CLOISTER_FAULT_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(9);
+    let port: u16 = std::env::var("CLOISTER_FAULT_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(9);
     // A refused connection still proves the network is reachable; only "unreachable" or a
     // permission error means it is blocked.
     match std::net::TcpStream::connect(("127.0.0.1", port)) {
@@ -112,12 +128,14 @@ fn connect_tcp() -> Result<(), String> {
 }
 
 fn read_home() -> Result<(), String> {
-    let path = std::env::var("CLOISTER_FAULT_FILE").map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
+    let path = std::env::var("CLOISTER_FAULT_FILE")
+        .map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
     std::fs::read(&path).map(|_| ()).map_err(|e| e.to_string())
 }
 
 fn write_outside() -> Result<(), String> {
-    let path = std::env::var("CLOISTER_FAULT_FILE").map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
+    let path = std::env::var("CLOISTER_FAULT_FILE")
+        .map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
     std::fs::write(&path, b"written by faultcl\n").map_err(|e| e.to_string())
 }
 
@@ -188,7 +206,8 @@ fn real() -> Option<&'static Real> {
             return None;
         }
         // SAFETY: the ICD entry has this signature.
-        let get_platforms: GetPlatforms = unsafe { std::mem::transmute::<*mut c_void, GetPlatforms>(f) };
+        let get_platforms: GetPlatforms =
+            unsafe { std::mem::transmute::<*mut c_void, GetPlatforms>(f) };
         let mut p: cl_platform_id = std::ptr::null_mut();
         // SAFETY: one platform slot.
         if unsafe { get_platforms(1, &mut p, std::ptr::null_mut()) } != CL_SUCCESS || p.is_null() {
@@ -210,7 +229,13 @@ fn patch(table: &mut IcdDispatch) {
     let start = (table as *mut IcdDispatch as usize) & !(page - 1);
     let end = table as *mut IcdDispatch as usize + std::mem::size_of::<IcdDispatch>();
     // SAFETY: making the pages holding the table writable; they are mapped (we just read them).
-    unsafe { libc::mprotect(start as *mut c_void, end - start, libc::PROT_READ | libc::PROT_WRITE) };
+    unsafe {
+        libc::mprotect(
+            start as *mut c_void,
+            end - start,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    };
     table.clCreateContext = Some(create_context);
     table.clBuildProgram = Some(build_program);
     table.clEnqueueNDRangeKernel = Some(enqueue_nd_range);
@@ -234,7 +259,14 @@ unsafe extern "C" fn create_context(
     unsafe { orig().clCreateContext.expect("pocl has clCreateContext")(p, n, d, f, u, e) }
 }
 
-unsafe extern "C" fn build_program(p: cl_program, n: cl_uint, d: *const cl_device_id, o: *const c_char, f: *mut c_void, u: *mut c_void) -> cl_int {
+unsafe extern "C" fn build_program(
+    p: cl_program,
+    n: cl_uint,
+    d: *const cl_device_id,
+    o: *const c_char,
+    f: *mut c_void,
+    u: *mut c_void,
+) -> cl_int {
     fault_point("build");
     // SAFETY: as above.
     unsafe { orig().clBuildProgram.expect("pocl has clBuildProgram")(p, n, d, o, f, u) }
@@ -254,7 +286,11 @@ unsafe extern "C" fn enqueue_nd_range(
 ) -> cl_int {
     fault_point("enqueue");
     // SAFETY: as above.
-    unsafe { orig().clEnqueueNDRangeKernel.expect("pocl has clEnqueueNDRangeKernel")(q, k, dim, off, g, l, n, w, e) }
+    unsafe {
+        orig()
+            .clEnqueueNDRangeKernel
+            .expect("pocl has clEnqueueNDRangeKernel")(q, k, dim, off, g, l, n, w, e)
+    }
 }
 
 unsafe extern "C" fn finish(q: cl_command_queue) -> cl_int {
@@ -264,7 +300,11 @@ unsafe extern "C" fn finish(q: cl_command_queue) -> cl_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(n: cl_uint, platforms: *mut cl_platform_id, num: *mut cl_uint) -> cl_int {
+pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(
+    n: cl_uint,
+    platforms: *mut cl_platform_id,
+    num: *mut cl_uint,
+) -> cl_int {
     fault_point("init");
     match real() {
         // SAFETY: forwarding the caller's arguments.
