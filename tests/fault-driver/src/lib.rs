@@ -85,10 +85,11 @@ fn fault_point(point: &str) {
                     Err(errno())
                 },
             ),
+            // PTRACE_SEIZE attaches without stopping the parent (PTRACE_ATTACH would leave it
+            // stopped); the attachment ends when this process exits.
             "ptrace-parent" => report(
                 "ptrace-parent",
-                if libc::ptrace(libc::PTRACE_ATTACH, libc::getppid(), 0, 0) == 0 {
-                    libc::ptrace(libc::PTRACE_DETACH, libc::getppid(), 0, 0);
+                if libc::ptrace(libc::PTRACE_SEIZE, libc::getppid(), 0, 0) == 0 {
                     Ok(())
                 } else {
                     Err(errno())
@@ -164,6 +165,18 @@ fn fork_many(n: usize) -> Result<(), String> {
 }
 
 fn open_many(n: usize) -> Result<(), String> {
+    // Take all the hard limit allows, as an attacker would.
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
     let mut fds = Vec::new();
     let mut result = Ok(());
     for _ in 0..n {
