@@ -10,6 +10,7 @@ use cloister_crash_reports::{Cause, CrashReport};
 use cloister_ipc::handshake::PROTOCOL_VERSION;
 use cloister_ipc::recorder::{FlightRecorder, RECORDER_FD};
 use cloister_ipc::{channel, BrokerReply, BrokerRequest, WorkerGrant};
+use cloister_sandbox_policy::learn::Supervision;
 
 use crate::drivers::Driver;
 
@@ -23,7 +24,19 @@ pub struct WorkerOptions {
     pub no_sandbox: bool,
     /// `--require-sandbox`: a layer that cannot be applied is fatal.
     pub require_sandbox: bool,
+    /// `cloister policy learn`: workers run observed, and what they did is collected here.
+    pub learn: Option<std::sync::Arc<LearnSink>>,
 }
+
+/// What learning workers did, per driver.
+#[derive(Default)]
+pub struct LearnSink {
+    pub results: std::sync::Mutex<Vec<(Driver, cloister_sandbox_policy::learn::Observed)>>,
+    pub observers: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// Where the worker finds the socket it hands its seccomp listener over.
+const SUPERVISOR_FD: i32 = 5;
 
 pub struct BrokerConfig {
     pub options: WorkerOptions,
@@ -44,10 +57,7 @@ pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     let bytes = path.as_os_str().as_encoded_bytes();
     if bytes.len() >= addr.sun_path.len() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "socket path too long",
-        ));
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "socket path too long"));
     }
     for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;
@@ -94,12 +104,7 @@ pub fn serve(listener: OwnedFd, config: BrokerConfig) {
     loop {
         // SAFETY: accept4 on a listening socket; NULL address is allowed.
         let raw = unsafe {
-            libc::accept4(
-                listener.as_raw_fd(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                libc::SOCK_CLOEXEC,
-            )
+            libc::accept4(listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC)
         };
         if raw < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
@@ -125,13 +130,7 @@ fn peer_uid(fd: RawFd) -> std::io::Result<u32> {
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: cred/len are valid out pointers of the right size.
     let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
     };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
@@ -149,25 +148,12 @@ fn serve_client(
     let uid = peer_uid(client.as_raw_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     if uid != me {
         let reason = format!("client runs as uid {uid}, this broker serves uid {me} only");
-        let _ = channel::send(
-            client,
-            &BrokerReply::Refused {
-                reason: reason.clone(),
-            },
-            &[],
-        );
+        let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
-    let (BrokerRequest::Hello(hello), _) =
-        channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())?;
+    let (BrokerRequest::Hello(hello), _) = channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())?;
     if let Err(reason) = hello.check() {
-        let _ = channel::send(
-            client,
-            &BrokerReply::Refused {
-                reason: reason.clone(),
-            },
-            &[],
-        );
+        let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
     let mut grants = Vec::new();
@@ -175,32 +161,19 @@ fn serve_client(
     let mut errors = Vec::new();
     for d in &config.drivers {
         let (tx, rx) = std::sync::mpsc::channel();
-        spawn
-            .send((d.clone(), tx))
-            .map_err(|_| "worker spawner is gone")?;
+        spawn.send((d.clone(), tx)).map_err(|_| "worker spawner is gone")?;
         let spawned = rx.recv().map_err(|_| "worker spawner is gone")?;
         match spawned {
             Ok(fd) => {
-                grants.push(WorkerGrant {
-                    driver: d.name.clone(),
-                    library: d.library.clone(),
-                });
+                grants.push(WorkerGrant { driver: d.name.clone(), library: d.library.clone() });
                 fds.push(fd);
             }
             Err(e) => errors.push(format!("cannot start a worker for {}: {e}", d.name)),
         }
     }
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    channel::send(
-        client,
-        &BrokerReply::Workers {
-            version: PROTOCOL_VERSION,
-            grants,
-            errors,
-        },
-        &raw,
-    )
-    .map_err(|e| e.to_string())
+    channel::send(client, &BrokerReply::Workers { version: PROTOCOL_VERSION, grants, errors }, &raw)
+        .map_err(|e| e.to_string())
 }
 
 /// cloister's own variables a worker needs; the `CLOISTER_FAULT*` ones steer the
@@ -221,25 +194,15 @@ pub fn cache_dir(driver: &Driver) -> PathBuf {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(std::env::temp_dir);
-    let name: String = driver
-        .name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let name: String =
+        driver.name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
     base.join("cloister").join("workers").join(name)
 }
 
 /// Starts a worker for `driver`; returns the shim's end of its channel. A thread waits for the
 /// worker and, if it dies, writes a crash report naming the cause.
 pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result<OwnedFd> {
-    let (ours, theirs) =
-        channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
+    let (ours, theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
     let recorder = FlightRecorder::create().map_err(|e| std::io::Error::other(e.to_string()))?;
     let cache = cache_dir(driver);
     let tmp = cache.join("tmp");
@@ -247,12 +210,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result
     let theirs_raw = theirs.as_raw_fd();
     let recorder_raw = recorder.region().fd().as_raw_fd();
     let mut cmd = Command::new(&options.worker);
-    cmd.arg("--library")
-        .arg(&driver.library)
-        .arg("--name")
-        .arg(&driver.name)
-        .arg("--cache")
-        .arg(&cache);
+    cmd.arg("--library").arg(&driver.library).arg("--name").arg(&driver.name).arg("--cache").arg(&cache);
     if let Some(p) = &options.profile {
         cmd.arg("--profile").arg(p);
     }
@@ -262,23 +220,27 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result
     if options.require_sandbox {
         cmd.arg("--require-sandbox");
     }
+    if options.learn.is_some() {
+        cmd.arg("--learn");
+    }
+    // The worker hands its seccomp listener over this socket: we supervise its violations
+    // (or, learning, observe every call).
+    let (sup_ours, sup_theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
+    let sup_raw = sup_theirs.as_raw_fd();
     cmd.env_clear();
-    for key in cloister_sandbox_policy::ENV_PASSTHROUGH
-        .iter()
-        .chain(WORKER_CLOISTER_VARS.iter())
-    {
+    for key in cloister_sandbox_policy::ENV_PASSTHROUGH.iter().chain(WORKER_CLOISTER_VARS.iter()) {
         if let Some(v) = std::env::var_os(key) {
             cmd.env(key, v);
         }
     }
-    cmd.env("HOME", &cache)
-        .env("XDG_CACHE_HOME", &cache)
-        .env("TMPDIR", &tmp);
+    cmd.env("HOME", &cache).env("XDG_CACHE_HOME", &cache).env("TMPDIR", &tmp);
     cmd.stdin(Stdio::null());
     // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            for (from, to) in [(theirs_raw, 3), (recorder_raw, RECORDER_FD)] {
+            for (from, to) in [(Some(theirs_raw), 3), (Some(recorder_raw), RECORDER_FD), (Some(sup_raw), SUPERVISOR_FD)]
+            {
+                let Some(from) = from else { continue };
                 if libc::dup2(from, to) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -290,13 +252,37 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result
     }
     let mut child = cmd.spawn()?;
     drop(theirs);
+    drop(sup_theirs);
+    let recorder = std::sync::Arc::new(recorder);
+    let pid = child.id();
+    let supervisor = {
+        let (recorder, learn, d) = (recorder.clone(), options.learn.clone(), driver.clone());
+        std::thread::spawn(move || {
+            let Ok(Some((_, mut fds))) = channel::recv_raw(sup_ours.as_raw_fd()) else { return };
+            let Some(listener) = fds.pop() else { return };
+            match learn {
+                Some(sink) => {
+                    let seen = cloister_sandbox_policy::learn::observe(listener);
+                    sink.results.lock().unwrap_or_else(|e| e.into_inner()).push((d, seen));
+                }
+                None => {
+                    let mut on_violation = |nr: i64| {
+                        recorder.header().trapped_syscall.store(nr, std::sync::atomic::Ordering::Release);
+                        // SAFETY: killing our own child, whose pid we hold until we reap it.
+                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    };
+                    cloister_sandbox_policy::learn::supervise(listener, Supervision::Enforce(&mut on_violation));
+                }
+            }
+        })
+    };
+    if let Some(sink) = &options.learn {
+        sink.observers.lock().unwrap_or_else(|e| e.into_inner()).push(supervisor);
+    }
     let driver = driver.clone();
-    let profile = options
-        .profile
-        .clone()
-        .unwrap_or_else(|| cloister_sandbox_policy::Profile::for_library(&driver.library).name);
+    let profile =
+        options.profile.clone().unwrap_or_else(|| cloister_sandbox_policy::Profile::for_library(&driver.library).name);
     std::thread::spawn(move || {
-        let pid = child.id();
         let Ok(status) = child.wait() else { return };
         if let Some(cause) = death_cause(status, &recorder) {
             report_death(&driver, &profile, pid, cause);
@@ -308,22 +294,13 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result
 /// Why a worker ended, or `None` for a clean exit (its application went away).
 fn death_cause(status: std::process::ExitStatus, recorder: &FlightRecorder) -> Option<Cause> {
     use std::os::unix::process::ExitStatusExt;
-    let trapped = recorder
-        .header()
-        .trapped_syscall
-        .load(std::sync::atomic::Ordering::Acquire);
+    let trapped = recorder.header().trapped_syscall.load(std::sync::atomic::Ordering::Acquire);
     if trapped >= 0 {
         let name = cloister_sandbox_policy::seccomp::syscall_name(trapped).map(str::to_string);
-        return Some(Cause::TrappedSyscall {
-            number: trapped,
-            name,
-        });
+        return Some(Cause::TrappedSyscall { number: trapped, name });
     }
     if let Some(signal) = status.signal() {
-        return Some(Cause::Signal {
-            signal,
-            fault_address: None,
-        });
+        return Some(Cause::Signal { signal, fault_address: None });
     }
     match status.code() {
         Some(0) | None => None,
@@ -339,9 +316,5 @@ fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause) {
         Some(Err(e)) => format!("the report could not be written: {e}"),
         None => "no state directory for a report (set HOME or XDG_STATE_HOME)".into(),
     };
-    eprintln!(
-        "cloister: the worker for driver {} (pid {pid}) died: {}; {place}",
-        driver.name,
-        report.cause.describe()
-    );
+    eprintln!("cloister: the worker for driver {} (pid {pid}) died: {}; {place}", driver.name, report.cause.describe());
 }

@@ -32,12 +32,9 @@ impl Install {
     pub fn locate() -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
         let dir = exe.parent().ok_or("binary has no directory")?.to_path_buf();
-        let shim = std::env::var_os("CLOISTER_SHIM")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| dir.join("libcloister.so"));
-        let worker = std::env::var_os("CLOISTER_WORKER")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| dir.join("cloister-worker"));
+        let shim = std::env::var_os("CLOISTER_SHIM").map(PathBuf::from).unwrap_or_else(|| dir.join("libcloister.so"));
+        let worker =
+            std::env::var_os("CLOISTER_WORKER").map(PathBuf::from).unwrap_or_else(|| dir.join("cloister-worker"));
         for (what, p) in [("shim", &shim), ("worker", &worker)] {
             if !p.exists() {
                 return Err(format!(
@@ -62,10 +59,16 @@ pub struct Cage {
 
 impl Cage {
     /// Sets up the directory and starts the broker thread for `drivers`.
-    pub fn start(
+    pub fn start(install: &Install, drivers: Vec<Driver>, sandbox: &SandboxOptions) -> Result<Self, String> {
+        Self::start_with(install, drivers, sandbox, None)
+    }
+
+    /// Like `start`; with `learn`, workers run observed and report what they did there.
+    pub fn start_with(
         install: &Install,
         drivers: Vec<Driver>,
         sandbox: &SandboxOptions,
+        learn: Option<&std::sync::Arc<crate::broker::LearnSink>>,
     ) -> Result<Self, String> {
         let base = std::env::var_os("XDG_RUNTIME_DIR")
             .map(PathBuf::from)
@@ -73,8 +76,7 @@ impl Cage {
             .unwrap_or_else(std::env::temp_dir);
         let dir = base.join(format!("cloister-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         set_mode(&dir, 0o700);
         let vendors = dir.join("vendors");
         let direct_vendors = dir.join("direct-vendors");
@@ -87,36 +89,24 @@ impl Cage {
         }
         std::fs::create_dir_all(&libdir).map_err(|e| e.to_string())?;
         let shim = std::fs::canonicalize(&install.shim).map_err(|e| e.to_string())?;
-        std::fs::write(
-            vendors.join("cloister.icd"),
-            format!("{}\n", shim.display()),
-        )
-        .map_err(|e| e.to_string())?;
-        std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so.1"))
-            .map_err(|e| e.to_string())?;
-        std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so"))
-            .map_err(|e| e.to_string())?;
+        std::fs::write(vendors.join("cloister.icd"), format!("{}\n", shim.display())).map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so.1")).map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so")).map_err(|e| e.to_string())?;
         let socket = dir.join("broker.sock");
-        let listener = broker::listen(&socket)
-            .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+        let listener = broker::listen(&socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
         let options = WorkerOptions {
             worker: install.worker.clone(),
             profile: sandbox.profile.clone(),
             no_sandbox: sandbox.no_sandbox,
             require_sandbox: sandbox.require_sandbox,
+            learn: learn.cloned(),
         };
         let config = BrokerConfig { options, drivers };
         std::thread::Builder::new()
             .name("broker".into())
             .spawn(move || broker::serve(listener, config))
             .map_err(|e| e.to_string())?;
-        Ok(Self {
-            dir,
-            socket,
-            vendors,
-            direct_vendors,
-            libdir,
-        })
+        Ok(Self { dir, socket, vendors, direct_vendors, libdir })
     }
 
     /// Points `cmd`'s OpenCL at the cage: through the ICD loader, or with `drop_in`, by putting

@@ -15,9 +15,7 @@ pub const DEFAULT_VENDORS_DIR: &str = "/etc/OpenCL/vendors";
 
 /// The vendor directory cloister reads (not the one it gives the application).
 pub fn vendors_dir() -> PathBuf {
-    std::env::var_os("CLOISTER_VENDORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_VENDORS_DIR))
+    std::env::var_os("CLOISTER_VENDORS_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_VENDORS_DIR))
 }
 
 /// Every registered driver except cloister's own shim, sorted by name.
@@ -31,12 +29,7 @@ pub fn discover(dir: &Path, shim: &Path) -> Vec<Driver> {
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "icd"))
         .filter_map(|p| {
-            let library = std::fs::read_to_string(&p)
-                .ok()?
-                .lines()
-                .next()?
-                .trim()
-                .to_string();
+            let library = std::fs::read_to_string(&p).ok()?.lines().next()?.trim().to_string();
             let name = p.file_stem()?.to_string_lossy().into_owned();
             Some(Driver { name, library })
         })
@@ -47,10 +40,7 @@ pub fn discover(dir: &Path, shim: &Path) -> Vec<Driver> {
 }
 
 fn is_cloister(library: &str, shim: Option<&Path>) -> bool {
-    if Path::new(library)
-        .file_name()
-        .is_some_and(|f| f.to_string_lossy().starts_with("libcloister"))
-    {
+    if Path::new(library).file_name().is_some_and(|f| f.to_string_lossy().starts_with("libcloister")) {
         return true;
     }
     match (std::fs::canonicalize(library).ok(), shim) {
@@ -65,27 +55,16 @@ pub fn select(all: &[Driver], want: &str) -> Result<Driver, String> {
         if !Path::new(want).exists() {
             return Err(format!("driver library {want} does not exist"));
         }
-        return Ok(Driver {
-            name: want.to_string(),
-            library: want.to_string(),
-        });
+        return Ok(Driver { name: want.to_string(), library: want.to_string() });
     }
     all.iter()
-        .find(|d| {
-            d.name == want
-                || d.library == want
-                || Path::new(&d.library).file_name().is_some_and(|f| f == want)
-        })
+        .find(|d| d.name == want || d.library == want || Path::new(&d.library).file_name().is_some_and(|f| f == want))
         .cloned()
         .ok_or_else(|| {
             let names: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
             format!(
                 "no driver named {want}; registered: {}",
-                if names.is_empty() {
-                    "none".into()
-                } else {
-                    names.join(", ")
-                }
+                if names.is_empty() { "none".into() } else { names.join(", ") }
             )
         })
 }
@@ -102,18 +81,10 @@ mod tests {
         std::fs::write(dir.join("cloister.icd"), "/opt/x/libcloister.so\n").unwrap();
         std::fs::write(dir.join("README"), "not an icd").unwrap();
         let found = discover(&dir, Path::new("/nonexistent/libcloister.so"));
-        assert_eq!(
-            found,
-            vec![Driver {
-                name: "pocl".into(),
-                library: "libpocl.so.2".into()
-            }]
-        );
+        assert_eq!(found, vec![Driver { name: "pocl".into(), library: "libpocl.so.2".into() }]);
         assert_eq!(select(&found, "pocl").unwrap().library, "libpocl.so.2");
         assert_eq!(select(&found, "libpocl.so.2").unwrap().name, "pocl");
-        assert!(select(&found, "nvidia")
-            .unwrap_err()
-            .contains("registered: pocl"));
+        assert!(select(&found, "nvidia").unwrap_err().contains("registered: pocl"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

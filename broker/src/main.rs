@@ -50,6 +50,11 @@ enum Cmd {
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
+    /// Sandbox profiles: list, show, and learn a new one from a driver's behaviour.
+    Policy {
+        #[command(subcommand)]
+        action: PolicyCmd,
+    },
     /// Print the coverage table of every OpenCL entry point (Markdown, as in the README).
     Coverage,
     /// Run the same micro-benchmarks directly on the driver and through the cage; print both
@@ -69,6 +74,26 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum PolicyCmd {
+    /// The built-in profiles.
+    List,
+    /// Print a built-in profile (the reviewed source file).
+    Show { name: String },
+    /// Run APP with the driver observed rather than confined, then write a profile that allows
+    /// exactly what it used, with comments, for review.
+    Learn {
+        /// The driver to observe (.icd name or library path).
+        #[arg(long)]
+        driver: String,
+        /// Where to write the profile (default: standard output).
+        #[arg(long)]
+        output: Option<std::path::PathBuf>,
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        app: Vec<String>,
+    },
+}
+
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward_signal(sig: libc::c_int) {
@@ -82,24 +107,15 @@ extern "C" fn forward_signal(sig: libc::c_int) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Run {
-            driver,
-            drop_in,
-            sandbox,
-            app,
-        } => run(driver.as_deref(), drop_in, &sandbox, &app),
+        Cmd::Run { driver, drop_in, sandbox, app } => run(driver.as_deref(), drop_in, &sandbox, &app),
         Cmd::Drivers => list_drivers(),
+        Cmd::Policy { action } => policy(action),
         Cmd::Info { driver, sandbox } => info(driver.as_deref(), &sandbox),
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench {
-            driver,
-            json,
-            quick,
-            sandbox,
-        } => run_bench(driver.as_deref(), json, quick, &sandbox),
+        Cmd::Bench { driver, json, quick, sandbox } => run_bench(driver.as_deref(), json, quick, &sandbox),
     };
     match result {
         Ok(code) => code,
@@ -127,12 +143,67 @@ fn run(
     let install = Install::locate()?;
     let drivers = cage::choose_drivers(&install, driver)?;
     let cage = Cage::start(&install, drivers, sandbox)?;
+    run_app(cage, drop_in, app)
+}
+
+fn policy(action: PolicyCmd) -> Result<ExitCode, String> {
+    use cloister_sandbox_policy::profile::BUILTIN;
+    match action {
+        PolicyCmd::List => {
+            for (name, _) in BUILTIN {
+                let p = cloister_sandbox_policy::Profile::builtin(name).ok_or("bad built-in profile")?;
+                let libs =
+                    if p.libraries.is_empty() { "(any other driver)".to_string() } else { p.libraries.join(", ") };
+                println!("{name}\t{libs}");
+            }
+        }
+        PolicyCmd::Show { name } => {
+            let (_, text) =
+                BUILTIN.iter().find(|(n, _)| *n == name).ok_or_else(|| format!("no built-in profile {name}"))?;
+            print!("{text}");
+        }
+        PolicyCmd::Learn { driver, output, app } => {
+            let install = Install::locate()?;
+            let drivers = cage::choose_drivers(&install, Some(&driver))?;
+            let sink = std::sync::Arc::new(broker::LearnSink::default());
+            let cage = Cage::start_with(&install, drivers, &cage::SandboxOptions::default(), Some(&sink))?;
+            let code = run_app(cage, false, &app)?;
+            // The workers end when the application does; wait for their observers.
+            let observers: Vec<_> = std::mem::take(&mut *sink.observers.lock().unwrap_or_else(|e| e.into_inner()));
+            for o in observers {
+                let _ = o.join();
+            }
+            let results = sink.results.lock().unwrap_or_else(|e| e.into_inner());
+            let Some((d, seen)) = results.first() else {
+                return Err("the application never used the driver: nothing was learned".into());
+            };
+            let stem =
+                std::path::Path::new(&d.name).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = format!("learned-{stem}");
+            let text = cloister_sandbox_policy::learn::write_profile(&name, &d.library, &app.join(" "), seen);
+            match output {
+                Some(path) => {
+                    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                    eprintln!(
+                        "cloister: wrote profile {name} ({} system calls) to {}",
+                        seen.calls.len(),
+                        path.display()
+                    );
+                }
+                None => print!("{text}"),
+            }
+            return Ok(code);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the application against `cage`, passing its exit status (or signal) through.
+fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String> {
     let mut cmd = Command::new(&app[0]);
     cmd.args(&app[1..]);
     cage.configure(&mut cmd, drop_in);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", app[0]))?;
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", app[0]))?;
     CHILD.store(child.id() as i32, Ordering::Relaxed);
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
         // SAFETY: installing an async-signal-safe handler.
@@ -165,10 +236,7 @@ fn run_bench(
     let install = Install::locate()?;
     let client = install.worker.with_file_name("cloister-bench-client");
     if !client.exists() {
-        return Err(format!(
-            "benchmark client not found at {}",
-            client.display()
-        ));
+        return Err(format!("benchmark client not found at {}", client.display()));
     }
     let mut drivers = cage::choose_drivers(&install, driver)?;
     drivers.truncate(1);
@@ -183,9 +251,7 @@ fn run_bench(
         } else {
             cage.configure_direct(&mut cmd);
         }
-        let out = cmd
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", client.display()))?;
+        let out = cmd.output().map_err(|e| format!("cannot run {}: {e}", client.display()))?;
         if !out.status.success() {
             return Err(format!(
                 "benchmark client ({}) failed: {}",
@@ -193,8 +259,7 @@ fn run_bench(
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        serde_json::from_slice(&out.stdout)
-            .map_err(|e| format!("benchmark client printed bad JSON: {e}"))
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("benchmark client printed bad JSON: {e}"))
     };
     let direct = run_client(false)?;
     let caged = run_client(true)?;
@@ -223,11 +288,7 @@ fn info(driver: Option<&str>, sandbox: &cage::SandboxOptions) -> Result<ExitCode
                     "    device: {} ({}, {})",
                     d.name,
                     d.kind,
-                    if d.available {
-                        "available"
-                    } else {
-                        "unavailable"
-                    }
+                    if d.available { "available" } else { "unavailable" }
                 );
             }
         }

@@ -10,21 +10,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Cause {
-    Signal {
-        signal: i32,
-        fault_address: Option<u64>,
-    },
-    TrappedSyscall {
-        number: i64,
-        name: Option<String>,
-    },
-    Exit {
-        status: i32,
-    },
-    Hang {
-        call: String,
-        deadline_ms: u64,
-    },
+    Signal { signal: i32, fault_address: Option<u64> },
+    TrappedSyscall { number: i64, name: Option<String> },
+    Exit { status: i32 },
+    Hang { call: String, deadline_ms: u64 },
     MemoryLimit,
 }
 
@@ -61,10 +50,7 @@ impl Cause {
                 format!("killed by signal {signal} ({})", signal_name(*signal))
             }
             Cause::TrappedSyscall { number, name } => {
-                format!(
-                    "seccomp trapped the forbidden system call `{}` ({number})",
-                    name.as_deref().unwrap_or("?")
-                )
+                format!("seccomp trapped the forbidden system call `{}` ({number})", name.as_deref().unwrap_or("?"))
             }
             Cause::Exit { status } => format!("exited with status {status}"),
             Cause::Hang { call, deadline_ms } => {
@@ -77,10 +63,9 @@ impl Cause {
     fn signature_part(&self) -> String {
         match self {
             Cause::Signal { signal, .. } => signal_name(*signal).to_string(),
-            Cause::TrappedSyscall { name, number } => format!(
-                "seccomp:{}",
-                name.clone().unwrap_or_else(|| number.to_string())
-            ),
+            Cause::TrappedSyscall { name, number } => {
+                format!("seccomp:{}", name.clone().unwrap_or_else(|| number.to_string()))
+            }
             Cause::Exit { status } => format!("exit:{status}"),
             Cause::Hang { call, .. } => format!("hang:{call}"),
             Cause::MemoryLimit => "memory".into(),
@@ -104,9 +89,7 @@ pub fn signal_name(sig: i32) -> &'static str {
 
 impl CrashReport {
     pub fn new(driver: &str, library: &str, profile: &str, pid: u32, cause: Cause) -> Self {
-        let time = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let signature = format!("{driver}:{}", cause.signature_part());
         Self {
             time,
@@ -153,27 +136,16 @@ mod tests {
             "libpocl.so.2",
             "pocl",
             42,
-            Cause::Signal {
-                signal: 11,
-                fault_address: Some(0x10),
-            },
+            Cause::Signal { signal: 11, fault_address: Some(0x10) },
         );
-        r.in_flight = Some(RecordedCall {
-            op: "BuildProgram".into(),
-            lane: 1,
-            start_ns: 5,
-            end_ns: None,
-        });
+        r.in_flight = Some(RecordedCall { op: "BuildProgram".into(), lane: 1, start_ns: 5, end_ns: None });
         assert_eq!(r.signature, "pocl:SIGSEGV");
         let json = serde_json::to_string(&r).unwrap();
         assert!(json.contains("\"kind\":\"signal\""), "{json}");
         assert_eq!(serde_json::from_str::<CrashReport>(&json).unwrap(), r);
         let dir = std::env::temp_dir().join(format!("cloister-report-test-{}", std::process::id()));
         let path = r.write(&dir).unwrap();
-        assert_eq!(
-            serde_json::from_slice::<CrashReport>(&std::fs::read(&path).unwrap()).unwrap(),
-            r
-        );
+        assert_eq!(serde_json::from_slice::<CrashReport>(&std::fs::read(&path).unwrap()).unwrap(), r);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

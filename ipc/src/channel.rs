@@ -15,15 +15,7 @@ const MAX_FDS: usize = 8;
 pub fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), IpcError> {
     let mut fds = [0; 2];
     // SAFETY: fds is a valid two-element array.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } != 0
-    {
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
         return Err(IpcError::os("socketpair"));
     }
     // SAFETY: both fds are fresh and ours.
@@ -35,10 +27,7 @@ pub fn send_raw(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<(), IpcError
     if bytes.len() > MAX_FRAME || fds.len() > MAX_FDS {
         return Err(IpcError::Protocol("frame too large"));
     }
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut _,
-        iov_len: bytes.len(),
-    };
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
     let mut cmsg_buf = [0u64; 8];
     // SAFETY: an all-zero msghdr is valid; the fields are filled in below.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -78,10 +67,7 @@ pub type Frame = (Vec<u8>, Vec<OwnedFd>);
 /// Receives one frame. `Ok(None)` is an orderly EOF: the peer is gone.
 pub fn recv_raw(sock: RawFd) -> Result<Option<Frame>, IpcError> {
     let mut buf = vec![0u8; MAX_FRAME];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     let mut cmsg_buf = [0u64; 8];
     // SAFETY: zeroed msghdr is valid; fields set below.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };

@@ -47,19 +47,10 @@ pub fn status_meaning(status: &str) -> &'static str {
 pub fn coverage_markdown() -> String {
     let mut out = String::from("| slot | entry point | status |\n| ---: | --- | --- |\n");
     for (slot, (name, status)) in ENTRY_POINTS.iter().enumerate() {
-        out.push_str(&format!(
-            "| {slot} | `{name}` | {} |\n",
-            status_meaning(status)
-        ));
+        out.push_str(&format!("| {slot} | `{name}` | {} |\n", status_meaning(status)));
     }
-    let forwarded = ENTRY_POINTS
-        .iter()
-        .filter(|(_, s)| *s == "forwarded")
-        .count();
-    out.push_str(&format!(
-        "\n{forwarded} of {} entry points forwarded.\n",
-        ENTRY_POINTS.len()
-    ));
+    let forwarded = ENTRY_POINTS.iter().filter(|(_, s)| *s == "forwarded").count();
+    out.push_str(&format!("\n{forwarded} of {} entry points forwarded.\n", ENTRY_POINTS.len()));
     out
 }
 
@@ -70,8 +61,7 @@ mod tests {
     /// The README's table must be the one derived from the code, so it can never drift.
     #[test]
     fn readme_coverage_table_matches_the_entry_point_table() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-            .expect("README.md");
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README.md");
         let table = coverage_markdown();
         assert!(
             readme.contains(&table),

@@ -15,11 +15,7 @@ pub struct Hello {
 
 impl Hello {
     pub fn new() -> Self {
-        Self {
-            magic: MAGIC,
-            version: PROTOCOL_VERSION,
-            pid: std::process::id(),
-        }
+        Self { magic: MAGIC, version: PROTOCOL_VERSION, pid: std::process::id() }
     }
 
     /// Checks a peer's hello; the error says what to do about a mismatch.

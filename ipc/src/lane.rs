@@ -42,29 +42,18 @@ struct Header {
 fn spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *SPIN.get_or_init(|| {
-        let us = std::env::var("CLOISTER_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(50);
+        let us = std::env::var("CLOISTER_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
         Duration::from_micros(us)
     })
 }
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
+    let ts =
+        libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
     // SAFETY: word points into a live shared mapping; FUTEX_WAIT (not private: the word is
     // shared between processes) only reads it.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const _,
-        );
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const _);
     }
 }
 
@@ -90,9 +79,7 @@ pub struct Lane {
 
 impl Lane {
     pub fn create() -> Result<Self, IpcError> {
-        Ok(Self {
-            region: SharedRegion::create("cloister-lane", LANE_BYTES)?,
-        })
+        Ok(Self { region: SharedRegion::create("cloister-lane", LANE_BYTES)? })
     }
 
     pub fn from_region(region: SharedRegion) -> Result<Self, IpcError> {
@@ -137,9 +124,7 @@ impl Lane {
     /// Copies `bytes` into the message area and hands the lane to the worker.
     pub fn post_request(&self, bytes: &[u8]) -> Result<(), IpcError> {
         if bytes.len() > MSG_CAP {
-            return Err(IpcError::Protocol(
-                "request larger than the lane's message area",
-            ));
+            return Err(IpcError::Protocol("request larger than the lane's message area"));
         }
         // SAFETY: bytes fits in the message area, which the client owns while state is IDLE.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.msg_ptr(), bytes.len()) };
@@ -179,9 +164,7 @@ impl Lane {
     /// Worker side: publishes the reply.
     pub fn post_reply(&self, bytes: &[u8]) -> Result<(), IpcError> {
         if bytes.len() > MSG_CAP {
-            return Err(IpcError::Protocol(
-                "reply larger than the lane's message area",
-            ));
+            return Err(IpcError::Protocol("reply larger than the lane's message area"));
         }
         // SAFETY: as in post_request; the worker owns the area while state is REQUEST.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.msg_ptr(), bytes.len()) };
@@ -206,12 +189,7 @@ impl Lane {
         futex_wake(&self.header().state);
     }
 
-    fn wait_for(
-        &self,
-        want: u32,
-        sleeping: &AtomicU32,
-        alive: &dyn Fn() -> bool,
-    ) -> Result<(), WaitEnd> {
+    fn wait_for(&self, want: u32, sleeping: &AtomicU32, alive: &dyn Fn() -> bool) -> Result<(), WaitEnd> {
         let h = self.header();
         let start = Instant::now();
         let budget = spin_budget();

@@ -77,36 +77,19 @@ mod tests {
     #[test]
     fn decoders_survive_random_and_mutated_input() {
         let seeds: Vec<Vec<u8>> = vec![
-            encode_request(GetInfo {
-                target: InfoTarget::Device,
-                object: 7,
-                aux: 0,
-                param: 0x102B,
-            })
-            .unwrap(),
+            encode_request(GetInfo { target: InfoTarget::Device, object: 7, aux: 0, param: 0x102B }).unwrap(),
             encode_request(EnqueueNdRange {
                 queue: 1,
                 kernel: 2,
-                args: vec![
-                    (0, ArgValue::Object(3)),
-                    (1, ArgValue::Bytes(vec![1, 2, 3, 4])),
-                    (2, ArgValue::Local(64)),
-                ],
+                args: vec![(0, ArgValue::Object(3)), (1, ArgValue::Bytes(vec![1, 2, 3, 4])), (2, ArgValue::Local(64))],
                 work_dim: 1,
                 offset: None,
                 global: Some(vec![1024]),
                 local: None,
-                sync: EnqueueSync {
-                    wait: vec![5],
-                    event: Some(6),
-                },
+                sync: EnqueueSync { wait: vec![5], event: Some(6) },
             })
             .unwrap(),
-            postcard::to_allocvec(&InfoReply {
-                status: 0,
-                value: vec![1; 16],
-            })
-            .unwrap(),
+            postcard::to_allocvec(&InfoReply { status: 0, value: vec![1; 16] }).unwrap(),
         ];
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
         for round in 0..20_000 {
@@ -134,10 +117,7 @@ mod tests {
         let mut bytes = postcard::to_allocvec(&0i32).unwrap();
         assert_eq!(decode_reply::<FlushOrFinish>(&bytes).unwrap(), 0);
         bytes.push(0);
-        assert!(matches!(
-            decode_reply::<FlushOrFinish>(&bytes),
-            Err(IpcError::Protocol(_))
-        ));
+        assert!(matches!(decode_reply::<FlushOrFinish>(&bytes), Err(IpcError::Protocol(_))));
     }
 
     #[test]

@@ -29,12 +29,8 @@ impl FlightRecorder {
     pub fn create() -> Result<Self, IpcError> {
         let region = SharedRegion::create("cloister-recorder", RECORDER_BYTES)?;
         let r = Self { region };
-        r.header()
-            .magic
-            .store(RECORDER_MAGIC, std::sync::atomic::Ordering::Release);
-        r.header()
-            .trapped_syscall
-            .store(-1, std::sync::atomic::Ordering::Release);
+        r.header().magic.store(RECORDER_MAGIC, std::sync::atomic::Ordering::Release);
+        r.header().trapped_syscall.store(-1, std::sync::atomic::Ordering::Release);
         Ok(r)
     }
 

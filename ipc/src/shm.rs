@@ -21,8 +21,7 @@ unsafe impl Sync for SharedRegion {}
 impl SharedRegion {
     /// Creates a new zero-filled region of `len` bytes (sparse: pages cost memory once touched).
     pub fn create(name: &str, len: usize) -> Result<Self, IpcError> {
-        let cname =
-            std::ffi::CString::new(name).map_err(|_| IpcError::Protocol("bad memfd name"))?;
+        let cname = std::ffi::CString::new(name).map_err(|_| IpcError::Protocol("bad memfd name"))?;
         // SAFETY: cname is a valid C string; memfd_create has no other preconditions.
         let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
         if raw < 0 {
@@ -68,11 +67,7 @@ impl SharedRegion {
         if p == libc::MAP_FAILED {
             return Err(IpcError::os("mmap"));
         }
-        Ok(Self {
-            base: NonNull::new(p.cast()).ok_or(IpcError::Protocol("mmap null"))?,
-            len,
-            fd,
-        })
+        Ok(Self { base: NonNull::new(p.cast()).ok_or(IpcError::Protocol("mmap null"))?, len, fd })
     }
 
     pub fn as_ptr(&self) -> *mut u8 {

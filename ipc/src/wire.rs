@@ -51,9 +51,7 @@ pub fn handle_layout(t: InfoTarget, param: u32) -> Option<HandleLayout> {
         (Device, 0x1031) | (Device, 0x1042) => HandleLayout::One,
         (Context, 0x1081) => HandleLayout::Array,
         (Context, 0x1082) => HandleLayout::ContextProperties,
-        (CommandQueue, 0x1090) | (CommandQueue, 0x1091) | (CommandQueue, 0x1095) => {
-            HandleLayout::One
-        }
+        (CommandQueue, 0x1090) | (CommandQueue, 0x1091) | (CommandQueue, 0x1095) => HandleLayout::One,
         (MemObject, 0x1106) | (MemObject, 0x1107) | (Image, 0x1118) => HandleLayout::One,
         (Sampler, 0x1151) => HandleLayout::One,
         (Program, 0x1161) => HandleLayout::One,
@@ -307,18 +305,9 @@ pub enum WorkerMessage {
 /// Something the driver did on its own time: the shim runs the application's callback.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum Notification {
-    EventStatus {
-        token: u64,
-        status: i32,
-    },
-    ContextError {
-        token: u64,
-        errinfo: String,
-        private_info: Vec<u8>,
-    },
-    BuildDone {
-        token: u64,
-    },
+    EventStatus { token: u64, status: i32 },
+    ContextError { token: u64, errinfo: String, private_info: Vec<u8> },
+    BuildDone { token: u64 },
 }
 
 /// The application (shim) asking the broker for its workers.
@@ -355,9 +344,4 @@ macro_rules! status_only {
         }
     )*};
 }
-status_only!(
-    InfoReply { value },
-    IdsReply { ids },
-    KernelReply { num_args },
-    KernelsReply { count, num_args }
-);
+status_only!(InfoReply { value }, IdsReply { ids }, KernelReply { num_args }, KernelsReply { count, num_args });

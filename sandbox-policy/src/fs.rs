@@ -4,10 +4,7 @@
 
 use std::path::Path;
 
-use landlock::{
-    Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
-    ABI,
-};
+use landlock::{Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, ABI};
 
 use crate::profile::Profile;
 use crate::{LayerState, SandboxError};
@@ -21,14 +18,8 @@ fn add(
         return Ok(ruleset);
     };
     // Files take only file rights; directories take them all.
-    let access = if Path::new(path).is_dir() {
-        access
-    } else {
-        access & AccessFs::from_file(ABI)
-    };
-    ruleset
-        .add_rule(PathBeneath::new(fd, access))
-        .map_err(|e| SandboxError::Landlock(e.to_string()))
+    let access = if Path::new(path).is_dir() { access } else { access & AccessFs::from_file(ABI) };
+    ruleset.add_rule(PathBeneath::new(fd, access)).map_err(|e| SandboxError::Landlock(e.to_string()))
 }
 
 /// Confines the calling process (and its future threads and children).
@@ -37,11 +28,7 @@ fn add(
 /// device ioctls. On older kernels the crate degrades to what the kernel has.
 const ABI: ABI = ABI::V5;
 
-pub fn apply(
-    profile: &Profile,
-    private_dirs: &[&Path],
-    extra_read: &[&Path],
-) -> Result<LayerState, SandboxError> {
+pub fn apply(profile: &Profile, private_dirs: &[&Path], extra_read: &[&Path]) -> Result<LayerState, SandboxError> {
     let abi = ABI;
     let read = AccessFs::from_read(abi) & !AccessFs::Execute;
     let exec = AccessFs::from_read(abi);
@@ -68,14 +55,10 @@ pub fn apply(
             ruleset = add(ruleset, s, write | read)?;
         }
     }
-    let status = ruleset
-        .restrict_self()
-        .map_err(|e| SandboxError::Landlock(e.to_string()))?;
+    let status = ruleset.restrict_self().map_err(|e| SandboxError::Landlock(e.to_string()))?;
     Ok(match status.ruleset {
         RulesetStatus::FullyEnforced => LayerState::On,
         RulesetStatus::PartiallyEnforced => LayerState::On, // an older ABI: still confining
-        RulesetStatus::NotEnforced => {
-            LayerState::Off("the kernel does not enforce landlock".into())
-        }
+        RulesetStatus::NotEnforced => LayerState::Off("the kernel does not enforce landlock".into()),
     })
 }

@@ -3,6 +3,7 @@
 //! `profiles/`. Each layer reports whether it is on, and why not, so `cloister info` can show it.
 
 pub mod fs;
+pub mod learn;
 pub mod process;
 pub mod profile;
 pub mod seccomp;
@@ -58,22 +59,12 @@ impl fmt::Display for Layer {
 }
 
 fn result_layer(name: &'static str, r: Result<LayerState, SandboxError>) -> Layer {
-    Layer {
-        name,
-        state: r.unwrap_or_else(|e| LayerState::Off(e.to_string())),
-    }
+    Layer { name, state: r.unwrap_or_else(|e| LayerState::Off(e.to_string())) }
 }
 
 /// The environment variables a driver may see; everything else is dropped.
-pub const ENV_PASSTHROUGH: &[&str] = &[
-    "PATH",
-    "LANG",
-    "LC_ALL",
-    "POCL_DEBUG",
-    "POCL_DEVICES",
-    "POCL_MAX_PTHREAD_COUNT",
-    "CUDA_VISIBLE_DEVICES",
-];
+pub const ENV_PASSTHROUGH: &[&str] =
+    &["PATH", "LANG", "LC_ALL", "POCL_DEBUG", "POCL_DEVICES", "POCL_MAX_PTHREAD_COUNT", "CUDA_VISIBLE_DEVICES"];
 
 /// What to apply.
 pub struct CageSpec<'a> {
@@ -89,30 +80,27 @@ pub struct CageSpec<'a> {
 }
 
 /// Applies every layer, in order, to the calling (still single-threaded) process, and reports
-/// each. Seccomp goes last: the layers before it need calls it forbids.
-pub fn apply(spec: &CageSpec) -> Vec<Layer> {
+/// each. Seccomp goes last: the layers before it need calls it forbids. Returns the seccomp
+/// listener the broker supervises violations through, when the kernel provides one.
+pub fn apply(spec: &CageSpec) -> (Vec<Layer>, Option<std::os::fd::OwnedFd>) {
     let mut layers = vec![close_fds_except(spec.keep_fds)];
     layers.extend(process::hygiene());
     if !spec.confine {
         for name in ["rlimits", "network namespace", "landlock", "seccomp"] {
-            layers.push(Layer {
-                name,
-                state: LayerState::Off("sandbox disabled for this worker".into()),
-            });
+            layers.push(Layer { name, state: LayerState::Off("sandbox disabled for this worker".into()) });
         }
-        return layers;
+        return (layers, None);
     }
     layers.extend(process::rlimits(spec.profile));
     layers.push(process::no_network());
-    layers.push(result_layer(
-        "landlock",
-        fs::apply(spec.profile, spec.private_dirs, spec.extra_read),
-    ));
-    let seccomp = seccomp::build(spec.profile)
-        .and_then(|f| seccomp::install(&f))
-        .map(|()| LayerState::On);
+    layers.push(result_layer("landlock", fs::apply(spec.profile, spec.private_dirs, spec.extra_read)));
+    let mut listener = None;
+    let seccomp = seccomp::build(spec.profile).and_then(|f| seccomp::install(&f)).map(|l| {
+        listener = l;
+        LayerState::On
+    });
     layers.push(result_layer("seccomp", seccomp));
-    layers
+    (layers, listener)
 }
 
 #[cfg(test)]
@@ -124,10 +112,7 @@ mod tests {
         // SAFETY: setting errno to a known value for the report.
         unsafe { *libc::__errno_location() = libc::EPERM };
         let l = process::layer("x", -1);
-        assert!(
-            matches!(l.state, LayerState::Off(ref why) if why.contains("not permitted")),
-            "{l}"
-        );
+        assert!(matches!(l.state, LayerState::Off(ref why) if why.contains("not permitted")), "{l}");
         assert_eq!(process::layer("y", 0).to_string(), "y: on");
     }
 }

@@ -4,11 +4,7 @@ use crate::profile::Profile;
 use crate::{Layer, LayerState};
 
 pub(crate) fn layer(name: &'static str, rc: libc::c_int) -> Layer {
-    let state = if rc == 0 {
-        LayerState::On
-    } else {
-        LayerState::Off(std::io::Error::last_os_error().to_string())
-    };
+    let state = if rc == 0 { LayerState::On } else { LayerState::Off(std::io::Error::last_os_error().to_string()) };
     Layer { name, state }
 }
 
@@ -22,8 +18,7 @@ pub fn close_fds_except(keep: &[i32]) -> Layer {
         if k > from {
             // SAFETY: close_range only closes descriptors; this runs before the worker opens
             // any of its own, and `keep` is excluded.
-            rc |= unsafe { libc::syscall(libc::SYS_close_range, from as u32, (k - 1) as u32, 0) }
-                as i32;
+            rc |= unsafe { libc::syscall(libc::SYS_close_range, from as u32, (k - 1) as u32, 0) } as i32;
         }
         from = k + 1;
     }
@@ -36,20 +31,11 @@ pub fn close_fds_except(keep: &[i32]) -> Layer {
 pub fn hygiene() -> Vec<Layer> {
     // SAFETY: prctl/setsid/setrlimit with constant, valid arguments.
     unsafe {
-        let core = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
+        let core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         vec![
-            layer(
-                "parent-death signal",
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0),
-            ),
+            layer("parent-death signal", libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0)),
             layer("own session", if libc::setsid() < 0 { -1 } else { 0 }),
-            layer(
-                "no_new_privs",
-                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
-            ),
+            layer("no_new_privs", libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)),
             layer("rlimit core=0", libc::setrlimit(libc::RLIMIT_CORE, &core)),
         ]
     }
@@ -57,24 +43,14 @@ pub fn hygiene() -> Vec<Layer> {
 
 /// Open-file and address-space limits from the profile.
 pub fn rlimits(profile: &Profile) -> Vec<Layer> {
-    let files = libc::rlimit {
-        rlim_cur: profile.limits.open_files,
-        rlim_max: profile.limits.open_files,
-    };
+    let files = libc::rlimit { rlim_cur: profile.limits.open_files, rlim_max: profile.limits.open_files };
     // SAFETY: setrlimit with a valid struct.
-    let mut out = vec![layer("rlimit open files", unsafe {
-        libc::setrlimit(libc::RLIMIT_NOFILE, &files)
-    })];
+    let mut out = vec![layer("rlimit open files", unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &files) })];
     if profile.limits.address_space_mib > 0 {
         let bytes = profile.limits.address_space_mib << 20;
-        let r = libc::rlimit {
-            rlim_cur: bytes,
-            rlim_max: bytes,
-        };
+        let r = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
         // SAFETY: as above.
-        out.push(layer("rlimit address space", unsafe {
-            libc::setrlimit(libc::RLIMIT_AS, &r)
-        }));
+        out.push(layer("rlimit address space", unsafe { libc::setrlimit(libc::RLIMIT_AS, &r) }));
     }
     out
 }
@@ -96,8 +72,5 @@ pub fn no_network() -> Layer {
         let _ = std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"));
         let _ = std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"));
     }
-    Layer {
-        name: "network namespace",
-        state: LayerState::On,
-    }
+    Layer { name: "network namespace", state: LayerState::On }
 }

@@ -60,20 +60,14 @@ impl Profile {
         let p: Profile = toml::from_str(text).map_err(|e| SandboxError::Profile(e.to_string()))?;
         for name in &p.seccomp.allow {
             if crate::seccomp::syscall_number(name).is_none() {
-                return Err(SandboxError::Profile(format!(
-                    "profile {}: unknown system call {name}",
-                    p.name
-                )));
+                return Err(SandboxError::Profile(format!("profile {}: unknown system call {name}", p.name)));
             }
         }
         Ok(p)
     }
 
     pub fn builtin(name: &str) -> Option<Self> {
-        BUILTIN
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, text)| Self::parse(text).expect("built-in profiles parse"))
+        BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, text)| Self::parse(text).expect("built-in profiles parse"))
     }
 
     /// A profile by built-in name or file path.
@@ -82,27 +76,18 @@ impl Profile {
             return Ok(p);
         }
         let text = std::fs::read_to_string(name_or_path).map_err(|e| {
-            SandboxError::Profile(format!(
-                "profile {name_or_path}: not a built-in profile and not readable: {e}"
-            ))
+            SandboxError::Profile(format!("profile {name_or_path}: not a built-in profile and not readable: {e}"))
         })?;
         Self::parse(&text)
     }
 
     /// The built-in profile for a driver library, `generic` when none claims it.
     pub fn for_library(library: &str) -> Self {
-        let file = Path::new(library)
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let file = Path::new(library).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         BUILTIN
             .iter()
             .filter_map(|(n, _)| Self::builtin(n))
-            .find(|p| {
-                p.libraries
-                    .iter()
-                    .any(|prefix| file.starts_with(prefix.as_str()))
-            })
+            .find(|p| p.libraries.iter().any(|prefix| file.starts_with(prefix.as_str())))
             .unwrap_or_else(|| Self::builtin("generic").expect("generic profile"))
     }
 }
@@ -117,17 +102,13 @@ mod tests {
             assert_eq!(Profile::builtin(name).unwrap().name, *name);
         }
         assert_eq!(Profile::for_library("libpocl.so.2.10.0").name, "pocl");
-        assert_eq!(
-            Profile::for_library("/usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1").name,
-            "nvidia"
-        );
+        assert_eq!(Profile::for_library("/usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1").name, "nvidia");
         assert_eq!(Profile::for_library("libmystery.so").name, "generic");
     }
 
     #[test]
     fn unknown_syscalls_are_rejected_with_their_name() {
-        let text =
-            include_str!("../profiles/pocl.toml").replace("\"brk\",", "\"brk\", \"no_such_call\",");
+        let text = include_str!("../profiles/pocl.toml").replace("\"brk\",", "\"brk\", \"no_such_call\",");
         let err = Profile::parse(&text).unwrap_err().to_string();
         assert!(err.contains("no_such_call"), "{err}");
     }

@@ -13,9 +13,7 @@ use cloister_ipc::cl::*;
 use cloister_ipc::handshake::Hello;
 use cloister_ipc::lane::Lane;
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{
-    channel, decode_reply, encode_request, Call, Notification, ObjectId, ShimMessage, WorkerMessage,
-};
+use cloister_ipc::{channel, decode_reply, encode_request, Call, Notification, ObjectId, ShimMessage, WorkerMessage};
 
 use crate::handle::{new_handle, Kind, ObjData};
 
@@ -25,20 +23,9 @@ pub type EventNotifyFn = unsafe extern "C" fn(cl_event, cl_int, *mut c_void);
 
 /// An application callback waiting for a notification from the worker.
 pub enum Callback {
-    Context {
-        pfn: ContextNotifyFn,
-        user_data: usize,
-    },
-    Build {
-        pfn: BuildNotifyFn,
-        user_data: usize,
-        program: usize,
-    },
-    Event {
-        pfn: EventNotifyFn,
-        user_data: usize,
-        event: usize,
-    },
+    Context { pfn: ContextNotifyFn, user_data: usize },
+    Build { pfn: BuildNotifyFn, user_data: usize, program: usize },
+    Event { pfn: EventNotifyFn, user_data: usize, event: usize },
 }
 
 pub struct Conn {
@@ -82,28 +69,16 @@ impl Conn {
     /// Greets the worker behind `sock` and builds handles for what it enumerated.
     pub fn connect(sock: OwnedFd, driver: &str) -> Result<Arc<Conn>, String> {
         channel::send(&sock, &ShimMessage::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
-        let (msg, _) = channel::recv::<WorkerMessage>(&sock)
-            .map_err(|e| format!("worker for {driver}: {e}"))?;
+        let (msg, _) = channel::recv::<WorkerMessage>(&sock).map_err(|e| format!("worker for {driver}: {e}"))?;
         let (platforms, devices, profile, layers) = match msg {
-            WorkerMessage::Welcome {
-                version,
-                platforms,
-                devices,
-                profile,
-                layers,
-                ..
-            } => {
+            WorkerMessage::Welcome { version, platforms, devices, profile, layers, .. } => {
                 if version != cloister_ipc::handshake::PROTOCOL_VERSION {
                     return Err(format!("worker for {driver} speaks protocol v{version}"));
                 }
                 (platforms, devices, profile, layers)
             }
-            WorkerMessage::Refused { reason } => {
-                return Err(format!("worker for {driver} refused: {reason}"))
-            }
-            WorkerMessage::Notify(_) => {
-                return Err(format!("worker for {driver}: unexpected message"))
-            }
+            WorkerMessage::Refused { reason } => return Err(format!("worker for {driver} refused: {reason}")),
+            WorkerMessage::Notify(_) => return Err(format!("worker for {driver}: unexpected message")),
         };
         let conn = Arc::new(Conn {
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
@@ -156,26 +131,16 @@ impl Conn {
     }
 
     pub fn remember(&self, id: ObjectId, handle: usize) {
-        self.ids
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, handle);
+        self.ids.write().unwrap_or_else(|e| e.into_inner()).insert(id, handle);
     }
 
     pub fn forget(&self, id: ObjectId) {
-        self.ids
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+        self.ids.write().unwrap_or_else(|e| e.into_inner()).remove(&id);
     }
 
     /// The handle for an id the worker returned; NULL for ids the application never saw.
     pub fn handle_of(&self, id: ObjectId) -> u64 {
-        self.ids
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&id)
-            .map_or(0, |&h| h as u64)
+        self.ids.read().unwrap_or_else(|e| e.into_inner()).get(&id).map_or(0, |&h| h as u64)
     }
 
     fn send(&self, msg: &ShimMessage, fds: &[i32]) -> Result<(), cl_int> {
@@ -188,18 +153,13 @@ impl Conn {
 
     /// This thread's lane to the worker, created on first use.
     fn lane(&self) -> Result<Rc<LaneSlot>, cl_int> {
-        let existing = LANES
-            .try_with(|l| l.borrow().get(&self.serial).cloned())
-            .map_err(|_| CL_OUT_OF_RESOURCES)?;
+        let existing = LANES.try_with(|l| l.borrow().get(&self.serial).cloned()).map_err(|_| CL_OUT_OF_RESOURCES)?;
         if let Some(l) = existing {
             return Ok(l);
         }
         let lane = Lane::create().map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let id = self.alloc_id();
-        self.send(
-            &ShimMessage::NewLane { lane: id },
-            &[lane.region().fd().as_raw_fd()],
-        )?;
+        self.send(&ShimMessage::NewLane { lane: id }, &[lane.region().fd().as_raw_fd()])?;
         let lane = Arc::new(lane);
         {
             let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
@@ -207,9 +167,7 @@ impl Conn {
             lanes.push(Arc::downgrade(&lane));
         }
         let slot = Rc::new(LaneSlot(lane));
-        LANES
-            .try_with(|l| l.borrow_mut().insert(self.serial, slot.clone()))
-            .map_err(|_| CL_OUT_OF_RESOURCES)?;
+        LANES.try_with(|l| l.borrow_mut().insert(self.serial, slot.clone())).map_err(|_| CL_OUT_OF_RESOURCES)?;
         Ok(slot)
     }
 
@@ -233,8 +191,7 @@ impl Conn {
         let lane = &slot.0;
         fill(lane.bulk_ptr())?;
         let bytes = encode_request(req).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        lane.post_request(&bytes)
-            .map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        lane.post_request(&bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let reply = lane.wait_reply(&|| !self.is_dead()).map_err(|_| {
             self.mark_dead();
             FAULT
@@ -246,11 +203,7 @@ impl Conn {
             }
             Err(e) => {
                 // A reply we cannot read is a misbehaving worker: a fault, like a crash.
-                crate::runtime::warn(&format!(
-                    "worker for {} sent a malformed reply to {}: {e}",
-                    self.driver,
-                    C::NAME
-                ));
+                crate::runtime::warn(&format!("worker for {} sent a malformed reply to {}: {e}", self.driver, C::NAME));
                 self.mark_dead();
                 Err(FAULT)
             }
@@ -259,30 +212,20 @@ impl Conn {
 
     /// A fresh shared segment of `len` bytes, already announced to the worker.
     pub fn new_segment(&self, len: usize) -> Result<(u64, SharedRegion), cl_int> {
-        let region = SharedRegion::create("cloister-segment", len.max(1))
-            .map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        let region = SharedRegion::create("cloister-segment", len.max(1)).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let id = self.alloc_id();
-        self.send(
-            &ShimMessage::NewSegment { segment: id },
-            &[region.fd().as_raw_fd()],
-        )?;
+        self.send(&ShimMessage::NewSegment { segment: id }, &[region.fd().as_raw_fd()])?;
         Ok((id, region))
     }
 
     pub fn register_callback(&self, cb: Callback) -> u64 {
         let token = self.alloc_id();
-        self.callbacks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(token, cb);
+        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).insert(token, cb);
         token
     }
 
     pub fn unregister_callback(&self, token: u64) {
-        self.callbacks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&token);
+        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
     }
 
     /// The notifier thread: runs application callbacks, and notices the worker's death by EOF.
@@ -303,20 +246,11 @@ impl Conn {
     /// callback still waiting on the worker its answer, so nothing in the application hangs.
     fn on_worker_death(&self) {
         self.mark_dead();
-        for lane in self
-            .lanes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter_map(Weak::upgrade)
-        {
+        for lane in self.lanes.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade) {
             lane.nudge();
         }
         crate::pending::settle(self, None);
-        let message = format!(
-            "cloister: the worker hosting driver {} died; its objects are lost",
-            self.driver
-        );
+        let message = format!("cloister: the worker hosting driver {} died; its objects are lost", self.driver);
         let msg = std::ffi::CString::new(message).unwrap_or_default();
         let callbacks: Vec<Callback> = {
             let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
@@ -329,16 +263,10 @@ impl Conn {
                 Callback::Context { pfn, user_data } => unsafe {
                     pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void)
                 },
-                Callback::Build {
-                    pfn,
-                    user_data,
-                    program,
-                } => unsafe { pfn(program as cl_program, user_data as *mut c_void) },
-                Callback::Event {
-                    pfn,
-                    user_data,
-                    event,
-                } => {
+                Callback::Build { pfn, user_data, program } => unsafe {
+                    pfn(program as cl_program, user_data as *mut c_void)
+                },
+                Callback::Event { pfn, user_data, event } => {
                     unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
                     crate::handle::release(event as *mut c_void, Kind::Event);
                 }
@@ -349,11 +277,7 @@ impl Conn {
     fn deliver(&self, n: Notification) {
         let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
         match n {
-            Notification::ContextError {
-                token,
-                errinfo,
-                private_info,
-            } => {
+            Notification::ContextError { token, errinfo, private_info } => {
                 let Some(&Callback::Context { pfn, user_data }) = cbs.get(&token) else {
                     return;
                 };
@@ -361,21 +285,11 @@ impl Conn {
                 let msg = std::ffi::CString::new(errinfo.replace('\0', " ")).unwrap_or_default();
                 // SAFETY: the application registered pfn with this signature and user_data.
                 unsafe {
-                    pfn(
-                        msg.as_ptr(),
-                        private_info.as_ptr().cast(),
-                        private_info.len(),
-                        user_data as *mut c_void,
-                    )
+                    pfn(msg.as_ptr(), private_info.as_ptr().cast(), private_info.len(), user_data as *mut c_void)
                 };
             }
             Notification::BuildDone { token } => {
-                let Some(Callback::Build {
-                    pfn,
-                    user_data,
-                    program,
-                }) = cbs.remove(&token)
-                else {
+                let Some(Callback::Build { pfn, user_data, program }) = cbs.remove(&token) else {
                     return;
                 };
                 drop(cbs);
@@ -383,12 +297,7 @@ impl Conn {
                 unsafe { pfn(program as cl_program, user_data as *mut c_void) };
             }
             Notification::EventStatus { token, status } => {
-                let Some(Callback::Event {
-                    pfn,
-                    user_data,
-                    event,
-                }) = cbs.remove(&token)
-                else {
+                let Some(Callback::Event { pfn, user_data, event }) = cbs.remove(&token) else {
                     return;
                 };
                 drop(cbs);

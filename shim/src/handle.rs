@@ -54,8 +54,7 @@ pub struct Handle {
 const QUARANTINE: usize = 1 << 16;
 
 fn quarantine(h: usize) {
-    static Q: Mutex<std::collections::VecDeque<usize>> =
-        Mutex::new(std::collections::VecDeque::new());
+    static Q: Mutex<std::collections::VecDeque<usize>> = Mutex::new(std::collections::VecDeque::new());
     let mut q = Q.lock().unwrap_or_else(|e| e.into_inner());
     q.push_back(h);
     if q.len() > QUARANTINE {
@@ -87,16 +86,9 @@ pub enum ObjData {
     Device,
     Context,
     Queue,
-    Mem {
-        flags: u64,
-        host_ptr: usize,
-        maps: Mutex<HashMap<usize, Vec<MapRecord>>>,
-    },
+    Mem { flags: u64, host_ptr: usize, maps: Mutex<HashMap<usize, Vec<MapRecord>>> },
     Program,
-    Kernel {
-        num_args: u32,
-        args: Mutex<KernelArgs>,
-    },
+    Kernel { num_args: u32, args: Mutex<KernelArgs> },
     Event,
 }
 
@@ -124,8 +116,7 @@ unsafe impl Send for Handle {}
 unsafe impl Sync for Handle {}
 
 fn registry() -> &'static RwLock<HashMap<usize, Arc<Object>>> {
-    static REG: std::sync::OnceLock<RwLock<HashMap<usize, Arc<Object>>>> =
-        std::sync::OnceLock::new();
+    static REG: std::sync::OnceLock<RwLock<HashMap<usize, Arc<Object>>>> = std::sync::OnceLock::new();
     REG.get_or_init(Default::default)
 }
 
@@ -140,24 +131,15 @@ pub fn new_handle(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> 
         data,
         released: AtomicBool::new(false),
     });
-    let h = Box::into_raw(Box::new(Handle {
-        dispatch: &crate::DISPATCH,
-    }));
-    registry()
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(h as usize, obj);
+    let h = Box::into_raw(Box::new(Handle { dispatch: &crate::DISPATCH }));
+    registry().write().unwrap_or_else(|e| e.into_inner()).insert(h as usize, obj);
     conn.remember(id, h as usize);
     h.cast()
 }
 
 /// Validates `h` as a live handle of `kind`.
 pub fn lookup(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
-    match registry()
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&(h as usize))
-    {
+    match registry().read().unwrap_or_else(|e| e.into_inner()).get(&(h as usize)) {
         Some(o) if o.kind == kind => Ok(o.clone()),
         _ => Err(kind.invalid()),
     }
@@ -179,9 +161,7 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
         Ok(o) => o,
         Err(e) => return e,
     };
-    if matches!(kind, Kind::Platform)
-        || (kind == Kind::Device && obj.id & cloister_ipc::WORKER_ID_BIT != 0)
-    {
+    if matches!(kind, Kind::Platform) || (kind == Kind::Device && obj.id & cloister_ipc::WORKER_ID_BIT != 0) {
         return CL_SUCCESS; // root devices and platforms are not reference counted
     }
     if obj.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
@@ -190,10 +170,7 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     if obj.released.swap(true, Ordering::AcqRel) {
         return CL_SUCCESS;
     }
-    registry()
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&(h as usize));
+    registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
     obj.conn.forget(obj.id);
     // A dead worker has already dropped everything: releases still succeed (DESIGN.md, Faults).
     let _ = obj.conn.call(cloister_ipc::Release { object: obj.id });

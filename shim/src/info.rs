@@ -13,12 +13,7 @@ use crate::handle::{Kind, Object};
 ///
 /// # Safety
 /// `value` is NULL or points at `size` writable bytes; `size_ret` is NULL or valid.
-pub unsafe fn write_value(
-    bytes: &[u8],
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> cl_int {
+pub unsafe fn write_value(bytes: &[u8], size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
     if !value.is_null() {
         if size < bytes.len() {
             return CL_INVALID_VALUE;
@@ -45,21 +40,11 @@ fn cacheable(target: InfoTarget, param: u32) -> bool {
 pub fn query(obj: &Object, target: InfoTarget, aux: u64, param: u32) -> Result<Vec<u8>, cl_int> {
     let cache = cacheable(target, param);
     if cache {
-        if let Some(v) = obj
-            .info_cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(param, aux))
-        {
+        if let Some(v) = obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).get(&(param, aux)) {
             return Ok(v.clone());
         }
     }
-    let reply = obj.conn.call(GetInfo {
-        target,
-        object: obj.id,
-        aux,
-        param,
-    })?;
+    let reply = obj.conn.call(GetInfo { target, object: obj.id, aux, param })?;
     if reply.status != CL_SUCCESS {
         return Err(reply.status);
     }
@@ -68,10 +53,7 @@ pub fn query(obj: &Object, target: InfoTarget, aux: u64, param: u32) -> Result<V
         map_handles(layout, &mut value, |id| obj.conn.handle_of(id));
     }
     if cache {
-        obj.info_cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((param, aux), value.clone());
+        obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).insert((param, aux), value.clone());
     }
     Ok(value)
 }

@@ -14,11 +14,7 @@ use crate::handle::{self, Kind};
 
 pub enum Transfer {
     /// Copy `len` bytes to `dst` (and to `mirror`, a `CL_MEM_USE_HOST_PTR` buffer's memory).
-    Read {
-        dst: usize,
-        len: usize,
-        mirror: Option<usize>,
-    },
+    Read { dst: usize, len: usize, mirror: Option<usize> },
     /// The segment only has to outlive the driver's read of it.
     Write,
 }
@@ -47,10 +43,7 @@ impl Pending {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ops
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
     }
 }
 
@@ -78,9 +71,7 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
     let _one = pending.settling.lock().unwrap_or_else(|e| e.into_inner());
     let mine: Vec<PendingOp> = {
         let mut ops = pending.ops.lock().unwrap_or_else(|e| e.into_inner());
-        let (mine, rest) = std::mem::take(&mut *ops)
-            .into_iter()
-            .partition(|op| queue.is_none_or(|q| q == op.queue));
+        let (mine, rest) = std::mem::take(&mut *ops).into_iter().partition(|op| queue.is_none_or(|q| q == op.queue));
         *ops = rest;
         mine
     };
@@ -104,9 +95,7 @@ fn complete(conn: &Conn, op: PendingOp, status: cl_int) {
             unsafe { std::ptr::copy(op.region.as_ptr(), *m as *mut u8, *len) };
         }
     }
-    let _ = conn.call(DropSegment {
-        segment: op.segment,
-    });
+    let _ = conn.call(DropSegment { segment: op.segment });
     match op.app_event {
         Some(h) => {
             handle::release(h as *mut _, Kind::Event);

@@ -15,10 +15,7 @@ pub struct Runtime {
 impl Runtime {
     /// Every platform handle, across workers, in order.
     pub fn platforms(&self) -> Vec<usize> {
-        self.conns
-            .iter()
-            .flat_map(|c| c.platforms.get().into_iter().flatten().map(|(p, _)| *p))
-            .collect()
+        self.conns.iter().flat_map(|c| c.platforms.get().into_iter().flatten().map(|(p, _)| *p)).collect()
     }
 }
 
@@ -40,21 +37,17 @@ pub fn runtime() -> &'static Runtime {
 }
 
 fn connect() -> Result<Runtime, String> {
-    let path = std::env::var("CLOISTER_SOCKET").map_err(|_| {
-        "CLOISTER_SOCKET is not set: start the application with `cloister run -- APP`".to_string()
-    })?;
-    let sock =
-        connect_seqpacket(&path).map_err(|e| format!("cannot reach the broker at {path}: {e}"))?;
+    let path = std::env::var("CLOISTER_SOCKET")
+        .map_err(|_| "CLOISTER_SOCKET is not set: start the application with `cloister run -- APP`".to_string())?;
+    let sock = connect_seqpacket(&path).map_err(|e| format!("cannot reach the broker at {path}: {e}"))?;
     channel::send(&sock, &BrokerRequest::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
     let (reply, fds) = channel::recv::<BrokerReply>(&sock).map_err(|e| format!("broker: {e}"))?;
     let (grants, errors) = match reply {
-        BrokerReply::Workers {
-            version,
-            grants,
-            errors,
-        } => {
+        BrokerReply::Workers { version, grants, errors } => {
             if version != cloister_ipc::handshake::PROTOCOL_VERSION {
-                return Err(format!("broker speaks protocol v{version}; shim and broker must come from the same build"));
+                return Err(format!(
+                    "broker speaks protocol v{version}; shim and broker must come from the same build"
+                ));
             }
             (grants, errors)
         }
@@ -86,10 +79,7 @@ fn connect_seqpacket(path: &str) -> std::io::Result<OwnedFd> {
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     let bytes = path.as_bytes();
     if bytes.len() >= addr.sun_path.len() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "socket path too long",
-        ));
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "socket path too long"));
     }
     for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;

@@ -6,10 +6,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
 }
 
 pub fn target_dir() -> PathBuf {
@@ -40,10 +37,7 @@ pub fn ensure_built() {
             ])
             .status()
             .expect("cannot run cargo build");
-        assert!(
-            status.success(),
-            "cargo build of the cloister binaries failed"
-        );
+        assert!(status.success(), "cargo build of the cloister binaries failed");
     });
 }
 
@@ -65,8 +59,7 @@ pub fn c_client(name: &str) -> PathBuf {
     std::fs::create_dir_all(&out_dir).expect("create c-clients dir");
     let exe = out_dir.join(name);
     let src = workspace_root().join("tests/c").join(format!("{name}.c"));
-    let fresh = exe.metadata().and_then(|m| m.modified()).ok()
-        >= src.metadata().and_then(|m| m.modified()).ok();
+    let fresh = exe.metadata().and_then(|m| m.modified()).ok() >= src.metadata().and_then(|m| m.modified()).ok();
     if !fresh || !exe.exists() {
         let out = Command::new("cc")
             .arg("-O1")
@@ -77,12 +70,7 @@ pub fn c_client(name: &str) -> PathBuf {
             .args(["-lOpenCL", "-lpthread"])
             .output()
             .expect("cannot run cc");
-        assert!(
-            out.status.success(),
-            "compiling {}: {}",
-            src.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "compiling {}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
     }
     exe
 }
@@ -100,11 +88,7 @@ pub fn vendors_dir_for(library: &Path) -> PathBuf {
 }
 
 pub fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 /// Runs `program` directly on the system's drivers.
@@ -114,23 +98,13 @@ pub fn direct(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
 }
 
 /// Runs `program` through `cloister run [cloister_args] --`.
-pub fn caged(
-    cloister_args: &[&str],
-    program: &Path,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> Output {
+pub fn caged(cloister_args: &[&str], program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(cloister());
-    cmd.arg("run")
-        .args(cloister_args)
-        .arg("--")
-        .arg(program)
-        .args(args);
+    cmd.arg("run").args(cloister_args).arg("--").arg(program).args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }

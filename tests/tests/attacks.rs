@@ -16,77 +16,33 @@ fn attack(action: &str, extra_env: &[(&str, &str)]) -> Outcome {
     let driver = fault_driver();
     let vendors = vendors_dir_for(&driver);
     let fault = format!("enqueue:{action}");
-    let mut env: Vec<(&str, &str)> = vec![
-        ("CLOISTER_FAULT", &fault),
-        ("OCL_ICD_VENDORS", vendors.to_str().unwrap()),
-    ];
+    let mut env: Vec<(&str, &str)> = vec![("CLOISTER_FAULT", &fault), ("OCL_ICD_VENDORS", vendors.to_str().unwrap())];
     env.extend_from_slice(extra_env);
     let d = direct(&exe, &[], &env);
     let mut env: Vec<(&str, &str)> = vec![("CLOISTER_FAULT", &fault)];
     env.extend_from_slice(extra_env);
-    let c = caged(
-        &[
-            "--driver",
-            driver.to_str().unwrap(),
-            "--profile",
-            "pocl",
-            "--require-sandbox",
-        ],
-        &exe,
-        &[],
-        &env,
-    );
-    Outcome {
-        direct: text(&d),
-        caged: text(&c),
-        caged_ok: c.status.success(),
-    }
+    let c = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl", "--require-sandbox"], &exe, &[], &env);
+    Outcome { direct: text(&d), caged: text(&c), caged_ok: c.status.success() }
 }
 
 /// The attack worked directly, was refused in the cage, and the application finished its work.
 fn assert_blocked_in_place(name: &str, o: &Outcome) {
-    assert!(
-        o.direct.contains(&format!("faultcl: {name} succeeded")),
-        "directly, {name} should succeed:\n{}",
-        o.direct
-    );
-    assert!(
-        o.caged.contains(&format!("faultcl: {name} blocked")),
-        "caged, {name} should be blocked:\n{}",
-        o.caged
-    );
-    assert!(
-        o.caged_ok && o.caged.contains("completed without fault"),
-        "{}",
-        o.caged
-    );
+    assert!(o.direct.contains(&format!("faultcl: {name} succeeded")), "directly, {name} should succeed:\n{}", o.direct);
+    assert!(o.caged.contains(&format!("faultcl: {name} blocked")), "caged, {name} should be blocked:\n{}", o.caged);
+    assert!(o.caged_ok && o.caged.contains("completed without fault"), "{}", o.caged);
 }
 
 /// The attack worked directly; in the cage seccomp killed the worker, the report names the call
 /// and the application got CL_DEVICE_NOT_AVAILABLE instead of dying.
 fn assert_trapped(name: &str, o: &Outcome, syscalls: &[&str]) {
+    assert!(o.direct.contains(&format!("faultcl: {name} succeeded")), "directly, {name} should succeed:\n{}", o.direct);
+    assert!(!o.caged.contains(&format!("faultcl: {name} succeeded")), "{}", o.caged);
     assert!(
-        o.direct.contains(&format!("faultcl: {name} succeeded")),
-        "directly, {name} should succeed:\n{}",
-        o.direct
-    );
-    assert!(
-        !o.caged.contains(&format!("faultcl: {name} succeeded")),
-        "{}",
-        o.caged
-    );
-    assert!(
-        syscalls
-            .iter()
-            .any(|s| o.caged.contains(&format!("forbidden system call `{s}`"))),
+        syscalls.iter().any(|s| o.caged.contains(&format!("forbidden system call `{s}`"))),
         "the report should name one of {syscalls:?}:\n{}",
         o.caged
     );
-    assert!(
-        o.caged_ok && o.caged.contains("code=-2") && o.caged.contains("still running"),
-        "{}",
-        o.caged
-    );
+    assert!(o.caged_ok && o.caged.contains("code=-2") && o.caged.contains("still running"), "{}", o.caged);
 }
 
 #[test]
@@ -113,19 +69,11 @@ fn read_a_file_in_home() {
 
 #[test]
 fn write_outside_the_cache() {
-    let target =
-        std::env::temp_dir().join(format!("cloister-attack-escape-{}", std::process::id()));
-    let o = attack(
-        "writeout",
-        &[("CLOISTER_FAULT_FILE", target.to_str().unwrap())],
-    );
+    let target = std::env::temp_dir().join(format!("cloister-attack-escape-{}", std::process::id()));
+    let o = attack("writeout", &[("CLOISTER_FAULT_FILE", target.to_str().unwrap())]);
     let existed = target.exists();
     let _ = std::fs::remove_file(&target);
-    assert!(
-        existed,
-        "the direct run should have written {}",
-        target.display()
-    );
+    assert!(existed, "the direct run should have written {}", target.display());
     assert_blocked_in_place("writeout", &o);
 }
 
@@ -149,16 +97,8 @@ fn fds_opened(out: &str) -> usize {
     if out.contains("faultcl: fds100k succeeded") {
         return 100_000;
     }
-    let at = out
-        .find("fds100k blocked (open ")
-        .expect("fds100k reported")
-        + "fds100k blocked (open ".len();
-    out[at..]
-        .split(' ')
-        .next()
-        .and_then(|n| n.parse::<usize>().ok())
-        .expect("a count")
-        - 1
+    let at = out.find("fds100k blocked (open ").expect("fds100k reported") + "fds100k blocked (open ".len();
+    out[at..].split(' ').next().and_then(|n| n.parse::<usize>().ok()).expect("a count") - 1
 }
 
 #[test]
@@ -167,19 +107,7 @@ fn open_a_hundred_thousand_fds() {
     // the pocl profile's 4096.
     let o = attack("fds100k", &[]);
     let (direct, caged) = (fds_opened(&o.direct), fds_opened(&o.caged));
-    assert!(
-        direct > 4096,
-        "directly the driver should open more than 4096 fds, opened {direct}:\n{}",
-        o.direct
-    );
-    assert!(
-        caged < 4096,
-        "caged the driver should be held under 4096 fds, opened {caged}:\n{}",
-        o.caged
-    );
-    assert!(
-        o.caged_ok && o.caged.contains("completed without fault"),
-        "{}",
-        o.caged
-    );
+    assert!(direct > 4096, "directly the driver should open more than 4096 fds, opened {direct}:\n{}", o.direct);
+    assert!(caged < 4096, "caged the driver should be held under 4096 fds, opened {caged}:\n{}", o.caged);
+    assert!(o.caged_ok && o.caged.contains("completed without fault"), "{}", o.caged);
 }

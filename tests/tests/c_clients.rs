@@ -7,18 +7,11 @@ use std::path::Path;
 fn api_smoke_passes_directly_and_caged() {
     let exe = c_client("api_smoke");
     let d = direct(&exe, &[], &[]);
-    assert!(
-        d.status.success(),
-        "direct run failed (the test itself is wrong):\n{}",
-        text(&d)
-    );
+    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
     let c = caged(&[], &exe, &[], &[]);
     assert!(c.status.success(), "caged run failed:\n{}", text(&c));
     let out = text(&c);
-    assert!(
-        out.contains("PASS") && out.contains("nonblocking ok") && out.contains("callbacks 1"),
-        "{out}"
-    );
+    assert!(out.contains("PASS") && out.contains("nonblocking ok") && out.contains("callbacks 1"), "{out}");
 }
 
 #[test]
@@ -27,11 +20,7 @@ fn drop_in_mode_validates_garbage_and_released_handles() {
     // GARBAGE=1 makes the client pass a made-up queue and release a context twice; without a
     // loader in the way, cloister must answer CL_INVALID_* for both.
     let c = caged(&["--drop-in"], &exe, &[], &[("GARBAGE", "1")]);
-    assert!(
-        c.status.success(),
-        "caged drop-in run failed:\n{}",
-        text(&c)
-    );
+    assert!(c.status.success(), "caged drop-in run failed:\n{}", text(&c));
     assert!(text(&c).contains("PASS"));
 }
 
@@ -63,25 +52,13 @@ fn without_a_broker_the_shim_says_what_to_do() {
     let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
     let out = direct(&exe, &[], &[("OCL_ICD_VENDORS", vendors.to_str().unwrap())]);
     let t = text(&out);
-    assert!(
-        t.contains("CLOISTER_SOCKET is not set") && t.contains("cloister run"),
-        "{t}"
-    );
+    assert!(t.contains("CLOISTER_SOCKET is not set") && t.contains("cloister run"), "{t}");
     assert!(t.contains("code=-1001"), "{t}");
 }
 
 #[test]
 fn unknown_driver_is_a_clear_error() {
-    let c = caged(
-        &["--driver", "no-such-driver"],
-        Path::new("/bin/true"),
-        &[],
-        &[],
-    );
+    let c = caged(&["--driver", "no-such-driver"], Path::new("/bin/true"), &[], &[]);
     assert_eq!(c.status.code(), Some(125));
-    assert!(
-        text(&c).contains("no driver named no-such-driver"),
-        "{}",
-        text(&c)
-    );
+    assert!(text(&c).contains("no driver named no-such-driver"), "{}", text(&c));
 }

@@ -7,43 +7,24 @@ fn run_fault(fault: &str) -> (std::process::Output, std::process::Output) {
     let exe = c_client("survivor");
     let driver = fault_driver();
     let vendors = vendors_dir_for(&driver);
-    let env = [
-        ("CLOISTER_FAULT", fault),
-        ("OCL_ICD_VENDORS", vendors.to_str().unwrap()),
-    ];
+    let env = [("CLOISTER_FAULT", fault), ("OCL_ICD_VENDORS", vendors.to_str().unwrap())];
     let d = direct(&exe, &[], &env);
     // The test driver wraps pocl, so it runs under the pocl profile.
-    let c = caged(
-        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
-        &exe,
-        &[],
-        &[("CLOISTER_FAULT", fault)],
-    );
+    let c =
+        caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &exe, &[], &[("CLOISTER_FAULT", fault)]);
     (d, c)
 }
 
 fn assert_survives(fault: &str, step: &str) {
     let (d, c) = run_fault(fault);
-    assert!(
-        !d.status.success(),
-        "{fault}: directly, the driver fault should kill the app:\n{}",
-        text(&d)
-    );
-    assert!(
-        !text(&d).contains("still running"),
-        "{fault}: directly the app must not survive:\n{}",
-        text(&d)
-    );
+    assert!(!d.status.success(), "{fault}: directly, the driver fault should kill the app:\n{}", text(&d));
+    assert!(!text(&d).contains("still running"), "{fault}: directly the app must not survive:\n{}", text(&d));
     assert_caged_survived(fault, step, &c);
 }
 
 fn assert_caged_survived(fault: &str, step: &str, c: &std::process::Output) {
     let t = text(c);
-    assert!(
-        c.status.success(),
-        "{fault}: caged app did not survive ({:?}):\n{t}",
-        c.status
-    );
+    assert!(c.status.success(), "{fault}: caged app did not survive ({:?}):\n{t}", c.status);
     assert!(
         t.contains(&format!("ERROR step={step} code=-2")),
         "{fault}: expected CL_DEVICE_NOT_AVAILABLE at {step}:\n{t}"
@@ -91,10 +72,7 @@ fn driver_closing_its_fds() {
     let (_, c) = run_fault("finish:closefds");
     let t = text(&c);
     assert!(c.status.success(), "{t}");
-    assert!(
-        t.contains("completed without fault") || t.contains("code=-2"),
-        "{t}"
-    );
+    assert!(t.contains("completed without fault") || t.contains("code=-2"), "{t}");
 }
 
 #[test]
@@ -103,10 +81,7 @@ fn asynchronous_crash_after_the_call_returned() {
     let (d, c) = run_fault("enqueue:async-segv");
     assert!(!d.status.success(), "{}", text(&d));
     let t = text(&c);
-    assert!(
-        c.status.success() && t.contains("code=-2") && t.contains("still running"),
-        "{t}"
-    );
+    assert!(c.status.success() && t.contains("code=-2") && t.contains("still running"), "{t}");
 }
 
 #[test]
@@ -114,8 +89,5 @@ fn crash_during_platform_init_leaves_no_platforms() {
     let (d, c) = run_fault("init:segv");
     assert!(!d.status.success(), "{}", text(&d));
     let t = text(&c);
-    assert!(
-        c.status.success() && t.contains("ERROR step=platforms code=-1001"),
-        "{t}"
-    );
+    assert!(c.status.success() && t.contains("ERROR step=platforms code=-1001"), "{t}");
 }

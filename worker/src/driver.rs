@@ -18,8 +18,7 @@ pub struct LoadError(pub String);
 
 impl Driver {
     pub fn load(library: &str) -> Result<Self, LoadError> {
-        let cpath =
-            CString::new(library).map_err(|_| LoadError("library path has a NUL".into()))?;
+        let cpath = CString::new(library).map_err(|_| LoadError("library path has a NUL".into()))?;
         // SAFETY: dlopen with a valid C string. The library's constructors run here; that is the
         // point of hosting it in this process.
         let lib = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -48,34 +47,25 @@ impl Driver {
             f = unsafe { libc::dlsym(lib, c"clGetPlatformIDs".as_ptr()) };
         }
         if f.is_null() {
-            return Err(LoadError(format!(
-                "{library} exports neither clIcdGetPlatformIDsKHR nor clGetPlatformIDs"
-            )));
+            return Err(LoadError(format!("{library} exports neither clIcdGetPlatformIDsKHR nor clGetPlatformIDs")));
         }
         // SAFETY: both symbols have the signature of IcdGetPlatformIds per the cl_khr_icd spec.
-        let get: IcdGetPlatformIds =
-            unsafe { std::mem::transmute::<*mut c_void, IcdGetPlatformIds>(f) };
+        let get: IcdGetPlatformIds = unsafe { std::mem::transmute::<*mut c_void, IcdGetPlatformIds>(f) };
         let mut n: cl_uint = 0;
         // SAFETY: querying the count with a valid out pointer.
         let rc = unsafe { get(0, std::ptr::null_mut(), &mut n) };
         if rc != CL_SUCCESS && rc != CL_PLATFORM_NOT_FOUND_KHR {
-            return Err(LoadError(format!(
-                "{library}: platform query failed with {rc}"
-            )));
+            return Err(LoadError(format!("{library}: platform query failed with {rc}")));
         }
         let mut ids = vec![std::ptr::null_mut(); n as usize];
         if n > 0 {
             // SAFETY: ids has room for n handles.
             let rc = unsafe { get(n, ids.as_mut_ptr(), std::ptr::null_mut()) };
             if rc != CL_SUCCESS {
-                return Err(LoadError(format!(
-                    "{library}: platform query failed with {rc}"
-                )));
+                return Err(LoadError(format!("{library}: platform query failed with {rc}")));
             }
         }
-        Ok(Self {
-            platforms: ids.into_iter().map(|p| p as usize).collect(),
-        })
+        Ok(Self { platforms: ids.into_iter().map(|p| p as usize).collect() })
     }
 }
 
@@ -86,9 +76,7 @@ fn dlerror() -> String {
         return "unknown error".into();
     }
     // SAFETY: non-null C string from libc.
-    unsafe { std::ffi::CStr::from_ptr(e) }
-        .to_string_lossy()
-        .into_owned()
+    unsafe { std::ffi::CStr::from_ptr(e) }.to_string_lossy().into_owned()
 }
 
 /// The dispatch table of a driver handle.

@@ -84,41 +84,21 @@ fn info_call(
     // value has `size` writable bytes or is NULL with size 0, size_ret is valid or NULL.
     unsafe {
         match t {
-            InfoTarget::Platform => {
-                driver_fn!(h, clGetPlatformInfo)(h_, param, size, value, size_ret)
-            }
+            InfoTarget::Platform => driver_fn!(h, clGetPlatformInfo)(h_, param, size, value, size_ret),
             InfoTarget::Device => driver_fn!(h, clGetDeviceInfo)(h_, param, size, value, size_ret),
-            InfoTarget::Context => {
-                driver_fn!(h, clGetContextInfo)(h_, param, size, value, size_ret)
-            }
-            InfoTarget::CommandQueue => {
-                driver_fn!(h, clGetCommandQueueInfo)(h_, param, size, value, size_ret)
-            }
-            InfoTarget::MemObject => {
-                driver_fn!(h, clGetMemObjectInfo)(h_, param, size, value, size_ret)
-            }
+            InfoTarget::Context => driver_fn!(h, clGetContextInfo)(h_, param, size, value, size_ret),
+            InfoTarget::CommandQueue => driver_fn!(h, clGetCommandQueueInfo)(h_, param, size, value, size_ret),
+            InfoTarget::MemObject => driver_fn!(h, clGetMemObjectInfo)(h_, param, size, value, size_ret),
             InfoTarget::Image => driver_fn!(h, clGetImageInfo)(h_, param, size, value, size_ret),
             InfoTarget::Pipe => driver_fn!(h, clGetPipeInfo)(h_, param, size, value, size_ret),
-            InfoTarget::Sampler => {
-                driver_fn!(h, clGetSamplerInfo)(h_, param, size, value, size_ret)
-            }
-            InfoTarget::Program => {
-                driver_fn!(h, clGetProgramInfo)(h_, param, size, value, size_ret)
-            }
-            InfoTarget::ProgramBuild => {
-                driver_fn!(h, clGetProgramBuildInfo)(h_, a, param, size, value, size_ret)
-            }
+            InfoTarget::Sampler => driver_fn!(h, clGetSamplerInfo)(h_, param, size, value, size_ret),
+            InfoTarget::Program => driver_fn!(h, clGetProgramInfo)(h_, param, size, value, size_ret),
+            InfoTarget::ProgramBuild => driver_fn!(h, clGetProgramBuildInfo)(h_, a, param, size, value, size_ret),
             InfoTarget::Kernel => driver_fn!(h, clGetKernelInfo)(h_, param, size, value, size_ret),
-            InfoTarget::KernelWorkGroup => {
-                driver_fn!(h, clGetKernelWorkGroupInfo)(h_, a, param, size, value, size_ret)
-            }
-            InfoTarget::KernelArg => {
-                driver_fn!(h, clGetKernelArgInfo)(h_, aux as u32, param, size, value, size_ret)
-            }
+            InfoTarget::KernelWorkGroup => driver_fn!(h, clGetKernelWorkGroupInfo)(h_, a, param, size, value, size_ret),
+            InfoTarget::KernelArg => driver_fn!(h, clGetKernelArgInfo)(h_, aux as u32, param, size, value, size_ret),
             InfoTarget::Event => driver_fn!(h, clGetEventInfo)(h_, param, size, value, size_ret),
-            InfoTarget::EventProfiling => {
-                driver_fn!(h, clGetEventProfilingInfo)(h_, param, size, value, size_ret)
-            }
+            InfoTarget::EventProfiling => driver_fn!(h, clGetEventProfilingInfo)(h_, param, size, value, size_ret),
         }
     }
 }
@@ -131,15 +111,7 @@ impl LaneServer<'_> {
     }
 
     fn objs(&self, ids: &[ObjectId], kind: Kind, err: cl_int) -> Result<Vec<*mut c_void>, cl_int> {
-        ids.iter()
-            .map(|&id| {
-                self.worker
-                    .objects
-                    .get(id, kind)
-                    .map(|h| h as *mut c_void)
-                    .ok_or(err)
-            })
-            .collect()
+        ids.iter().map(|&id| self.worker.objects.get(id, kind).map(|h| h as *mut c_void).ok_or(err)).collect()
     }
 
     fn wait_list(&self, sync: &EnqueueSync) -> Result<Vec<*mut c_void>, cl_int> {
@@ -149,11 +121,9 @@ impl LaneServer<'_> {
     /// Resolves bulk data to a pointer into shared memory, bounds-checked.
     fn data(&self, d: &DataRef) -> Result<(*mut u8, Option<Arc<SharedRegion>>), cl_int> {
         match *d {
-            DataRef::Lane { offset, len } => self
-                .lane
-                .bulk_range(offset, len)
-                .map(|p| (p, None))
-                .ok_or(CL_INVALID_VALUE),
+            DataRef::Lane { offset, len } => {
+                self.lane.bulk_range(offset, len).map(|p| (p, None)).ok_or(CL_INVALID_VALUE)
+            }
             DataRef::Segment { id, offset, len } => {
                 let seg = self.worker.segments.get(id).ok_or(CL_INVALID_VALUE)?;
                 let p = seg.slice_ptr(offset, len).ok_or(CL_INVALID_VALUE)?;
@@ -192,10 +162,7 @@ impl LaneServer<'_> {
             }
             let v = *it.next().ok_or(CL_INVALID_PROPERTY)?;
             if k as isize == CL_CONTEXT_PLATFORM {
-                out.push(
-                    self.obj(v as u64, Kind::Platform)
-                        .map_err(|_| CL_INVALID_PLATFORM)? as isize,
-                );
+                out.push(self.obj(v as u64, Kind::Platform).map_err(|_| CL_INVALID_PLATFORM)? as isize);
             } else {
                 out.push(v as isize);
             }
@@ -250,25 +217,14 @@ impl Handler for LaneServer<'_> {
             return rc.into();
         }
         let mut value = vec![0u8; size];
-        let rc = info_call(
-            r.target,
-            h,
-            aux,
-            r.param,
-            size,
-            value.as_mut_ptr().cast(),
-            null_mut(),
-        );
+        let rc = info_call(r.target, h, aux, r.param, size, value.as_mut_ptr().cast(), null_mut());
         if rc != CL_SUCCESS {
             return rc.into();
         }
         if let Some(layout) = handle_layout(r.target, r.param) {
             self.translate_handles(layout, &mut value);
         }
-        InfoReply {
-            status: CL_SUCCESS,
-            value,
-        }
+        InfoReply { status: CL_SUCCESS, value }
     }
 
     fn get_device_ids(&self, r: GetDeviceIds) -> IdsReply {
@@ -286,13 +242,7 @@ impl Handler for LaneServer<'_> {
         if rc != CL_SUCCESS {
             return rc.into();
         }
-        IdsReply {
-            status: CL_SUCCESS,
-            ids: devs
-                .iter()
-                .map(|&d| self.worker.objects.id_of(d as usize))
-                .collect(),
-        }
+        IdsReply { status: CL_SUCCESS, ids: devs.iter().map(|&d| self.worker.objects.id_of(d as usize)).collect() }
     }
 
     fn release(&self, r: Release) -> i32 {
@@ -327,16 +277,7 @@ impl Handler for LaneServer<'_> {
         let (cb, token) = notify_pair(r.notify, notify::on_context_error as *mut c_void);
         // SAFETY: props is zero-terminated or NULL; devs holds live devices; the callback has
         // the signature clCreateContext expects.
-        let ctx = unsafe {
-            f(
-                opt_ptr(&props),
-                devs.len() as u32,
-                devs.as_ptr(),
-                cb,
-                token,
-                &mut rc,
-            )
-        };
+        let ctx = unsafe { f(opt_ptr(&props), devs.len() as u32, devs.as_ptr(), cb, token, &mut rc) };
         self.adopt(r.id, Kind::Context, ctx, rc)
     }
 
@@ -344,11 +285,7 @@ impl Handler for LaneServer<'_> {
         let props = tri!(self.context_properties(&r.properties));
         let platform = props
             .as_ref()
-            .and_then(|p| {
-                p.chunks(2)
-                    .find(|kv| kv[0] == CL_CONTEXT_PLATFORM)
-                    .map(|kv| kv[1] as usize)
-            })
+            .and_then(|p| p.chunks(2).find(|kv| kv[0] == CL_CONTEXT_PLATFORM).map(|kv| kv[1] as usize))
             .or_else(|| self.some_platform());
         let Some(platform) = platform else {
             return CL_INVALID_PLATFORM;
@@ -412,15 +349,7 @@ impl Handler for LaneServer<'_> {
         let f = driver_fn!(ctx, clCreateProgramWithSource);
         let mut rc = CL_SUCCESS;
         // SAFETY: ptrs/lens describe r.sources, alive for the call.
-        let p = unsafe {
-            f(
-                ctx as _,
-                ptrs.len() as u32,
-                ptrs.as_ptr() as *mut _,
-                lens.as_ptr(),
-                &mut rc,
-            )
-        };
+        let p = unsafe { f(ctx as _, ptrs.len() as u32, ptrs.as_ptr() as *mut _, lens.as_ptr(), &mut rc) };
         self.adopt(r.id, Kind::Program, p, rc)
     }
 
@@ -462,10 +391,7 @@ impl Handler for LaneServer<'_> {
         if rc != CL_SUCCESS {
             return rc.into();
         }
-        KernelReply {
-            status: CL_SUCCESS,
-            num_args: kernel_num_args(k as usize),
-        }
+        KernelReply { status: CL_SUCCESS, num_args: kernel_num_args(k as usize) }
     }
 
     fn create_kernels_in_program(&self, r: CreateKernelsInProgram) -> KernelsReply {
@@ -473,11 +399,7 @@ impl Handler for LaneServer<'_> {
         let f = driver_fn!(p, clCreateKernelsInProgram);
         let mut count: cl_uint = 0;
         let mut ks = vec![null_mut(); r.ids.len()];
-        let out = if ks.is_empty() {
-            null_mut()
-        } else {
-            ks.as_mut_ptr()
-        };
+        let out = if ks.is_empty() { null_mut() } else { ks.as_mut_ptr() };
         // SAFETY: live program; ks has room for ids.len() kernels.
         let rc = unsafe { f(p as _, ks.len() as u32, out, &mut count) };
         if rc != CL_SUCCESS {
@@ -490,11 +412,7 @@ impl Handler for LaneServer<'_> {
                 num_args.push(kernel_num_args(*k as usize));
             }
         }
-        KernelsReply {
-            status: CL_SUCCESS,
-            count,
-            num_args,
-        }
+        KernelsReply { status: CL_SUCCESS, count, num_args }
     }
 
     fn enqueue_nd_range(&self, r: EnqueueNdRange) -> i32 {
@@ -545,11 +463,7 @@ impl Handler for LaneServer<'_> {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let (src, _keep) = tri!(self.data(&r.data));
-        let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking {
-            CL_TRUE
-        } else {
-            CL_FALSE
-        };
+        let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
         let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueWriteBuffer);
         let mut ev = null_mut();
@@ -576,11 +490,7 @@ impl Handler for LaneServer<'_> {
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let (dst, _keep) = tri!(self.data(&r.into));
         // A lane's bulk area is reused by the next call, so reads into it block.
-        let blocking = if matches!(r.into, DataRef::Lane { .. }) || r.blocking {
-            CL_TRUE
-        } else {
-            CL_FALSE
-        };
+        let blocking = if matches!(r.into, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
         let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueReadBuffer);
         let mut ev = null_mut();
@@ -632,11 +542,7 @@ impl Handler for LaneServer<'_> {
         let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueFillBuffer);
         let mut ev = null_mut();
-        let pattern = if r.pattern.is_empty() {
-            null()
-        } else {
-            r.pattern.as_ptr()
-        };
+        let pattern = if r.pattern.is_empty() { null() } else { r.pattern.as_ptr() };
         // SAFETY: pattern holds pattern.len() bytes; the driver copies it before returning.
         let rc = unsafe {
             f(
@@ -688,67 +594,34 @@ impl Handler for LaneServer<'_> {
         if r.flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 && r.size > 0 && !p.is_null() {
             // SAFETY: the driver mapped `size` readable bytes at p; the segment holds at least
             // `size` bytes (checked above).
-            unsafe {
-                std::ptr::copy_nonoverlapping(p.cast::<u8>(), segment.as_ptr(), r.size as usize)
-            };
+            unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), segment.as_ptr(), r.size as usize) };
         }
-        let mapping = Mapping {
-            mem: m,
-            ptr: p as usize,
-            size: r.size as usize,
-            segment,
-        };
-        self.worker
-            .mappings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(r.segment, mapping);
+        let mapping = Mapping { mem: m, ptr: p as usize, size: r.size as usize, segment };
+        self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
         self.adopt_event(&r.sync, ev, rc)
     }
 
     fn enqueue_unmap_mem_object(&self, r: EnqueueUnmapMemObject) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        let mapping = self
-            .worker
-            .mappings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&r.segment);
+        let mapping = self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.segment);
         let Some(mapping) = mapping else {
             return CL_INVALID_VALUE;
         };
         if mapping.mem != m {
-            self.worker
-                .mappings
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(r.segment, mapping);
+            self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
             return CL_INVALID_VALUE;
         }
         if r.write_back && mapping.size > 0 && mapping.ptr != 0 {
             // SAFETY: the driver's mapping is writable for `size` bytes; the segment holds as many.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    mapping.segment.as_ptr(),
-                    mapping.ptr as *mut u8,
-                    mapping.size,
-                )
-            };
+            unsafe { std::ptr::copy_nonoverlapping(mapping.segment.as_ptr(), mapping.ptr as *mut u8, mapping.size) };
         }
         let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueUnmapMemObject);
         let mut ev = null_mut();
         // SAFETY: ptr is the driver's own mapping of m.
         let rc = unsafe {
-            f(
-                q as _,
-                m as _,
-                mapping.ptr as *mut c_void,
-                wait.len() as u32,
-                wait_ptr(&wait),
-                ev_ptr(&r.sync, &mut ev),
-            )
+            f(q as _, m as _, mapping.ptr as *mut c_void, wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
         };
         self.worker.segments.remove(r.segment);
         self.adopt_event(&r.sync, ev, rc)
@@ -866,15 +739,7 @@ fn kernel_num_args(k: usize) -> u32 {
         None => return 0,
     };
     // SAFETY: live kernel, 4-byte out value.
-    let rc = unsafe {
-        f(
-            k as _,
-            CL_KERNEL_NUM_ARGS,
-            4,
-            (&mut n as *mut u32).cast(),
-            null_mut(),
-        )
-    };
+    let rc = unsafe { f(k as _, CL_KERNEL_NUM_ARGS, 4, (&mut n as *mut u32).cast(), null_mut()) };
     if rc == CL_SUCCESS {
         n
     } else {

@@ -19,9 +19,7 @@ use cloister_ipc::handshake::PROTOCOL_VERSION;
 use cloister_ipc::lane::{Lane, LANE_BYTES};
 use cloister_ipc::recorder::{FlightRecorder, RECORDER_FD};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{
-    channel, dispatch as dispatch_call, Enumerated, ShimMessage, WorkerMessage, WORKER_ID_BIT,
-};
+use cloister_ipc::{channel, dispatch as dispatch_call, Enumerated, ShimMessage, WorkerMessage, WORKER_ID_BIT};
 
 use handler::{LaneServer, Worker};
 use objects::Kind;
@@ -39,7 +37,13 @@ struct Args {
     no_sandbox: bool,
     /// Refuse to serve if any layer could not be applied.
     require_sandbox: bool,
+    /// `cloister policy learn`: unconfined, every system call reported to the broker.
+    learn: bool,
 }
+
+/// Where the worker hands its seccomp listener to the broker (which supervises violations, or
+/// in learning mode observes every call).
+const SUPERVISOR_FD: i32 = 5;
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -49,6 +53,7 @@ fn parse_args() -> Result<Args, String> {
         cache: None,
         no_sandbox: false,
         require_sandbox: false,
+        learn: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -59,6 +64,7 @@ fn parse_args() -> Result<Args, String> {
             "--cache" => a.cache = Some(it.next().ok_or("--cache needs a value")?.into()),
             "--no-sandbox" => a.no_sandbox = true,
             "--require-sandbox" => a.require_sandbox = true,
+            "--learn" => a.learn = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -95,26 +101,36 @@ fn enter_cage(args: &Args) -> Result<CageState, String> {
     };
     let private: Vec<&std::path::Path> = args.cache.iter().map(|p| p.as_path()).collect();
     // A driver given by path may live anywhere: its own directory stays readable.
-    let library_dir = std::fs::canonicalize(&args.library)
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.to_path_buf()));
+    let library_dir = std::fs::canonicalize(&args.library).ok().and_then(|p| p.parent().map(|d| d.to_path_buf()));
     let extra_read: Vec<&std::path::Path> = library_dir.iter().map(|p| p.as_path()).collect();
     let spec = cloister_sandbox_policy::CageSpec {
         profile: &profile,
         private_dirs: &private,
         extra_read: &extra_read,
-        keep_fds: &[0, 1, 2, CHANNEL_FD, RECORDER_FD],
-        confine: !args.no_sandbox,
+        keep_fds: &[0, 1, 2, CHANNEL_FD, RECORDER_FD, SUPERVISOR_FD],
+        confine: !args.no_sandbox && !args.learn,
     };
     if let Some(r) = recorder {
-        cloister_sandbox_policy::seccomp::install_trap_handler(&r.leak().trapped_syscall)
-            .map_err(|e| e.to_string())?;
+        cloister_sandbox_policy::seccomp::install_trap_handler(&r.leak().trapped_syscall).map_err(|e| e.to_string())?;
     }
-    let layers = cloister_sandbox_policy::apply(&spec);
-    Ok(CageState {
-        profile: profile.name,
-        layers,
-    })
+    // Probe for the broker's supervisor socket now: once the learning observer is installed,
+    // every call but sendmsg waits for the broker, who is not listening yet.
+    // SAFETY: fcntl(F_GETFD) only probes whether fd 5 is open.
+    let supervised = unsafe { libc::fcntl(SUPERVISOR_FD, libc::F_GETFD) } >= 0;
+    let (layers, listener) = cloister_sandbox_policy::apply(&spec);
+    let listener = if args.learn {
+        Some(cloister_sandbox_policy::learn::install_observer().map_err(|e| e.to_string())?)
+    } else {
+        listener
+    };
+    if let (Some(l), true) = (listener, supervised) {
+        // Only sendmsg here (see above); the fds are closed later, observed.
+        channel::send_raw(SUPERVISOR_FD, b"listener", &[l.as_raw_fd()]).map_err(|e| e.to_string())?;
+        // SAFETY: fd 5 is the broker's supervisor socket, ours from now on.
+        drop(unsafe { OwnedFd::from_raw_fd(SUPERVISOR_FD) });
+    }
+    let profile = if args.learn { "learning (observed, not confined)".into() } else { profile.name };
+    Ok(CageState { profile, layers })
 }
 
 fn main() -> ExitCode {
@@ -130,13 +146,8 @@ fn main() -> ExitCode {
     let cage = match enter_cage(&args) {
         Ok(c) => c,
         Err(e) => {
-            let _ = channel::send(
-                &sock,
-                &WorkerMessage::Refused {
-                    reason: format!("cannot build the cage: {e}"),
-                },
-                &[],
-            );
+            let _ =
+                channel::send(&sock, &WorkerMessage::Refused { reason: format!("cannot build the cage: {e}") }, &[]);
             eprintln!("cloister-worker[{}]: {e}", args.name);
             return ExitCode::from(1);
         }
@@ -161,30 +172,13 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
         return Err("handshake: expected hello".into());
     };
     if let Err(reason) = hello.check() {
-        let _ = channel::send(
-            &sock,
-            &WorkerMessage::Refused {
-                reason: reason.clone(),
-            },
-            &[],
-        );
+        let _ = channel::send(&sock, &WorkerMessage::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
-    let off: Vec<String> = cage
-        .layers
-        .iter()
-        .filter(|l| !l.is_on())
-        .map(|l| l.to_string())
-        .collect();
+    let off: Vec<String> = cage.layers.iter().filter(|l| !l.is_on()).map(|l| l.to_string()).collect();
     if args.require_sandbox && !args.no_sandbox && !off.is_empty() {
         let reason = format!("--require-sandbox: layers not applied: {}", off.join("; "));
-        let _ = channel::send(
-            &sock,
-            &WorkerMessage::Refused {
-                reason: reason.clone(),
-            },
-            &[],
-        );
+        let _ = channel::send(&sock, &WorkerMessage::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
 
@@ -193,13 +187,7 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
         Ok(d) => enumerate(&worker, &d),
         Err(e) => {
             let reason = format!("cannot load driver {}: {}", args.library, e.0);
-            let _ = channel::send(
-                &sock,
-                &WorkerMessage::Refused {
-                    reason: reason.clone(),
-                },
-                &[],
-            );
+            let _ = channel::send(&sock, &WorkerMessage::Refused { reason: reason.clone() }, &[]);
             return Err(reason);
         }
     };
@@ -260,22 +248,12 @@ fn enumerate(worker: &Worker, d: &driver::Driver) -> (Vec<u64>, Vec<Enumerated>)
         };
         let mut n = 0u32;
         // SAFETY: count query with valid out pointer.
-        if unsafe { get(p as _, CL_DEVICE_TYPE_ALL, 0, std::ptr::null_mut(), &mut n) } != CL_SUCCESS
-        {
+        if unsafe { get(p as _, CL_DEVICE_TYPE_ALL, 0, std::ptr::null_mut(), &mut n) } != CL_SUCCESS {
             continue;
         }
         let mut devs = vec![std::ptr::null_mut(); n as usize];
         // SAFETY: devs has room for n handles.
-        if unsafe {
-            get(
-                p as _,
-                CL_DEVICE_TYPE_ALL,
-                n,
-                devs.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        } != CL_SUCCESS
-        {
+        if unsafe { get(p as _, CL_DEVICE_TYPE_ALL, n, devs.as_mut_ptr(), std::ptr::null_mut()) } != CL_SUCCESS {
             continue;
         }
         for dev in devs {

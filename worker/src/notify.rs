@@ -16,10 +16,7 @@ struct Notifier {
 static NOTIFIER: OnceLock<Notifier> = OnceLock::new();
 
 pub fn init(sock: RawFd) {
-    let _ = NOTIFIER.set(Notifier {
-        sock,
-        lock: Mutex::new(()),
-    });
+    let _ = NOTIFIER.set(Notifier { sock, lock: Mutex::new(()) });
 }
 
 pub fn send(n: Notification) {
@@ -42,9 +39,7 @@ pub extern "C" fn on_context_error(
         String::new()
     } else {
         // SAFETY: the driver passes a NUL-terminated string valid for the callback's duration.
-        unsafe { CStr::from_ptr(errinfo) }
-            .to_string_lossy()
-            .into_owned()
+        unsafe { CStr::from_ptr(errinfo) }.to_string_lossy().into_owned()
     };
     let private_info = if private_info.is_null() || cb == 0 || cb > 1 << 20 {
         Vec::new()
@@ -52,24 +47,15 @@ pub extern "C" fn on_context_error(
         // SAFETY: the driver promises `cb` readable bytes at `private_info`.
         unsafe { std::slice::from_raw_parts(private_info.cast::<u8>(), cb) }.to_vec()
     };
-    send(Notification::ContextError {
-        token: user_data as u64,
-        errinfo,
-        private_info,
-    });
+    send(Notification::ContextError { token: user_data as u64, errinfo, private_info });
 }
 
 /// `pfn_notify` of `clBuildProgram`.
 pub extern "C" fn on_build_done(_program: cl_program, user_data: *mut c_void) {
-    send(Notification::BuildDone {
-        token: user_data as u64,
-    });
+    send(Notification::BuildDone { token: user_data as u64 });
 }
 
 /// `pfn_notify` of `clSetEventCallback`.
 pub extern "C" fn on_event_status(_event: cl_event, status: cl_int, user_data: *mut c_void) {
-    send(Notification::EventStatus {
-        token: user_data as u64,
-        status,
-    });
+    send(Notification::EventStatus { token: user_data as u64, status });
 }

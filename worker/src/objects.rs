@@ -46,12 +46,7 @@ impl ObjectTable {
     }
 
     pub fn get_any(&self, id: ObjectId) -> Option<(Kind, usize)> {
-        self.inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .by_id
-            .get(&id)
-            .copied()
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).by_id.get(&id).copied()
     }
 
     /// The id the shim knows a driver handle by; 0 (NULL) for handles it never saw.
@@ -59,13 +54,7 @@ impl ObjectTable {
         if handle == 0 {
             return 0;
         }
-        self.inner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .by_handle
-            .get(&handle)
-            .copied()
-            .unwrap_or(0)
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).by_handle.get(&handle).copied().unwrap_or(0)
     }
 
     pub fn remove(&self, id: ObjectId) -> Option<(Kind, usize)> {

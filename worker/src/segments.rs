@@ -16,10 +16,7 @@ pub struct Segments {
 
 impl Segments {
     pub fn insert(&self, id: u64, region: SharedRegion) {
-        self.map
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, Arc::new(region));
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::new(region));
         self.arrived.notify_all();
     }
 
@@ -34,18 +31,11 @@ impl Segments {
             if now >= deadline {
                 return None;
             }
-            map = self
-                .arrived
-                .wait_timeout(map, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            map = self.arrived.wait_timeout(map, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 
     pub fn remove(&self, id: u64) -> Option<Arc<SharedRegion>> {
-        self.map
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id)
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
     }
 }

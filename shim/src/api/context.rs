@@ -34,8 +34,7 @@ unsafe fn properties(props: *const isize) -> Result<WireProperties, cl_int> {
         // SAFETY: every non-zero key is followed by a value.
         let val = unsafe { *props.add(i + 1) };
         if key == CL_CONTEXT_PLATFORM {
-            let p =
-                lookup(val as *const c_void, Kind::Platform).map_err(|_| CL_INVALID_PLATFORM)?;
+            let p = lookup(val as *const c_void, Kind::Platform).map_err(|_| CL_INVALID_PLATFORM)?;
             out.extend([key as i64, p.id as i64]);
             conn = Some(p.conn.clone());
         } else {
@@ -50,24 +49,13 @@ unsafe fn properties(props: *const isize) -> Result<WireProperties, cl_int> {
     Ok((Some(out), conn))
 }
 
-fn notify_token(
-    conn: &Conn,
-    pfn: *mut c_void,
-    user_data: *mut c_void,
-) -> Result<Option<u64>, cl_int> {
+fn notify_token(conn: &Conn, pfn: *mut c_void, user_data: *mut c_void) -> Result<Option<u64>, cl_int> {
     if pfn.is_null() {
-        return if user_data.is_null() {
-            Ok(None)
-        } else {
-            Err(CL_INVALID_VALUE)
-        };
+        return if user_data.is_null() { Ok(None) } else { Err(CL_INVALID_VALUE) };
     }
     // SAFETY: the application passes a function of clCreateContext's pfn_notify type.
     let pfn = unsafe { std::mem::transmute::<*mut c_void, ContextNotifyFn>(pfn) };
-    Ok(Some(conn.register_callback(Callback::Context {
-        pfn,
-        user_data: user_data as usize,
-    })))
+    Ok(Some(conn.register_callback(Callback::Context { pfn, user_data: user_data as usize })))
 }
 
 pub unsafe fn clCreateContext(
@@ -90,12 +78,7 @@ pub unsafe fn clCreateContext(
         let conn = conn.ok_or(CL_INVALID_VALUE)?;
         let notify = notify_token(&conn, pfn_notify, user_data)?;
         create(&conn, Kind::Context, ObjData::Context, |id| {
-            conn.call(CreateContext {
-                id,
-                properties: props,
-                devices: ids,
-                notify,
-            })
+            conn.call(CreateContext { id, properties: props, devices: ids, notify })
         })
     })();
     // SAFETY: errcode_ret per API contract.
@@ -114,20 +97,11 @@ pub unsafe fn clCreateContextFromType(
         let (props, conn) = unsafe { properties(properties_)? };
         let conn = match conn {
             Some(c) => c,
-            None => crate::runtime::runtime()
-                .conns
-                .first()
-                .cloned()
-                .ok_or(CL_INVALID_PLATFORM)?,
+            None => crate::runtime::runtime().conns.first().cloned().ok_or(CL_INVALID_PLATFORM)?,
         };
         let notify = notify_token(&conn, pfn_notify, user_data)?;
         create(&conn, Kind::Context, ObjData::Context, |id| {
-            conn.call(CreateContextFromType {
-                id,
-                properties: props,
-                device_type,
-                notify,
-            })
+            conn.call(CreateContextFromType { id, properties: props, device_type, notify })
         })
     })();
     // SAFETY: errcode_ret per API contract.
@@ -143,17 +117,7 @@ pub unsafe fn clGetContextInfo(
 ) -> cl_int {
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(
-            context,
-            Kind::Context,
-            InfoTarget::Context,
-            0,
-            param_name,
-            size,
-            value,
-            size_ret,
-            |_| None,
-        )
+        info::get_info(context, Kind::Context, InfoTarget::Context, 0, param_name, size, value, size_ret, |_| None)
     }
 }
 

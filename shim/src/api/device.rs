@@ -18,10 +18,7 @@ pub unsafe fn clGetDeviceIDs(
     num_devices: *mut cl_uint,
 ) -> cl_int {
     let platform = if platform.is_null() {
-        crate::runtime::runtime()
-            .platforms()
-            .first()
-            .map_or(std::ptr::null_mut(), |&p| p as cl_platform_id)
+        crate::runtime::runtime().platforms().first().map_or(std::ptr::null_mut(), |&p| p as cl_platform_id)
     } else {
         platform
     };
@@ -34,22 +31,11 @@ pub unsafe fn clGetDeviceIDs(
     }
     // Cached beside the info values under a parameter name no info query uses.
     let key = (u32::MAX, device_type);
-    let cached = obj
-        .info_cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&key)
-        .cloned();
+    let cached = obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
     let ids: Vec<u64> = match cached {
-        Some(bytes) => bytes
-            .chunks_exact(8)
-            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
-            .collect(),
+        Some(bytes) => bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default())).collect(),
         None => {
-            let reply = match obj.conn.call(GetDeviceIds {
-                platform: obj.id,
-                device_type,
-            }) {
+            let reply = match obj.conn.call(GetDeviceIds { platform: obj.id, device_type }) {
                 Ok(r) => r,
                 Err(e) => return e,
             };
@@ -57,18 +43,11 @@ pub unsafe fn clGetDeviceIDs(
                 return reply.status;
             }
             let bytes = reply.ids.iter().flat_map(|i| i.to_ne_bytes()).collect();
-            obj.info_cache
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key, bytes);
+            obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, bytes);
             reply.ids
         }
     };
-    let handles: Vec<u64> = ids
-        .iter()
-        .map(|&id| obj.conn.handle_of(id))
-        .filter(|&h| h != 0)
-        .collect();
+    let handles: Vec<u64> = ids.iter().map(|&id| obj.conn.handle_of(id)).filter(|&h| h != 0).collect();
     if handles.is_empty() {
         return CL_DEVICE_NOT_FOUND;
     }
@@ -94,21 +73,10 @@ pub unsafe fn clGetDeviceInfo(
 ) -> cl_int {
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(
-            device,
-            Kind::Device,
-            InfoTarget::Device,
-            0,
-            param_name,
-            size,
-            value,
-            size_ret,
-            |obj| {
-                // A device whose worker died is unavailable, not an error.
-                (param_name == CL_DEVICE_AVAILABLE && obj.conn.is_dead())
-                    .then(|| Ok(CL_FALSE.to_ne_bytes().to_vec()))
-            },
-        )
+        info::get_info(device, Kind::Device, InfoTarget::Device, 0, param_name, size, value, size_ret, |obj| {
+            // A device whose worker died is unavailable, not an error.
+            (param_name == CL_DEVICE_AVAILABLE && obj.conn.is_dead()).then(|| Ok(CL_FALSE.to_ne_bytes().to_vec()))
+        })
     }
 }
 

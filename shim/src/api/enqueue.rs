@@ -15,10 +15,7 @@ use super::{enqueue_sync, finish_enqueue, slice};
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
 use crate::pending::{settle, PendingOp, Transfer};
 
-fn queue_and_mem(
-    queue: cl_command_queue,
-    mem: cl_mem,
-) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
+fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
     let q = lookup(queue, Kind::Queue)?;
     let m = lookup(mem, Kind::Mem)?;
     if !Arc::ptr_eq(&q.conn, &m.conn) {
@@ -83,14 +80,7 @@ unsafe fn enqueue_pending<C: Call<Reply = i32>>(
         crate::handle::retain(h, Kind::Event);
         h as usize
     });
-    q.conn.pending().push(PendingOp {
-        queue: q.id,
-        event: event_id,
-        app_event,
-        segment,
-        region,
-        transfer,
-    });
+    q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, region, transfer });
     Ok(rc)
 }
 
@@ -121,22 +111,14 @@ pub unsafe fn clEnqueueReadBuffer(
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let mirror = use_host_ptr(&m);
         if blocking_read == CL_FALSE {
-            let transfer = Transfer::Read {
-                dst: ptr as usize,
-                len: size,
-                mirror: mirror.map(|h| h + offset),
-            };
+            let transfer = Transfer::Read { dst: ptr as usize, len: size, mirror: mirror.map(|h| h + offset) };
             let (segment, region) = q.conn.new_segment(size)?;
             let make = |segment, sync| EnqueueReadBuffer {
                 queue: q.id,
                 mem: m.id,
                 blocking: false,
                 offset: offset as u64,
-                into: DataRef::Segment {
-                    id: segment,
-                    offset: 0,
-                    len: size as u64,
-                },
+                into: DataRef::Segment { id: segment, offset: 0, len: size as u64 },
                 sync,
             };
             // SAFETY: event per API contract.
@@ -149,10 +131,7 @@ pub unsafe fn clEnqueueReadBuffer(
                 mem: m.id,
                 blocking: true,
                 offset: (offset + start) as u64,
-                into: DataRef::Lane {
-                    offset: 0,
-                    len: len as u64,
-                },
+                into: DataRef::Lane { offset: 0, len: len as u64 },
                 sync: chunk_sync(&sync, first, last),
             };
             let rc = q.conn.call_with(
@@ -162,16 +141,12 @@ pub unsafe fn clEnqueueReadBuffer(
                     if *rc == CL_SUCCESS {
                         // SAFETY: the application's ptr holds `size` bytes; the chunk is within it
                         // and within the bulk area.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(bulk, ptr.cast::<u8>().add(start), len)
-                        };
+                        unsafe { std::ptr::copy_nonoverlapping(bulk, ptr.cast::<u8>().add(start), len) };
                         if let Some(host) = mirror {
                             // CL_MEM_USE_HOST_PTR: the application's memory holds device results.
                             // SAFETY: host_ptr covers the whole buffer, and offset+start+len is
                             // inside it (the driver accepted the read).
-                            unsafe {
-                                std::ptr::copy(bulk, (host as *mut u8).add(offset + start), len)
-                            };
+                            unsafe { std::ptr::copy(bulk, (host as *mut u8).add(offset + start), len) };
                         }
                     }
                 },
@@ -215,17 +190,11 @@ pub unsafe fn clEnqueueWriteBuffer(
                 mem: m.id,
                 blocking: false,
                 offset: offset as u64,
-                data: DataRef::Segment {
-                    id: segment,
-                    offset: 0,
-                    len: size as u64,
-                },
+                data: DataRef::Segment { id: segment, offset: 0, len: size as u64 },
                 sync,
             };
             // SAFETY: event per API contract.
-            return unsafe {
-                enqueue_pending(&q, &sync, event, segment, region, Transfer::Write, make)
-            };
+            return unsafe { enqueue_pending(&q, &sync, event, segment, region, Transfer::Write, make) };
         }
         let _settled = SettleAfter(&q);
         for (start, len, first, last) in chunks(size) {
@@ -234,10 +203,7 @@ pub unsafe fn clEnqueueWriteBuffer(
                 mem: m.id,
                 blocking: true,
                 offset: (offset + start) as u64,
-                data: DataRef::Lane {
-                    offset: 0,
-                    len: len as u64,
-                },
+                data: DataRef::Lane { offset: 0, len: len as u64 },
                 sync: chunk_sync(&sync, first, last),
             };
             let fill = |bulk: *mut u8| {
@@ -304,8 +270,7 @@ pub unsafe fn clEnqueueFillBuffer(
             return Err(CL_INVALID_VALUE);
         }
         // SAFETY: pattern holds pattern_size bytes.
-        let pattern =
-            unsafe { slice(pattern.cast::<u8>(), pattern_size, CL_INVALID_VALUE)? }.to_vec();
+        let pattern = unsafe { slice(pattern.cast::<u8>(), pattern_size, CL_INVALID_VALUE)? }.to_vec();
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let req = EnqueueFillBuffer {
@@ -368,18 +333,8 @@ pub unsafe fn clEnqueueMapBuffer(
             None => region.as_ptr() as usize,
         };
         if let ObjData::Mem { maps, .. } = &m.data {
-            let record = MapRecord {
-                segment,
-                region,
-                offset,
-                size,
-                flags: map_flags,
-            };
-            maps.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(ptr)
-                .or_default()
-                .push(record);
+            let record = MapRecord { segment, region, offset, size, flags: map_flags };
+            maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
         }
         Ok(ptr as *mut c_void)
     })();
@@ -404,9 +359,7 @@ pub unsafe fn clEnqueueUnmapMemObject(
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let record = {
             let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
-            let list = maps
-                .get_mut(&(mapped_ptr as usize))
-                .ok_or(CL_INVALID_VALUE)?;
+            let list = maps.get_mut(&(mapped_ptr as usize)).ok_or(CL_INVALID_VALUE)?;
             let rec = list.pop().ok_or(CL_INVALID_VALUE)?;
             if list.is_empty() {
                 maps.remove(&(mapped_ptr as usize));
@@ -418,13 +371,8 @@ pub unsafe fn clEnqueueUnmapMemObject(
             // SAFETY: mapped_ptr is the application's host_ptr+offset with `size` bytes.
             unsafe { std::ptr::copy(mapped_ptr.cast::<u8>(), record.region.as_ptr(), record.size) };
         }
-        let req = EnqueueUnmapMemObject {
-            queue: q.id,
-            mem: m.id,
-            segment: record.segment,
-            write_back,
-            sync: sync.clone(),
-        };
+        let req =
+            EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.segment, write_back, sync: sync.clone() };
         let rc = q.conn.call(req);
         let _ = record.offset;
         // SAFETY: event per API contract.
@@ -455,11 +403,7 @@ pub unsafe fn clEnqueueNDRangeKernel(
         }
         let dims = |p: *const usize| -> Option<Vec<u64>> {
             // SAFETY: non-NULL size arrays hold work_dim entries per the API contract.
-            (!p.is_null()).then(|| {
-                (0..work_dim as usize)
-                    .map(|i| unsafe { *p.add(i) } as u64)
-                    .collect()
-            })
+            (!p.is_null()).then(|| (0..work_dim as usize).map(|i| unsafe { *p.add(i) } as u64).collect())
         };
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
@@ -493,19 +437,7 @@ pub unsafe fn clEnqueueTask(
 ) -> cl_int {
     let one = [1usize];
     // SAFETY: a task is a one-work-item NDRange.
-    unsafe {
-        clEnqueueNDRangeKernel(
-            queue,
-            kernel,
-            1,
-            std::ptr::null(),
-            one.as_ptr(),
-            one.as_ptr(),
-            n,
-            list,
-            event,
-        )
-    }
+    unsafe { clEnqueueNDRangeKernel(queue, kernel, 1, std::ptr::null(), one.as_ptr(), one.as_ptr(), n, list, event) }
 }
 
 fn marker_or_barrier(
@@ -519,11 +451,7 @@ fn marker_or_barrier(
         let q = lookup(queue, Kind::Queue)?;
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let rc = q.conn.call(EnqueueMarkerOrBarrier {
-            queue: q.id,
-            barrier,
-            sync: sync.clone(),
-        });
+        let rc = q.conn.call(EnqueueMarkerOrBarrier { queue: q.id, barrier, sync: sync.clone() });
         // SAFETY: event per API contract.
         Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
     })();

@@ -3,9 +3,7 @@
 use std::ffi::c_void;
 
 use cloister_ipc::cl::*;
-use cloister_ipc::{
-    CreateUserEvent, InfoTarget, SetEventCallback, SetUserEventStatus, WaitForEvents,
-};
+use cloister_ipc::{CreateUserEvent, InfoTarget, SetEventCallback, SetUserEventStatus, WaitForEvents};
 
 use super::{create, creation, ids_of, retain_release, slice};
 use crate::conn::{Callback, EventNotifyFn};
@@ -37,27 +35,17 @@ pub unsafe fn clGetEventInfo(
 ) -> cl_int {
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(
-            event,
-            Kind::Event,
-            InfoTarget::Event,
-            0,
-            param_name,
-            size,
-            value,
-            size_ret,
-            |obj| {
-                if param_name != CL_EVENT_COMMAND_EXECUTION_STATUS {
-                    return None;
-                }
-                let v = info::query(obj, InfoTarget::Event, 0, param_name);
-                if matches!(&v, Ok(b) if b.as_slice() == CL_COMPLETE.to_ne_bytes()) {
-                    // Reported complete: a read behind this event must have landed first.
-                    crate::pending::settle(&obj.conn, None);
-                }
-                Some(v)
-            },
-        )
+        info::get_info(event, Kind::Event, InfoTarget::Event, 0, param_name, size, value, size_ret, |obj| {
+            if param_name != CL_EVENT_COMMAND_EXECUTION_STATUS {
+                return None;
+            }
+            let v = info::query(obj, InfoTarget::Event, 0, param_name);
+            if matches!(&v, Ok(b) if b.as_slice() == CL_COMPLETE.to_ne_bytes()) {
+                // Reported complete: a read behind this event must have landed first.
+                crate::pending::settle(&obj.conn, None);
+            }
+            Some(v)
+        })
     }
 }
 
@@ -70,40 +58,21 @@ pub unsafe fn clGetEventProfilingInfo(
 ) -> cl_int {
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(
-            event,
-            Kind::Event,
-            InfoTarget::EventProfiling,
-            0,
-            param_name,
-            size,
-            value,
-            size_ret,
-            |_| None,
-        )
+        info::get_info(event, Kind::Event, InfoTarget::EventProfiling, 0, param_name, size, value, size_ret, |_| None)
     }
 }
 
 pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -> cl_event {
     let r = lookup(context, Kind::Context).and_then(|ctx| {
-        create(&ctx.conn, Kind::Event, ObjData::Event, |id| {
-            ctx.conn.call(CreateUserEvent {
-                id,
-                context: ctx.id,
-            })
-        })
+        create(&ctx.conn, Kind::Event, ObjData::Event, |id| ctx.conn.call(CreateUserEvent { id, context: ctx.id }))
     });
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
 }
 
 pub unsafe fn clSetUserEventStatus(event: cl_event, execution_status: cl_int) -> cl_int {
-    let r = lookup(event, Kind::Event).and_then(|ev| {
-        ev.conn.call(SetUserEventStatus {
-            event: ev.id,
-            status: execution_status,
-        })
-    });
+    let r = lookup(event, Kind::Event)
+        .and_then(|ev| ev.conn.call(SetUserEventStatus { event: ev.id, status: execution_status }));
     r.unwrap_or_else(|e| e)
 }
 
@@ -122,16 +91,9 @@ pub unsafe fn clSetEventCallback(
         let pfn = unsafe { std::mem::transmute::<*mut c_void, EventNotifyFn>(pfn_notify) };
         // The callback receives the application's handle: keep it alive until it has run.
         crate::handle::retain(event, Kind::Event);
-        let token = ev.conn.register_callback(Callback::Event {
-            pfn,
-            user_data: user_data as usize,
-            event: event as usize,
-        });
-        let rc = ev.conn.call(SetEventCallback {
-            event: ev.id,
-            callback_type,
-            token,
-        });
+        let token =
+            ev.conn.register_callback(Callback::Event { pfn, user_data: user_data as usize, event: event as usize });
+        let rc = ev.conn.call(SetEventCallback { event: ev.id, callback_type, token });
         if rc != Ok(CL_SUCCESS) {
             ev.conn.unregister_callback(token);
             crate::handle::release(event, Kind::Event);

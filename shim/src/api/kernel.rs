@@ -15,18 +15,11 @@ use crate::info;
 fn kernel_data(num_args: u32) -> ObjData {
     ObjData::Kernel {
         num_args,
-        args: Mutex::new(KernelArgs {
-            values: vec![None; num_args as usize],
-            dirty: Vec::new(),
-        }),
+        args: Mutex::new(KernelArgs { values: vec![None; num_args as usize], dirty: Vec::new() }),
     }
 }
 
-pub unsafe fn clCreateKernel(
-    program: cl_program,
-    kernel_name: *const c_char,
-    errcode_ret: *mut cl_int,
-) -> cl_kernel {
+pub unsafe fn clCreateKernel(program: cl_program, kernel_name: *const c_char, errcode_ret: *mut cl_int) -> cl_kernel {
     let r = (|| {
         let p = lookup(program, Kind::Program)?;
         if kernel_name.is_null() {
@@ -35,20 +28,11 @@ pub unsafe fn clCreateKernel(
         // SAFETY: NUL-terminated per the API contract.
         let name = unsafe { CStr::from_ptr(kernel_name) }.to_bytes().to_vec();
         let id = p.conn.alloc_id();
-        let reply = p.conn.call(CreateKernel {
-            id,
-            program: p.id,
-            name,
-        })?;
+        let reply = p.conn.call(CreateKernel { id, program: p.id, name })?;
         if reply.status != CL_SUCCESS {
             return Err(reply.status);
         }
-        Ok(new_handle(
-            Kind::Kernel,
-            id,
-            &p.conn,
-            kernel_data(reply.num_args),
-        ))
+        Ok(new_handle(Kind::Kernel, id, &p.conn, kernel_data(reply.num_args)))
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
@@ -67,15 +51,9 @@ pub unsafe fn clCreateKernelsInProgram(
     if !kernels.is_null() && num_kernels == 0 {
         return CL_INVALID_VALUE;
     }
-    let ids: Vec<u64> = if kernels.is_null() {
-        Vec::new()
-    } else {
-        (0..num_kernels).map(|_| p.conn.alloc_id()).collect()
-    };
-    let reply = match p.conn.call(CreateKernelsInProgram {
-        program: p.id,
-        ids: ids.clone(),
-    }) {
+    let ids: Vec<u64> =
+        if kernels.is_null() { Vec::new() } else { (0..num_kernels).map(|_| p.conn.alloc_id()).collect() };
+    let reply = match p.conn.call(CreateKernelsInProgram { program: p.id, ids: ids.clone() }) {
         Ok(r) => r,
         Err(e) => return e,
     };
@@ -145,10 +123,7 @@ pub fn take_dirty_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
     };
     let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
     let dirty = std::mem::take(&mut a.dirty);
-    dirty
-        .into_iter()
-        .filter_map(|i| a.values[i as usize].clone().map(|v| (i, v)))
-        .collect()
+    dirty.into_iter().filter_map(|i| a.values[i as usize].clone().map(|v| (i, v))).collect()
 }
 
 /// Puts arguments back as unsent after a failed enqueue, so the next one ships them again.
@@ -172,19 +147,7 @@ pub unsafe fn clGetKernelInfo(
     size_ret: *mut usize,
 ) -> cl_int {
     // SAFETY: forwarded API contract.
-    unsafe {
-        info::get_info(
-            kernel,
-            Kind::Kernel,
-            InfoTarget::Kernel,
-            0,
-            param_name,
-            size,
-            value,
-            size_ret,
-            |_| None,
-        )
-    }
+    unsafe { info::get_info(kernel, Kind::Kernel, InfoTarget::Kernel, 0, param_name, size, value, size_ret, |_| None) }
 }
 
 pub unsafe fn clGetKernelWorkGroupInfo(

@@ -34,11 +34,7 @@ pub unsafe fn clCreateBuffer(
         if size == 0 {
             return Err(CL_INVALID_BUFFER_SIZE);
         }
-        let wire_flags = if uses {
-            (flags & !CL_MEM_USE_HOST_PTR) | CL_MEM_COPY_HOST_PTR
-        } else {
-            flags
-        };
+        let wire_flags = if uses { (flags & !CL_MEM_USE_HOST_PTR) | CL_MEM_COPY_HOST_PTR } else { flags };
         let data = ObjData::Mem {
             flags,
             host_ptr: if uses { host_ptr as usize } else { 0 },
@@ -46,13 +42,7 @@ pub unsafe fn clCreateBuffer(
         };
         let conn = ctx.conn.clone();
         create(&conn, Kind::Mem, data, |id| {
-            let req = |host_data| CreateBuffer {
-                id,
-                context: ctx.id,
-                flags: wire_flags,
-                size: size as u64,
-                host_data,
-            };
+            let req = |host_data| CreateBuffer { id, context: ctx.id, flags: wire_flags, size: size as u64, host_data };
             if host_ptr.is_null() {
                 return conn.call(req(None));
             }
@@ -63,23 +53,12 @@ pub unsafe fn clCreateBuffer(
                     unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), bulk, size) };
                     Ok(())
                 };
-                return conn.call_with(
-                    req(Some(DataRef::Lane {
-                        offset: 0,
-                        len: size as u64,
-                    })),
-                    copy,
-                    |_, _| (),
-                );
+                return conn.call_with(req(Some(DataRef::Lane { offset: 0, len: size as u64 })), copy, |_, _| ());
             }
             let (seg, region) = conn.new_segment(size)?;
             // SAFETY: as above; the segment holds `size` bytes.
             unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), region.as_ptr(), size) };
-            let rc = conn.call(req(Some(DataRef::Segment {
-                id: seg,
-                offset: 0,
-                len: size as u64,
-            })));
+            let rc = conn.call(req(Some(DataRef::Segment { id: seg, offset: 0, len: size as u64 })));
             let _ = conn.call(DropSegment { segment: seg });
             rc
         })
@@ -97,29 +76,16 @@ pub unsafe fn clGetMemObjectInfo(
 ) -> cl_int {
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(
-            memobj,
-            Kind::Mem,
-            InfoTarget::MemObject,
-            0,
-            param_name,
-            size,
-            value,
-            size_ret,
-            |obj| {
-                let ObjData::Mem {
-                    flags, host_ptr, ..
-                } = &obj.data
-                else {
-                    return None;
-                };
-                match param_name {
-                    CL_MEM_FLAGS => Some(Ok(flags.to_ne_bytes().to_vec())),
-                    CL_MEM_HOST_PTR => Some(Ok(host_ptr.to_ne_bytes().to_vec())),
-                    _ => None,
-                }
-            },
-        )
+        info::get_info(memobj, Kind::Mem, InfoTarget::MemObject, 0, param_name, size, value, size_ret, |obj| {
+            let ObjData::Mem { flags, host_ptr, .. } = &obj.data else {
+                return None;
+            };
+            match param_name {
+                CL_MEM_FLAGS => Some(Ok(flags.to_ne_bytes().to_vec())),
+                CL_MEM_HOST_PTR => Some(Ok(host_ptr.to_ne_bytes().to_vec())),
+                _ => None,
+            }
+        })
     }
 }
 

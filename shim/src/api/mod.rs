@@ -76,11 +76,7 @@ pub unsafe fn slice<'a, T>(ptr: *const T, n: usize, err: cl_int) -> Result<&'a [
 }
 
 /// Validates a list of handles of one kind and returns their ids, all on one worker.
-pub fn ids_of(
-    handles: &[*mut c_void],
-    kind: Kind,
-    err: cl_int,
-) -> Result<(Vec<ObjectId>, Option<Arc<Conn>>), cl_int> {
+pub fn ids_of(handles: &[*mut c_void], kind: Kind, err: cl_int) -> Result<(Vec<ObjectId>, Option<Arc<Conn>>), cl_int> {
     let mut conn: Option<Arc<Conn>> = None;
     let mut ids = Vec::with_capacity(handles.len());
     for &h in handles {
@@ -117,10 +113,7 @@ pub unsafe fn enqueue_sync(
             return Err(CL_INVALID_CONTEXT);
         }
     }
-    Ok(EnqueueSync {
-        wait,
-        event: (!event.is_null()).then(|| queue.conn.alloc_id()),
-    })
+    Ok(EnqueueSync { wait, event: (!event.is_null()).then(|| queue.conn.alloc_id()) })
 }
 
 /// After an enqueue: hands the application its new event, if it asked for one.

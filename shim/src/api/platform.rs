@@ -19,9 +19,7 @@ pub unsafe fn icd_get_platform_ids(
     platforms: *mut cl_platform_id,
     num_platforms: *mut cl_uint,
 ) -> cl_int {
-    if (num_entries == 0 && !platforms.is_null())
-        || (platforms.is_null() && num_platforms.is_null())
-    {
+    if (num_entries == 0 && !platforms.is_null()) || (platforms.is_null() && num_platforms.is_null()) {
         return CL_INVALID_VALUE;
     }
     let all = runtime().platforms();
@@ -54,10 +52,7 @@ pub unsafe fn clGetPlatformIDs(
 /// A NULL platform means "the default": the first caged one.
 fn platform_or_default(platform: cl_platform_id) -> cl_platform_id {
     if platform.is_null() {
-        runtime()
-            .platforms()
-            .first()
-            .map_or(std::ptr::null_mut(), |&p| p as cl_platform_id)
+        runtime().platforms().first().map_or(std::ptr::null_mut(), |&p| p as cl_platform_id)
     } else {
         platform
     }
@@ -73,26 +68,17 @@ pub unsafe fn clGetPlatformInfo(
     let platform = platform_or_default(platform);
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(
-            platform,
-            Kind::Platform,
-            InfoTarget::Platform,
-            0,
-            param_name,
-            size,
-            value,
-            size_ret,
-            |obj| match param_name {
+        info::get_info(platform, Kind::Platform, InfoTarget::Platform, 0, param_name, size, value, size_ret, |obj| {
+            match param_name {
                 CL_PLATFORM_EXTENSIONS => {
                     Some(info::query(obj, InfoTarget::Platform, 0, param_name).map(add_extension))
                 }
-                CL_PLATFORM_EXTENSIONS_WITH_VERSION => Some(
-                    info::query(obj, InfoTarget::Platform, 0, param_name)
-                        .map(add_extension_with_version),
-                ),
+                CL_PLATFORM_EXTENSIONS_WITH_VERSION => {
+                    Some(info::query(obj, InfoTarget::Platform, 0, param_name).map(add_extension_with_version))
+                }
                 _ => None,
-            },
-        )
+            }
+        })
     }
 }
 
@@ -150,10 +136,7 @@ mod tests {
 
     #[test]
     fn extension_is_appended_once_with_one_space() {
-        assert_eq!(
-            add_extension(b"cl_khr_icd \0".to_vec()),
-            b"cl_khr_icd cl_cloister_sandbox\0"
-        );
+        assert_eq!(add_extension(b"cl_khr_icd \0".to_vec()), b"cl_khr_icd cl_cloister_sandbox\0");
         assert_eq!(add_extension(b"\0".to_vec()), b"cl_cloister_sandbox\0");
     }
 
@@ -161,9 +144,6 @@ mod tests {
     fn name_version_record_is_68_bytes() {
         let v = add_extension_with_version(vec![]);
         assert_eq!(v.len(), 4 + CL_NAME_VERSION_MAX_NAME_SIZE);
-        assert_eq!(
-            &v[4..4 + SANDBOX_EXTENSION.len()],
-            SANDBOX_EXTENSION.as_bytes()
-        );
+        assert_eq!(&v[4..4 + SANDBOX_EXTENSION.len()], SANDBOX_EXTENSION.as_bytes());
     }
 }

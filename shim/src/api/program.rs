@@ -30,11 +30,7 @@ pub unsafe fn clCreateProgramWithSource(
                 return Err(CL_INVALID_VALUE);
             }
             // SAFETY: lengths is NULL or holds `count` entries.
-            let len = if lengths.is_null() {
-                0
-            } else {
-                unsafe { *lengths.add(i) }
-            };
+            let len = if lengths.is_null() { 0 } else { unsafe { *lengths.add(i) } };
             let bytes = if len == 0 {
                 // SAFETY: a zero length means the string is NUL-terminated.
                 unsafe { CStr::from_ptr(s) }.to_bytes().to_vec()
@@ -45,11 +41,7 @@ pub unsafe fn clCreateProgramWithSource(
             sources.push(bytes);
         }
         create(&ctx.conn, Kind::Program, ObjData::Program, |id| {
-            ctx.conn.call(CreateProgramWithSource {
-                id,
-                context: ctx.id,
-                sources,
-            })
+            ctx.conn.call(CreateProgramWithSource { id, context: ctx.id, sources })
         })
     })();
     // SAFETY: errcode_ret per API contract.
@@ -66,9 +58,7 @@ pub unsafe fn clBuildProgram(
 ) -> cl_int {
     let r = (|| {
         let p = lookup(program, Kind::Program)?;
-        if (num_devices == 0) != device_list.is_null()
-            || (pfn_notify.is_null() && !user_data.is_null())
-        {
+        if (num_devices == 0) != device_list.is_null() || (pfn_notify.is_null() && !user_data.is_null()) {
             return Err(CL_INVALID_VALUE);
         }
         let devices = if device_list.is_null() {
@@ -79,8 +69,7 @@ pub unsafe fn clBuildProgram(
             Some(ids_of(devs, Kind::Device, CL_INVALID_DEVICE)?.0)
         };
         // SAFETY: options is NULL or NUL-terminated.
-        let options =
-            (!options.is_null()).then(|| unsafe { CStr::from_ptr(options) }.to_bytes().to_vec());
+        let options = (!options.is_null()).then(|| unsafe { CStr::from_ptr(options) }.to_bytes().to_vec());
         let notify = if pfn_notify.is_null() {
             None
         } else {
@@ -92,12 +81,7 @@ pub unsafe fn clBuildProgram(
                 program: program as usize,
             }))
         };
-        let rc = p.conn.call(BuildProgram {
-            program: p.id,
-            devices,
-            options,
-            notify,
-        });
+        let rc = p.conn.call(BuildProgram { program: p.id, devices, options, notify });
         if let (Some(token), Err(_)) = (notify, &rc) {
             p.conn.unregister_callback(token);
         }
@@ -115,17 +99,7 @@ pub unsafe fn clGetProgramInfo(
 ) -> cl_int {
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(
-            program,
-            Kind::Program,
-            InfoTarget::Program,
-            0,
-            param_name,
-            size,
-            value,
-            size_ret,
-            |_| None,
-        )
+        info::get_info(program, Kind::Program, InfoTarget::Program, 0, param_name, size, value, size_ret, |_| None)
     }
 }
 
@@ -143,17 +117,9 @@ pub unsafe fn clGetProgramBuildInfo(
     };
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(
-            program,
-            Kind::Program,
-            InfoTarget::ProgramBuild,
-            dev,
-            param_name,
-            size,
-            value,
-            size_ret,
-            |_| None,
-        )
+        info::get_info(program, Kind::Program, InfoTarget::ProgramBuild, dev, param_name, size, value, size_ret, |_| {
+            None
+        })
     }
 }
 

@@ -3,9 +3,7 @@
 use std::ffi::c_void;
 
 use cloister_ipc::cl::*;
-use cloister_ipc::{
-    CreateCommandQueue, CreateCommandQueueWithProperties, FlushOrFinish, InfoTarget,
-};
+use cloister_ipc::{CreateCommandQueue, CreateCommandQueueWithProperties, FlushOrFinish, InfoTarget};
 
 use super::{create, creation, retain_release};
 use crate::handle::{lookup, Kind, ObjData};
@@ -31,12 +29,7 @@ pub unsafe fn clCreateCommandQueue(
 ) -> cl_command_queue {
     let r = context_and_device(context, device).and_then(|(ctx, dev)| {
         create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
-            ctx.conn.call(CreateCommandQueue {
-                id,
-                context: ctx.id,
-                device: dev,
-                properties,
-            })
+            ctx.conn.call(CreateCommandQueue { id, context: ctx.id, device: dev, properties })
         })
     });
     // SAFETY: errcode_ret per API contract.
@@ -72,12 +65,7 @@ pub unsafe fn clCreateCommandQueueWithProperties(
             Some(v)
         };
         create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
-            ctx.conn.call(CreateCommandQueueWithProperties {
-                id,
-                context: ctx.id,
-                device: dev,
-                properties: props,
-            })
+            ctx.conn.call(CreateCommandQueueWithProperties { id, context: ctx.id, device: dev, properties: props })
         })
     });
     // SAFETY: errcode_ret per API contract.
@@ -93,17 +81,7 @@ pub unsafe fn clGetCommandQueueInfo(
 ) -> cl_int {
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(
-            queue,
-            Kind::Queue,
-            InfoTarget::CommandQueue,
-            0,
-            param_name,
-            size,
-            value,
-            size_ret,
-            |_| None,
-        )
+        info::get_info(queue, Kind::Queue, InfoTarget::CommandQueue, 0, param_name, size, value, size_ret, |_| None)
     }
 }
 
@@ -112,13 +90,7 @@ fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
         Ok(q) => q,
         Err(e) => return e,
     };
-    let rc = q
-        .conn
-        .call(FlushOrFinish {
-            queue: q.id,
-            finish,
-        })
-        .unwrap_or_else(|e| e);
+    let rc = q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e);
     if finish {
         crate::pending::settle(&q.conn, Some(q.id));
     }

@@ -77,23 +77,14 @@ fn fault_point(point: &str) {
             "connect" => report("connect", connect_tcp()),
             "readhome" => report("readhome", read_home()),
             "writeout" => report("writeout", write_outside()),
-            "kill-parent" => report(
-                "kill-parent",
-                if libc::kill(libc::getppid(), 0) == 0 {
-                    Ok(())
-                } else {
-                    Err(errno())
-                },
-            ),
+            "kill-parent" => {
+                report("kill-parent", if libc::kill(libc::getppid(), 0) == 0 { Ok(()) } else { Err(errno()) })
+            }
             // PTRACE_SEIZE attaches without stopping the parent (PTRACE_ATTACH would leave it
             // stopped); the attachment ends when this process exits.
             "ptrace-parent" => report(
                 "ptrace-parent",
-                if libc::ptrace(libc::PTRACE_SEIZE, libc::getppid(), 0, 0) == 0 {
-                    Ok(())
-                } else {
-                    Err(errno())
-                },
+                if libc::ptrace(libc::PTRACE_SEIZE, libc::getppid(), 0, 0) == 0 { Ok(()) } else { Err(errno()) },
             ),
             "fork50" => report("fork50", fork_many(50)),
             "fds100k" => report("fds100k", open_many(100_000)),
@@ -103,11 +94,7 @@ fn fault_point(point: &str) {
 }
 
 fn exec_shell() -> Result<(), String> {
-    match std::process::Command::new("/bin/sh")
-        .arg("-c")
-        .arg("exit 0")
-        .status()
-    {
+    match std::process::Command::new("/bin/sh").arg("-c").arg("exit 0").status() {
         Ok(s) if s.success() => Ok(()),
         Ok(s) => Err(format!("shell ended with {s}")),
         Err(e) => Err(e.to_string()),
@@ -115,10 +102,7 @@ fn exec_shell() -> Result<(), String> {
 }
 
 fn connect_tcp() -> Result<(), String> {
-    let port: u16 = std::env::var("CLOISTER_FAULT_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(9);
+    let port: u16 = std::env::var("CLOISTER_FAULT_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(9);
     // A refused connection still proves the network is reachable; only "unreachable" or a
     // permission error means it is blocked.
     match std::net::TcpStream::connect(("127.0.0.1", port)) {
@@ -129,14 +113,12 @@ fn connect_tcp() -> Result<(), String> {
 }
 
 fn read_home() -> Result<(), String> {
-    let path = std::env::var("CLOISTER_FAULT_FILE")
-        .map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
+    let path = std::env::var("CLOISTER_FAULT_FILE").map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
     std::fs::read(&path).map(|_| ()).map_err(|e| e.to_string())
 }
 
 fn write_outside() -> Result<(), String> {
-    let path = std::env::var("CLOISTER_FAULT_FILE")
-        .map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
+    let path = std::env::var("CLOISTER_FAULT_FILE").map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
     std::fs::write(&path, b"written by faultcl\n").map_err(|e| e.to_string())
 }
 
@@ -168,10 +150,7 @@ fn open_many(n: usize) -> Result<(), String> {
     // Take all the hard limit allows, as an attacker would.
     // SAFETY: getrlimit/setrlimit with a valid struct.
     unsafe {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
             r.rlim_cur = r.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
@@ -219,8 +198,7 @@ fn real() -> Option<&'static Real> {
             return None;
         }
         // SAFETY: the ICD entry has this signature.
-        let get_platforms: GetPlatforms =
-            unsafe { std::mem::transmute::<*mut c_void, GetPlatforms>(f) };
+        let get_platforms: GetPlatforms = unsafe { std::mem::transmute::<*mut c_void, GetPlatforms>(f) };
         let mut p: cl_platform_id = std::ptr::null_mut();
         // SAFETY: one platform slot.
         if unsafe { get_platforms(1, &mut p, std::ptr::null_mut()) } != CL_SUCCESS || p.is_null() {
@@ -242,13 +220,7 @@ fn patch(table: &mut IcdDispatch) {
     let start = (table as *mut IcdDispatch as usize) & !(page - 1);
     let end = table as *mut IcdDispatch as usize + std::mem::size_of::<IcdDispatch>();
     // SAFETY: making the pages holding the table writable; they are mapped (we just read them).
-    unsafe {
-        libc::mprotect(
-            start as *mut c_void,
-            end - start,
-            libc::PROT_READ | libc::PROT_WRITE,
-        )
-    };
+    unsafe { libc::mprotect(start as *mut c_void, end - start, libc::PROT_READ | libc::PROT_WRITE) };
     table.clCreateContext = Some(create_context);
     table.clBuildProgram = Some(build_program);
     table.clEnqueueNDRangeKernel = Some(enqueue_nd_range);
@@ -299,11 +271,7 @@ unsafe extern "C" fn enqueue_nd_range(
 ) -> cl_int {
     fault_point("enqueue");
     // SAFETY: as above.
-    unsafe {
-        orig()
-            .clEnqueueNDRangeKernel
-            .expect("pocl has clEnqueueNDRangeKernel")(q, k, dim, off, g, l, n, w, e)
-    }
+    unsafe { orig().clEnqueueNDRangeKernel.expect("pocl has clEnqueueNDRangeKernel")(q, k, dim, off, g, l, n, w, e) }
 }
 
 unsafe extern "C" fn finish(q: cl_command_queue) -> cl_int {
@@ -335,9 +303,9 @@ pub unsafe extern "C" fn clGetExtensionFunctionAddress(name: *const c_char) -> *
     match unsafe { CStr::from_ptr(name) }.to_bytes() {
         b"clIcdGetPlatformIDsKHR" => clIcdGetPlatformIDsKHR as *mut c_void,
         // ocl-icd asks for this one too, to read the platform's ICD suffix.
-        b"clGetPlatformInfo" => real()
-            .and_then(|_| orig().clGetPlatformInfo)
-            .map_or(std::ptr::null_mut(), |f| f as *mut c_void),
+        b"clGetPlatformInfo" => {
+            real().and_then(|_| orig().clGetPlatformInfo).map_or(std::ptr::null_mut(), |f| f as *mut c_void)
+        }
         _ => std::ptr::null_mut(),
     }
 }
