@@ -41,6 +41,8 @@ pub struct Conn {
     ids: RwLock<HashMap<ObjectId, usize>>,
     callbacks: Mutex<HashMap<u64, Callback>>,
     pending: crate::pending::Pending,
+    /// Shared segments not in use, kept mapped on both sides for the next transfer or map.
+    segment_pool: Mutex<Vec<Segment>>,
     /// Every lane ever opened, so a death can wake the threads sleeping on them at once.
     lanes: Mutex<Vec<Weak<Lane>>>,
     /// (platform handle, its device handles), in the worker's order.
@@ -61,6 +63,15 @@ thread_local! {
 }
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// A shared-memory segment for bulk data, mapped here and in the worker under `id`.
+pub struct Segment {
+    pub id: u64,
+    pub region: SharedRegion,
+}
+
+/// How much unused segment memory a connection keeps for reuse.
+const SEGMENT_POOL_BYTES: usize = 256 << 20;
 
 /// The error every call on a dead or misbehaving worker gets.
 pub const FAULT: cl_int = CL_DEVICE_NOT_AVAILABLE;
@@ -92,6 +103,7 @@ impl Conn {
             ids: RwLock::new(HashMap::new()),
             callbacks: Mutex::new(HashMap::new()),
             pending: Default::default(),
+            segment_pool: Mutex::new(Vec::new()),
             lanes: Mutex::new(Vec::new()),
             platforms: OnceLock::new(),
         });
@@ -210,12 +222,40 @@ impl Conn {
         }
     }
 
-    /// A fresh shared segment of `len` bytes, already announced to the worker.
-    pub fn new_segment(&self, len: usize) -> Result<(u64, SharedRegion), cl_int> {
-        let region = SharedRegion::create("cloister-segment", len.max(1)).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+    /// A shared segment of at least `len` bytes, known to the worker: a pooled one when one
+    /// fits (its pages are already faulted in on both sides), else a fresh one.
+    pub fn acquire_segment(&self, len: usize) -> Result<Segment, cl_int> {
+        let len = len.max(1);
+        {
+            let mut pool = self.segment_pool.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = pool.iter().position(|s| s.region.len() >= len && s.region.len() <= len.saturating_mul(2))
+            {
+                return Ok(pool.swap_remove(i));
+            }
+        }
+        let region = SharedRegion::create("cloister-segment", len).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let id = self.alloc_id();
         self.send(&ShimMessage::NewSegment { segment: id }, &[region.fd().as_raw_fd()])?;
-        Ok((id, region))
+        Ok(Segment { id, region })
+    }
+
+    /// Returns a segment to the pool, dropping the oldest ones beyond `SEGMENT_POOL_BYTES`.
+    pub fn release_segment(&self, seg: Segment) {
+        let evicted: Vec<Segment> = {
+            let mut pool = self.segment_pool.lock().unwrap_or_else(|e| e.into_inner());
+            pool.push(seg);
+            let mut total: usize = pool.iter().map(|s| s.region.len()).sum();
+            let mut out = Vec::new();
+            while total > SEGMENT_POOL_BYTES && pool.len() > 1 {
+                let old = pool.remove(0);
+                total -= old.region.len();
+                out.push(old);
+            }
+            out
+        };
+        for old in evicted {
+            let _ = self.call(cloister_ipc::DropSegment { segment: old.id });
+        }
     }
 
     pub fn register_callback(&self, cb: Callback) -> u64 {

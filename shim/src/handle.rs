@@ -68,9 +68,7 @@ fn quarantine(h: usize) {
 
 /// A mapping the application holds: where it points, and the segment behind it.
 pub struct MapRecord {
-    pub segment: u64,
-    pub region: cloister_ipc::shm::SharedRegion,
-    pub offset: usize,
+    pub segment: crate::conn::Segment,
     pub size: usize,
     pub flags: u64,
 }

@@ -6,10 +6,9 @@
 use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
-use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{DropSegment, GetInfo, InfoTarget, ObjectId, Release};
+use cloister_ipc::{GetInfo, InfoTarget, ObjectId, Release};
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Segment};
 use crate::handle::{self, Kind};
 
 pub enum Transfer {
@@ -25,8 +24,7 @@ pub struct PendingOp {
     /// The application's handle for `event`, retained while pending; `None` for an event the
     /// shim made for itself (released on the worker when settled).
     pub app_event: Option<usize>,
-    pub segment: u64,
-    pub region: SharedRegion,
+    pub segment: Segment,
     pub transfer: Transfer,
 }
 
@@ -89,13 +87,13 @@ fn complete(conn: &Conn, op: PendingOp, status: cl_int) {
     if let (Transfer::Read { dst, len, mirror }, CL_COMPLETE) = (&op.transfer, status) {
         // SAFETY: dst is the application's buffer of `len` bytes, which it must keep valid
         // until the read completes; the segment holds `len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(op.region.as_ptr(), *dst as *mut u8, *len) };
+        unsafe { std::ptr::copy_nonoverlapping(op.segment.region.as_ptr(), *dst as *mut u8, *len) };
         if let Some(m) = mirror {
             // SAFETY: the buffer's host memory covers the read range.
-            unsafe { std::ptr::copy(op.region.as_ptr(), *m as *mut u8, *len) };
+            unsafe { std::ptr::copy(op.segment.region.as_ptr(), *m as *mut u8, *len) };
         }
     }
-    let _ = conn.call(DropSegment { segment: op.segment });
+    conn.release_segment(op.segment);
     match op.app_event {
         Some(h) => {
             handle::release(h as *mut _, Kind::Event);

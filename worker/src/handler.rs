@@ -623,7 +623,7 @@ impl Handler for LaneServer<'_> {
         let rc = unsafe {
             f(q as _, m as _, mapping.ptr as *mut c_void, wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
         };
-        self.worker.segments.remove(r.segment);
+        // The segment stays mapped: the shim pools it for the next map.
         self.adopt_event(&r.sync, ev, rc)
     }
 

@@ -12,6 +12,7 @@ use cloister_ipc::*;
 
 use super::kernel::{restore_dirty_args, take_dirty_args};
 use super::{enqueue_sync, finish_enqueue, slice};
+use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
 use crate::pending::{settle, PendingOp, Transfer};
 
@@ -60,16 +61,15 @@ unsafe fn enqueue_pending<C: Call<Reply = i32>>(
     q: &Object,
     sync: &EnqueueSync,
     event: *mut cl_event,
-    segment: u64,
-    region: cloister_ipc::shm::SharedRegion,
+    segment: Segment,
     transfer: Transfer,
     make: impl FnOnce(u64, EnqueueSync) -> C,
 ) -> Result<cl_int, cl_int> {
     let mut own = sync.clone();
     let event_id = *own.event.get_or_insert_with(|| q.conn.alloc_id());
-    let rc = q.conn.call(make(segment, own));
+    let rc = q.conn.call(make(segment.id, own));
     if rc != Ok(CL_SUCCESS) {
-        let _ = q.conn.call(DropSegment { segment });
+        q.conn.release_segment(segment);
         return rc;
     }
     // SAFETY: forwarded.
@@ -80,7 +80,7 @@ unsafe fn enqueue_pending<C: Call<Reply = i32>>(
         crate::handle::retain(h, Kind::Event);
         h as usize
     });
-    q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, region, transfer });
+    q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer });
     Ok(rc)
 }
 
@@ -112,7 +112,7 @@ pub unsafe fn clEnqueueReadBuffer(
         let mirror = use_host_ptr(&m);
         if blocking_read == CL_FALSE {
             let transfer = Transfer::Read { dst: ptr as usize, len: size, mirror: mirror.map(|h| h + offset) };
-            let (segment, region) = q.conn.new_segment(size)?;
+            let segment = q.conn.acquire_segment(size)?;
             let make = |segment, sync| EnqueueReadBuffer {
                 queue: q.id,
                 mem: m.id,
@@ -122,7 +122,7 @@ pub unsafe fn clEnqueueReadBuffer(
                 sync,
             };
             // SAFETY: event per API contract.
-            return unsafe { enqueue_pending(&q, &sync, event, segment, region, transfer, make) };
+            return unsafe { enqueue_pending(&q, &sync, event, segment, transfer, make) };
         }
         let _settled = SettleAfter(&q);
         for (start, len, first, last) in chunks(size) {
@@ -180,11 +180,11 @@ pub unsafe fn clEnqueueWriteBuffer(
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         if blocking_write == CL_FALSE {
-            let (segment, region) = q.conn.new_segment(size)?;
+            let segment = q.conn.acquire_segment(size)?;
             // The application may reuse its memory once the call returns only after the event
             // completes, but copying now costs the same and frees it at once.
-            // SAFETY: ptr holds `size` bytes; so does the segment.
-            unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), region.as_ptr(), size) };
+            // SAFETY: ptr holds `size` bytes; the segment at least as many.
+            unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), segment.region.as_ptr(), size) };
             let make = |segment, sync| EnqueueWriteBuffer {
                 queue: q.id,
                 mem: m.id,
@@ -194,7 +194,7 @@ pub unsafe fn clEnqueueWriteBuffer(
                 sync,
             };
             // SAFETY: event per API contract.
-            return unsafe { enqueue_pending(&q, &sync, event, segment, region, Transfer::Write, make) };
+            return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, make) };
         }
         let _settled = SettleAfter(&q);
         for (start, len, first, last) in chunks(size) {
@@ -303,19 +303,19 @@ pub unsafe fn clEnqueueMapBuffer(
         let (q, m) = queue_and_mem(queue, buffer)?;
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let (segment, region) = q.conn.new_segment(size)?;
+        let segment = q.conn.acquire_segment(size)?;
         let req = EnqueueMapBuffer {
             queue: q.id,
             mem: m.id,
             flags: map_flags,
             offset: offset as u64,
             size: size as u64,
-            segment,
+            segment: segment.id,
             sync: sync.clone(),
         };
         let rc = q.conn.call(req);
         if rc != Ok(CL_SUCCESS) {
-            let _ = q.conn.call(DropSegment { segment });
+            q.conn.release_segment(segment);
             return Err(rc.unwrap_or_else(|e| e));
         }
         // SAFETY: event per API contract.
@@ -326,14 +326,14 @@ pub unsafe fn clEnqueueMapBuffer(
                 let p = host + offset;
                 if map_flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 {
                     // SAFETY: host_ptr covers the buffer; the driver accepted offset+size.
-                    unsafe { std::ptr::copy(region.as_ptr(), p as *mut u8, size) };
+                    unsafe { std::ptr::copy(segment.region.as_ptr(), p as *mut u8, size) };
                 }
                 p
             }
-            None => region.as_ptr() as usize,
+            None => segment.region.as_ptr() as usize,
         };
         if let ObjData::Mem { maps, .. } = &m.data {
-            let record = MapRecord { segment, region, offset, size, flags: map_flags };
+            let record = MapRecord { segment, size, flags: map_flags };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
         }
         Ok(ptr as *mut c_void)
@@ -369,12 +369,18 @@ pub unsafe fn clEnqueueUnmapMemObject(
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
         if write_back && use_host_ptr(&m).is_some() {
             // SAFETY: mapped_ptr is the application's host_ptr+offset with `size` bytes.
-            unsafe { std::ptr::copy(mapped_ptr.cast::<u8>(), record.region.as_ptr(), record.size) };
+            unsafe { std::ptr::copy(mapped_ptr.cast::<u8>(), record.segment.region.as_ptr(), record.size) };
         }
-        let req =
-            EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.segment, write_back, sync: sync.clone() };
+        let req = EnqueueUnmapMemObject {
+            queue: q.id,
+            mem: m.id,
+            segment: record.segment.id,
+            write_back,
+            sync: sync.clone(),
+        };
         let rc = q.conn.call(req);
-        let _ = record.offset;
+        // The worker keeps the segment mapped: it goes back to the pool for the next map.
+        q.conn.release_segment(record.segment);
         // SAFETY: event per API contract.
         Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
     })();

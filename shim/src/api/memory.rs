@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::lane::BULK_CAP;
-use cloister_ipc::{CreateBuffer, DataRef, DropSegment, InfoTarget};
+use cloister_ipc::{CreateBuffer, DataRef, InfoTarget};
 
 use super::{create, creation, retain_release};
 use crate::handle::{lookup, Kind, ObjData};
@@ -55,11 +55,11 @@ pub unsafe fn clCreateBuffer(
                 };
                 return conn.call_with(req(Some(DataRef::Lane { offset: 0, len: size as u64 })), copy, |_, _| ());
             }
-            let (seg, region) = conn.new_segment(size)?;
-            // SAFETY: as above; the segment holds `size` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), region.as_ptr(), size) };
-            let rc = conn.call(req(Some(DataRef::Segment { id: seg, offset: 0, len: size as u64 })));
-            let _ = conn.call(DropSegment { segment: seg });
+            let seg = conn.acquire_segment(size)?;
+            // SAFETY: as above; the segment holds at least `size` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), seg.region.as_ptr(), size) };
+            let rc = conn.call(req(Some(DataRef::Segment { id: seg.id, offset: 0, len: size as u64 })));
+            conn.release_segment(seg);
             rc
         })
     })();
