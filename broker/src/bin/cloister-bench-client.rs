@@ -28,7 +28,7 @@ extern "C" {
     fn clCreateBuffer(c: Handle, flags: u64, size: usize, host: *mut c_void, e: *mut cl_int) -> Handle;
     fn clCreateProgramWithSource(c: Handle, n: u32, s: *const *const u8, l: *const usize, e: *mut cl_int) -> Handle;
     fn clBuildProgram(p: Handle, n: u32, d: *const Handle, o: *const u8, f: *mut c_void, u: *mut c_void) -> cl_int;
-    fn clCreateKernel(p: Handle, name: *const u8, e: *mut cl_int) -> Handle;
+    fn clCreateKernel(p: Handle, name: *const std::ffi::c_char, e: *mut cl_int) -> Handle;
     fn clSetKernelArg(k: Handle, i: u32, size: usize, v: *const c_void) -> cl_int;
     fn clEnqueueNDRangeKernel(
         q: Handle,
@@ -166,7 +166,7 @@ fn main() {
         let prog = clCreateProgramWithSource(ctx, 1, &srcp, null(), &mut err);
         check("clCreateProgramWithSource", err);
         check("clBuildProgram", clBuildProgram(prog, 1, &device, null(), null_mut(), null_mut()));
-        let kernel = clCreateKernel(prog, b"empty\0".as_ptr(), &mut err);
+        let kernel = clCreateKernel(prog, c"empty".as_ptr(), &mut err);
         check("clCreateKernel", err);
         let small = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, null_mut(), &mut err);
         check("clCreateBuffer", err);
