@@ -173,10 +173,16 @@ fn policy(action: PolicyCmd) -> Result<ExitCode, String> {
             for o in observers {
                 let _ = o.join();
             }
+            // Every process of the application got its own worker: learn from all of them.
             let results = sink.results.lock().unwrap_or_else(|e| e.into_inner());
-            let Some((d, seen)) = results.first() else {
+            let Some((d, _)) = results.first() else {
                 return Err("the application never used the driver: nothing was learned".into());
             };
+            let mut merged = cloister_sandbox_policy::learn::Observed::default();
+            for (_, seen) in results.iter() {
+                merged.merge(seen);
+            }
+            let seen = &merged;
             let stem =
                 std::path::Path::new(&d.name).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
             let name = format!("learned-{stem}");

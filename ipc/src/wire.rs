@@ -89,7 +89,11 @@ pub fn map_handles(layout: HandleLayout, value: &mut [u8], mut f: impl FnMut(u64
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct InfoReply {
+    /// The size query's status (`param_value == NULL`).
     pub status: i32,
+    /// The value query's status: drivers can accept the first and refuse the second, and the
+    /// application must see exactly that.
+    pub value_status: i32,
     /// The whole value; the shim applies the `param_value_size` protocol itself.
     pub value: Vec<u8>,
 }
@@ -344,4 +348,4 @@ macro_rules! status_only {
         }
     )*};
 }
-status_only!(InfoReply { value }, IdsReply { ids }, KernelReply { num_args }, KernelsReply { count, num_args });
+status_only!(InfoReply { value_status, value }, IdsReply { ids }, KernelReply { num_args }, KernelsReply { count, num_args });

@@ -95,6 +95,17 @@ pub struct Observed {
     pub executed: std::collections::BTreeSet<String>,
 }
 
+impl Observed {
+    /// Adds what another observed worker did.
+    pub fn merge(&mut self, other: &Observed) {
+        for (nr, n) in &other.calls {
+            *self.calls.entry(*nr).or_default() += n;
+        }
+        self.spawned |= other.spawned;
+        self.executed.extend(other.executed.iter().cloned());
+    }
+}
+
 /// Reads a NUL-terminated string from a stopped process (the notified thread waits for us).
 fn read_string(pid: u32, addr: u64) -> Option<String> {
     use std::os::unix::fs::FileExt;

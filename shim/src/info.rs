@@ -36,17 +36,40 @@ fn cacheable(target: InfoTarget, param: u32) -> bool {
     }
 }
 
+/// What the driver answered to an info query.
+pub enum Answer {
+    Value(Vec<u8>),
+    /// The size query succeeded (with this size) but the value query failed with this code.
+    SizeOnly(usize, cl_int),
+}
+
+impl Answer {
+    pub fn into_value(self) -> Result<Vec<u8>, cl_int> {
+        match self {
+            Answer::Value(v) => Ok(v),
+            Answer::SizeOnly(_, e) => Err(e),
+        }
+    }
+}
+
 /// The whole value of an info query, with worker ids turned into this process's handles.
 pub fn query(obj: &Object, target: InfoTarget, aux: u64, param: u32) -> Result<Vec<u8>, cl_int> {
+    query_answer(obj, target, aux, param)?.into_value()
+}
+
+fn query_answer(obj: &Object, target: InfoTarget, aux: u64, param: u32) -> Result<Answer, cl_int> {
     let cache = cacheable(target, param);
     if cache {
         if let Some(v) = obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).get(&(param, aux)) {
-            return Ok(v.clone());
+            return Ok(Answer::Value(v.clone()));
         }
     }
     let reply = obj.conn.call(GetInfo { target, object: obj.id, aux, param })?;
     if reply.status != CL_SUCCESS {
         return Err(reply.status);
+    }
+    if reply.value_status != CL_SUCCESS {
+        return Ok(Answer::SizeOnly(reply.value.len(), reply.value_status));
     }
     let mut value = reply.value;
     if let Some(layout) = handle_layout(target, param) {
@@ -55,7 +78,7 @@ pub fn query(obj: &Object, target: InfoTarget, aux: u64, param: u32) -> Result<V
     if cache {
         obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).insert((param, aux), value.clone());
     }
-    Ok(value)
+    Ok(Answer::Value(value))
 }
 
 /// A reference-count query answered from the shim's own count.
@@ -92,17 +115,27 @@ pub unsafe fn get_info(
         Ok(o) => o,
         Err(e) => return e,
     };
-    let bytes = if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
-        Ok(obj.ref_count().to_ne_bytes().to_vec())
+    let answer = if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
+        Ok(Answer::Value(obj.ref_count().to_ne_bytes().to_vec()))
     } else {
         match local(&obj) {
-            Some(v) => v,
-            None => query(&obj, target, aux, param),
+            Some(v) => v.map(Answer::Value),
+            None => query_answer(&obj, target, aux, param),
         }
     };
-    match bytes {
+    match answer {
         // SAFETY: forwarded from the caller.
-        Ok(b) => unsafe { write_value(&b, size, value, size_ret) },
+        Ok(Answer::Value(b)) => unsafe { write_value(&b, size, value, size_ret) },
+        Ok(Answer::SizeOnly(len, e)) => {
+            if !value.is_null() {
+                return e;
+            }
+            if !size_ret.is_null() {
+                // SAFETY: the caller guarantees size_ret is valid.
+                unsafe { *size_ret = len };
+            }
+            CL_SUCCESS
+        }
         Err(e) => e,
     }
 }

@@ -216,15 +216,16 @@ impl Handler for LaneServer<'_> {
         if rc != CL_SUCCESS {
             return rc.into();
         }
-        let mut value = vec![0u8; size];
-        let rc = info_call(r.target, h, aux, r.param, size, value.as_mut_ptr().cast(), null_mut());
-        if rc != CL_SUCCESS {
-            return rc.into();
-        }
+        // Ask for the value even when it is empty, with a real pointer, as applications do:
+        // some drivers refuse that, and the application must see them refuse.
+        let mut value = vec![0u8; size.max(1)];
+        let value_status = info_call(r.target, h, aux, r.param, size, value.as_mut_ptr().cast(), null_mut());
+        // On a refused value the bytes are meaningless, but their count is the size answer.
+        value.truncate(size);
         if let Some(layout) = handle_layout(r.target, r.param) {
             self.translate_handles(layout, &mut value);
         }
-        InfoReply { status: CL_SUCCESS, value }
+        InfoReply { status: CL_SUCCESS, value_status, value }
     }
 
     fn get_device_ids(&self, r: GetDeviceIds) -> IdsReply {
