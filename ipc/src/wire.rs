@@ -348,4 +348,9 @@ macro_rules! status_only {
         }
     )*};
 }
-status_only!(InfoReply { value_status, value }, IdsReply { ids }, KernelReply { num_args }, KernelsReply { count, num_args });
+status_only!(
+    InfoReply { value_status, value },
+    IdsReply { ids },
+    KernelReply { num_args },
+    KernelsReply { count, num_args }
+);
