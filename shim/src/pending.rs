@@ -63,10 +63,12 @@ fn event_status(conn: &Conn, event: ObjectId) -> cl_int {
 /// Completes every finished transfer (of `queue`, or of all queues).
 pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
     let pending = conn.pending();
+    // Lock first: another thread may have taken finished operations out of the list and still
+    // be copying them; an empty list alone does not mean they have landed.
+    let _one = pending.settling.lock().unwrap_or_else(|e| e.into_inner());
     if pending.is_empty() {
         return;
     }
-    let _one = pending.settling.lock().unwrap_or_else(|e| e.into_inner());
     let mine: Vec<PendingOp> = {
         let mut ops = pending.ops.lock().unwrap_or_else(|e| e.into_inner());
         let (mine, rest) = std::mem::take(&mut *ops).into_iter().partition(|op| queue.is_none_or(|q| q == op.queue));

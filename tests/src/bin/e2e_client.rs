@@ -149,7 +149,7 @@ fn many() -> Res {
     let n = 1024;
     let mut buffers = Vec::new();
     for b in 0..64 {
-        let init = vec![b as i32; n];
+        let init = vec![b; n];
         // SAFETY: n ints copied from init.
         buffers.push(
             unsafe { Buffer::<i32>::create(&env.context, CL_MEM_COPY_HOST_PTR, n, init.as_ptr() as *mut c_void) }
