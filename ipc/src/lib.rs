@@ -89,7 +89,7 @@ mod tests {
                 sync: EnqueueSync { wait: vec![5], event: Some(6) },
             })
             .unwrap(),
-            postcard::to_allocvec(&InfoReply { status: 0, value: vec![1; 16] }).unwrap(),
+            postcard::to_allocvec(&InfoReply { status: 0, value_status: 0, value: vec![1; 16] }).unwrap(),
         ];
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
         for round in 0..20_000 {
