@@ -6,7 +6,12 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use cloister_crash_reports::{Cause, CrashReport};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use cloister_crash_reports::{Cause, CrashReport, RecordedCall};
+
+use crate::watchdog::Deadlines;
 use cloister_ipc::handshake::PROTOCOL_VERSION;
 use cloister_ipc::recorder::{FlightRecorder, RECORDER_FD};
 use cloister_ipc::{channel, BrokerReply, BrokerRequest, WorkerGrant};
@@ -282,10 +287,17 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result
     let driver = driver.clone();
     let profile =
         options.profile.clone().unwrap_or_else(|| cloister_sandbox_policy::Profile::for_library(&driver.library).name);
+    let exited = Arc::new(AtomicBool::new(false));
+    if options.learn.is_none() {
+        let (recorder, exited, deadlines) = (recorder.clone(), exited.clone(), Deadlines::from_env());
+        std::thread::spawn(move || crate::watchdog::watch(pid, recorder, exited, deadlines));
+    }
     std::thread::spawn(move || {
-        let Ok(status) = child.wait() else { return };
+        let status = child.wait();
+        exited.store(true, Ordering::Release);
+        let Ok(status) = status else { return };
         if let Some(cause) = death_cause(status, &recorder) {
-            report_death(&driver, &profile, pid, cause);
+            report_death(&driver, &profile, pid, cause, &recorder);
         }
     });
     Ok(ours)
@@ -294,6 +306,10 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result
 /// Why a worker ended, or `None` for a clean exit (its application went away).
 fn death_cause(status: std::process::ExitStatus, recorder: &FlightRecorder) -> Option<Cause> {
     use std::os::unix::process::ExitStatusExt;
+    if let Some(call) = recorder.hung_op() {
+        let deadline_ms = Deadlines::from_env().for_op(call);
+        return Some(Cause::Hang { call: call.to_string(), deadline_ms });
+    }
     let trapped = recorder.header().trapped_syscall.load(std::sync::atomic::Ordering::Acquire);
     if trapped >= 0 {
         let name = cloister_sandbox_policy::seccomp::syscall_name(trapped).map(str::to_string);
@@ -308,13 +324,28 @@ fn death_cause(status: std::process::ExitStatus, recorder: &FlightRecorder) -> O
     }
 }
 
-fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause) {
-    let report = CrashReport::new(&driver.name, &driver.library, profile, pid, cause);
+fn recorded(c: cloister_ipc::recorder::CallRecord) -> RecordedCall {
+    RecordedCall { op: c.op.to_string(), lane: c.lane as u64, start_ns: c.start_ns, end_ns: c.end_ns }
+}
+
+fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder: &FlightRecorder) {
+    let mut report = CrashReport::new(&driver.name, &driver.library, profile, pid, cause);
+    report.in_flight = recorder.in_flight().into_iter().next().map(recorded);
+    report.last_calls = recorder.last_calls(32).into_iter().map(recorded).collect();
+    // The call in flight groups repeats (a hang's cause names it already).
+    if let (Some(call), false) = (&report.in_flight, matches!(report.cause, Cause::Hang { .. })) {
+        report.signature = format!("{}:{}", report.signature, call.op);
+    }
     let saved = cloister_crash_reports::crash_dir().map(|dir| report.write(&dir));
     let place = match saved {
         Some(Ok(path)) => format!("report: {}", path.display()),
         Some(Err(e)) => format!("the report could not be written: {e}"),
         None => "no state directory for a report (set HOME or XDG_STATE_HOME)".into(),
     };
-    eprintln!("cloister: the worker for driver {} (pid {pid}) died: {}; {place}", driver.name, report.cause.describe());
+    let during = report.in_flight.as_ref().map(|c| format!(" during {}", c.op)).unwrap_or_default();
+    eprintln!(
+        "cloister: the worker for driver {} (pid {pid}) died{during}: {}; {place}",
+        driver.name,
+        report.cause.describe()
+    );
 }

@@ -4,6 +4,7 @@ mod bench;
 mod broker;
 mod cage;
 mod drivers;
+mod watchdog;
 
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -50,6 +51,11 @@ enum Cmd {
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
+    /// Crash reports: newest first, grouped by signature with counts; `show ID` prints one.
+    Crashes {
+        #[command(subcommand)]
+        action: Option<CrashesCmd>,
+    },
     /// Sandbox profiles: list, show, and learn a new one from a driver's behaviour.
     Policy {
         #[command(subcommand)]
@@ -72,6 +78,12 @@ enum Cmd {
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
+}
+
+#[derive(Subcommand)]
+enum CrashesCmd {
+    /// Print one report readably (ID as listed, or `latest`).
+    Show { id: String },
 }
 
 #[derive(Subcommand)]
@@ -105,11 +117,16 @@ extern "C" fn forward_signal(sig: libc::c_int) {
 }
 
 fn main() -> ExitCode {
+    // A closed pipe (`cloister crashes | head`) ends us quietly, as it does any CLI tool. Our
+    // sockets send with MSG_NOSIGNAL, so this only concerns stdout and stderr.
+    // SAFETY: restoring the default action of a signal.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Run { driver, drop_in, sandbox, app } => run(driver.as_deref(), drop_in, &sandbox, &app),
         Cmd::Drivers => list_drivers(),
         Cmd::Policy { action } => policy(action),
+        Cmd::Crashes { action } => crashes(action),
         Cmd::Info { driver, sandbox } => info(driver.as_deref(), &sandbox),
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
@@ -304,6 +321,30 @@ fn info(driver: Option<&str>, sandbox: &cage::SandboxOptions) -> Result<ExitCode
             "{} of {wanted} drivers could not be started (see the messages above)",
             wanted - workers.len()
         ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn crashes(action: Option<CrashesCmd>) -> Result<ExitCode, String> {
+    let dir = cloister_crash_reports::crash_dir().ok_or("no state directory (set HOME or XDG_STATE_HOME)")?;
+    let all = cloister_crash_reports::list(&dir);
+    match action {
+        None => {
+            if all.is_empty() {
+                println!("no crash reports in {}", dir.display());
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("{:>5}  {:<22}  {:<60}  cause", "count", "latest", "signature");
+            for (signature, count, newest) in cloister_crash_reports::group(&all) {
+                println!("{count:>5}  {:<22}  {signature:<60}  {}", newest.id, newest.report.cause.describe());
+            }
+            println!("\n{} reports in {}; `cloister crashes show ID` prints one", all.len(), dir.display());
+        }
+        Some(CrashesCmd::Show { id }) => {
+            let found = if id == "latest" { all.first() } else { all.iter().find(|s| s.id == id) };
+            let s = found.ok_or_else(|| format!("no crash report {id} in {}", dir.display()))?;
+            print!("{}", cloister_crash_reports::render(s));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

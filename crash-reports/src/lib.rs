@@ -149,3 +149,100 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
+
+/// A stored report and its id (the file name without `.json`).
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub id: String,
+    pub path: PathBuf,
+    pub report: CrashReport,
+}
+
+/// Every readable report in `dir`, newest first. Unreadable files are skipped, not fatal.
+pub fn list(dir: &Path) -> Vec<Stored> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out: Vec<Stored> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter_map(|path| {
+            let report = serde_json::from_slice::<CrashReport>(&std::fs::read(&path).ok()?).ok()?;
+            let id = path.file_stem()?.to_string_lossy().into_owned();
+            Some(Stored { id, path, report })
+        })
+        .collect();
+    out.sort_by(|a, b| (b.report.time, &b.id).cmp(&(a.report.time, &a.id)));
+    out
+}
+
+/// Reports grouped by signature: (signature, count, newest report), newest group first.
+pub fn group(reports: &[Stored]) -> Vec<(String, usize, &Stored)> {
+    let mut groups: Vec<(String, usize, &Stored)> = Vec::new();
+    for r in reports {
+        match groups.iter_mut().find(|g| g.0 == r.report.signature) {
+            Some(g) => g.1 += 1,
+            None => groups.push((r.report.signature.clone(), 1, r)),
+        }
+    }
+    groups
+}
+
+/// A report for people.
+pub fn render(s: &Stored) -> String {
+    let r = &s.report;
+    let mut out = format!(
+        "crash {}\n  driver:    {} ({})\n  profile:   {}\n  worker:    pid {}\n  time:      {} (Unix seconds)\n  cause:     {}\n  signature: {}\n",
+        s.id,
+        r.driver,
+        r.library,
+        r.profile,
+        r.pid,
+        r.time,
+        r.cause.describe(),
+        r.signature
+    );
+    if let Some(c) = &r.in_flight {
+        out.push_str(&format!("  in flight: {} on lane {}\n", c.op, c.lane));
+    }
+    if !r.last_calls.is_empty() {
+        out.push_str("  last calls (oldest first):\n");
+        for c in &r.last_calls {
+            let took = c
+                .end_ns
+                .map(|e| format!("{} us", e.saturating_sub(c.start_ns) / 1000))
+                .unwrap_or_else(|| "unfinished".into());
+            out.push_str(&format!("    {:<28} lane {:<4} {took}\n", c.op, c.lane));
+        }
+    }
+    out.push_str(&format!("  file:      {}\n", s.path.display()));
+    out
+}
+
+#[cfg(test)]
+mod listing_tests {
+    use super::*;
+
+    #[test]
+    fn lists_newest_first_and_groups_by_signature() {
+        let dir = std::env::temp_dir().join(format!("cloister-list-test-{}", std::process::id()));
+        let mut a =
+            CrashReport::new("pocl", "libpocl.so", "pocl", 1, Cause::Signal { signal: 11, fault_address: None });
+        a.time = 100;
+        let mut b = a.clone();
+        b.pid = 2;
+        b.time = 200;
+        let mut c = CrashReport::new("pocl", "libpocl.so", "pocl", 3, Cause::Exit { status: 3 });
+        c.time = 150;
+        for r in [&a, &b, &c] {
+            r.write(&dir).unwrap();
+        }
+        std::fs::write(dir.join("garbage.json"), "not json").unwrap();
+        let all = list(&dir);
+        assert_eq!(all.iter().map(|s| s.report.pid).collect::<Vec<_>>(), vec![2, 3, 1]);
+        let groups = group(&all);
+        assert_eq!(groups.len(), 2);
+        assert_eq!((groups[0].0.as_str(), groups[0].1), ("pocl:SIGSEGV", 2));
+        assert!(render(&all[0]).contains("killed by signal 11 (SIGSEGV)"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,23 +1,61 @@
-//! The flight recorder's shared layout: a small memfd the broker creates for each worker and
-//! reads after the worker is gone, so a report can say what the worker was doing when it died
-//! even if it died by a signal with no chance to say anything.
+//! The flight recorder's shared layout: a memfd the broker creates for each worker. The worker
+//! notes every call before running it (op, lane, start) and after (end); the broker's watchdog
+//! reads the calls in flight, and after a death the broker reads the last calls, so a report can
+//! say what the worker was doing even when it died by a signal with no chance to say anything.
+//! The worker may be hostile: the broker treats every field as untrusted (indexes are bounded).
 
-use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 use crate::shm::SharedRegion;
 use crate::IpcError;
 
-pub const RECORDER_BYTES: usize = 4096;
-pub const RECORDER_MAGIC: u64 = u64::from_le_bytes(*b"cloFR001");
-
+pub const RECORDER_MAGIC: u64 = u64::from_le_bytes(*b"cloFR002");
 /// The fd number the worker finds its recorder at.
 pub const RECORDER_FD: i32 = 4;
+/// Lanes whose calls in flight are tracked (later lanes still log to the ring).
+pub const LANE_SLOTS: usize = 64;
+/// Calls kept in the ring.
+pub const RING: usize = 256;
+
+/// A call in flight on one lane. `op` is `OP_NAMES` index + 1; 0 = idle.
+#[repr(C)]
+pub struct LaneSlot {
+    pub op: AtomicU32,
+    pub lane: AtomicU32,
+    pub start_ns: AtomicU64,
+}
+
+/// One finished call.
+#[repr(C)]
+pub struct RingEntry {
+    pub op: AtomicU32,
+    pub lane: AtomicU32,
+    pub start_ns: AtomicU64,
+    pub end_ns: AtomicU64,
+}
 
 #[repr(C)]
 pub struct RecorderHeader {
     pub magic: AtomicU64,
     /// The system call seccomp trapped, or -1.
     pub trapped_syscall: AtomicI64,
+    /// Set by the broker's watchdog: `OP_NAMES` index + 1 of the call that hung, or 0.
+    pub hung_op: AtomicU32,
+    pub next_slot: AtomicU32,
+    /// Entries written to the ring so far (the ring holds the last `RING`).
+    pub ring_head: AtomicU64,
+    pub slots: [LaneSlot; LANE_SLOTS],
+    pub ring: [RingEntry; RING],
+}
+
+pub const RECORDER_BYTES: usize = std::mem::size_of::<RecorderHeader>().next_multiple_of(4096);
+
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in the worker and the broker.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// One side's mapping of a recorder.
@@ -25,12 +63,25 @@ pub struct FlightRecorder {
     region: SharedRegion,
 }
 
+/// A call as read back from the recorder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRecord {
+    pub op: &'static str,
+    pub lane: u32,
+    pub start_ns: u64,
+    pub end_ns: Option<u64>,
+}
+
+fn op_name(op: u32) -> Option<&'static str> {
+    op.checked_sub(1).and_then(|i| crate::OP_NAMES.get(i as usize)).copied()
+}
+
 impl FlightRecorder {
     pub fn create() -> Result<Self, IpcError> {
         let region = SharedRegion::create("cloister-recorder", RECORDER_BYTES)?;
         let r = Self { region };
-        r.header().magic.store(RECORDER_MAGIC, std::sync::atomic::Ordering::Release);
-        r.header().trapped_syscall.store(-1, std::sync::atomic::Ordering::Release);
+        r.header().magic.store(RECORDER_MAGIC, Ordering::Release);
+        r.header().trapped_syscall.store(-1, Ordering::Release);
         Ok(r)
     }
 
@@ -51,9 +102,105 @@ impl FlightRecorder {
         unsafe { &*(self.region.as_ptr() as *const RecorderHeader) }
     }
 
-    /// Leaks the mapping so signal handlers can point into it for the life of the process.
+    /// Leaks the mapping so signal handlers and every lane thread can use it for the life of
+    /// the process.
     pub fn leak(self) -> &'static RecorderHeader {
         let r: &'static FlightRecorder = Box::leak(Box::new(self));
         r.header()
+    }
+
+    /// Worker side: a slot for a new lane's calls in flight (None past `LANE_SLOTS`).
+    pub fn claim_slot(h: &RecorderHeader) -> Option<usize> {
+        let i = h.next_slot.fetch_add(1, Ordering::AcqRel) as usize;
+        (i < LANE_SLOTS).then_some(i)
+    }
+
+    /// Worker side: a call begins.
+    pub fn begin(h: &RecorderHeader, slot: Option<usize>, lane: u32, op: u32) -> u64 {
+        let start = now_ns();
+        if let Some(s) = slot.and_then(|i| h.slots.get(i)) {
+            s.lane.store(lane, Ordering::Relaxed);
+            s.start_ns.store(start, Ordering::Relaxed);
+            s.op.store(op + 1, Ordering::Release);
+        }
+        start
+    }
+
+    /// Worker side: the call ended; it goes to the ring.
+    pub fn end(h: &RecorderHeader, slot: Option<usize>, lane: u32, op: u32, start: u64) {
+        if let Some(s) = slot.and_then(|i| h.slots.get(i)) {
+            s.op.store(0, Ordering::Release);
+        }
+        let i = h.ring_head.fetch_add(1, Ordering::AcqRel) as usize % RING;
+        let e = &h.ring[i];
+        e.op.store(op + 1, Ordering::Relaxed);
+        e.lane.store(lane, Ordering::Relaxed);
+        e.start_ns.store(start, Ordering::Relaxed);
+        e.end_ns.store(now_ns(), Ordering::Release);
+    }
+
+    /// Broker side: the calls in flight now.
+    pub fn in_flight(&self) -> Vec<CallRecord> {
+        self.header()
+            .slots
+            .iter()
+            .filter_map(|s| {
+                let op = op_name(s.op.load(Ordering::Acquire))?;
+                Some(CallRecord {
+                    op,
+                    lane: s.lane.load(Ordering::Relaxed),
+                    start_ns: s.start_ns.load(Ordering::Relaxed),
+                    end_ns: None,
+                })
+            })
+            .collect()
+    }
+
+    /// Broker side: the last finished calls, oldest first.
+    pub fn last_calls(&self, max: usize) -> Vec<CallRecord> {
+        let h = self.header();
+        let head = h.ring_head.load(Ordering::Acquire) as usize;
+        let n = head.min(RING).min(max);
+        (head - n..head)
+            .filter_map(|i| {
+                let e = &h.ring[i % RING];
+                let op = op_name(e.op.load(Ordering::Acquire))?;
+                Some(CallRecord {
+                    op,
+                    lane: e.lane.load(Ordering::Relaxed),
+                    start_ns: e.start_ns.load(Ordering::Relaxed),
+                    end_ns: Some(e.end_ns.load(Ordering::Relaxed)),
+                })
+            })
+            .collect()
+    }
+
+    pub fn hung_op(&self) -> Option<&'static str> {
+        op_name(self.header().hung_op.load(Ordering::Acquire))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_in_flight_and_finished_are_read_back_bounded() {
+        let r = FlightRecorder::create().unwrap();
+        let h = r.header();
+        let slot = FlightRecorder::claim_slot(h);
+        let start = FlightRecorder::begin(h, slot, 3, 0);
+        assert_eq!(r.in_flight()[0].op, crate::OP_NAMES[0]);
+        FlightRecorder::end(h, slot, 3, 0, start);
+        assert!(r.in_flight().is_empty());
+        for _ in 0..RING + 5 {
+            FlightRecorder::end(h, None, 1, 1, 0);
+        }
+        assert_eq!(r.last_calls(10).len(), 10);
+        assert_eq!(r.last_calls(10)[9].op, crate::OP_NAMES[1]);
+        // A hostile worker's op index out of range is ignored, not trusted.
+        h.ring[0].op.store(u32::MAX, Ordering::Release);
+        h.slots[5].op.store(9999, Ordering::Release);
+        assert!(r.in_flight().is_empty());
     }
 }

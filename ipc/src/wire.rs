@@ -184,7 +184,22 @@ macro_rules! wire_calls {
             pub fn op_name(&self) -> &'static str {
                 match self { $(Request::$name(_) => stringify!($name)),* }
             }
+
+            /// The call's index in `OP_NAMES`, as the flight recorder stores it.
+            pub fn op_index(&self) -> u32 {
+                let mut i = 0u32;
+                $(
+                    if matches!(self, Request::$name(_)) {
+                        return i;
+                    }
+                    i += 1;
+                )*
+                i
+            }
         }
+
+        /// Every call's name, by `op_index`.
+        pub const OP_NAMES: &[&str] = &[$(stringify!($name)),*];
 
         /// What the worker implements: one method per call.
         pub trait Handler {

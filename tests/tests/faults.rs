@@ -91,3 +91,53 @@ fn crash_during_platform_init_leaves_no_platforms() {
     let t = text(&c);
     assert!(c.status.success() && t.contains("ERROR step=platforms code=-1001"), "{t}");
 }
+
+/// A hang: directly the application would wait forever, so only the caged run is made. The
+/// watchdog (deadlines shortened through the environment) kills the worker and names the call.
+fn assert_hang_caught(fault: &str, step: &str, call: &str, deadline_var: &str) {
+    let exe = c_client("survivor");
+    let driver = fault_driver();
+    let started = std::time::Instant::now();
+    let c = caged(
+        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
+        &exe,
+        &[],
+        &[("CLOISTER_FAULT", fault), (deadline_var, "1500")],
+    );
+    let t = text(&c);
+    assert_caged_survived(fault, step, &c);
+    assert!(t.contains(&format!("hung in {call}")), "the report should name {call}:\n{t}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn hang_in_finish_is_killed_by_the_watchdog() {
+    assert_hang_caught("finish:hang", "finish", "FlushOrFinish", "CLOISTER_DEADLINE_WAIT_MS");
+}
+
+#[test]
+fn hang_in_build_is_killed_by_the_watchdog() {
+    assert_hang_caught("build:hang", "build", "BuildProgram", "CLOISTER_DEADLINE_BUILD_MS");
+}
+
+#[test]
+fn crash_report_names_the_call_in_flight_and_the_last_calls() {
+    let state = std::env::temp_dir().join(format!("cloister-test-state-{}", std::process::id()));
+    let exe = c_client("survivor");
+    let driver = fault_driver();
+    let c = caged(
+        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
+        &exe,
+        &[],
+        &[("CLOISTER_FAULT", "enqueue:segv"), ("XDG_STATE_HOME", state.to_str().unwrap())],
+    );
+    assert!(c.status.success(), "{}", text(&c));
+    let dir = state.join("cloister/crashes");
+    let report = std::fs::read_dir(&dir).expect("a crash report").next().expect("one report").unwrap().path();
+    let json = std::fs::read_to_string(&report).unwrap();
+    assert!(json.contains("\"signal\": 11"), "{json}");
+    assert!(json.contains("\"op\": \"EnqueueNdRange\""), "the call in flight: {json}");
+    assert!(json.contains("\"op\": \"BuildProgram\""), "the last calls include the build: {json}");
+    assert!(json.contains("\"signature\": \"/") && json.contains("SIGSEGV:EnqueueNdRange"), "{json}");
+    let _ = std::fs::remove_dir_all(&state);
+}

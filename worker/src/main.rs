@@ -17,7 +17,7 @@ use std::sync::Arc;
 use cloister_ipc::cl::*;
 use cloister_ipc::handshake::PROTOCOL_VERSION;
 use cloister_ipc::lane::{Lane, LANE_BYTES};
-use cloister_ipc::recorder::{FlightRecorder, RECORDER_FD};
+use cloister_ipc::recorder::{FlightRecorder, RecorderHeader, RECORDER_FD};
 use cloister_ipc::shm::SharedRegion;
 use cloister_ipc::{channel, dispatch as dispatch_call, Enumerated, ShimMessage, WorkerMessage, WORKER_ID_BIT};
 
@@ -111,7 +111,9 @@ fn enter_cage(args: &Args) -> Result<CageState, String> {
         confine: !args.no_sandbox && !args.learn,
     };
     if let Some(r) = recorder {
-        cloister_sandbox_policy::seccomp::install_trap_handler(&r.leak().trapped_syscall).map_err(|e| e.to_string())?;
+        let header = r.leak();
+        let _ = RECORDER.set(header);
+        cloister_sandbox_policy::seccomp::install_trap_handler(&header.trapped_syscall).map_err(|e| e.to_string())?;
     }
     // Probe for the broker's supervisor socket now: once the learning observer is installed,
     // every call but sendmsg waits for the broker, who is not listening yet.
@@ -218,7 +220,7 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
                 next_lane = next_lane.max(lane);
                 std::thread::Builder::new()
                     .name(format!("lane-{lane}"))
-                    .spawn(move || serve_lane(&w, &lane_obj))
+                    .spawn(move || serve_lane(&w, &lane_obj, lane as u32))
                     .map_err(|e| e.to_string())?;
             }
             ShimMessage::NewSegment { segment } => {
@@ -266,12 +268,26 @@ fn enumerate(worker: &Worker, d: &driver::Driver) -> (Vec<u64>, Vec<Enumerated>)
     (platforms, devices)
 }
 
-fn serve_lane(worker: &Worker, lane: &Lane) {
+/// The flight recorder the broker reads (absent when the worker runs without a broker).
+static RECORDER: std::sync::OnceLock<&'static RecorderHeader> = std::sync::OnceLock::new();
+
+fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
     let server = LaneServer { worker, lane };
+    let recorder = RECORDER.get().copied();
+    let slot = recorder.and_then(FlightRecorder::claim_slot);
     let alive = || true;
     while let Ok(bytes) = lane.wait_request(&alive) {
         let reply = match cloister_ipc::decode_request(&bytes) {
-            Ok(req) => dispatch_call(&server, req).unwrap_or_default(),
+            Ok(req) => {
+                // Noted before the driver runs it, so a crash or hang inside names the call.
+                let op = req.op_index();
+                let start = recorder.map(|r| FlightRecorder::begin(r, slot, lane_id, op));
+                let reply = dispatch_call(&server, req).unwrap_or_default();
+                if let (Some(r), Some(start)) = (recorder, start) {
+                    FlightRecorder::end(r, slot, lane_id, op, start);
+                }
+                reply
+            }
             // An empty reply fails to decode in the shim, which treats it as a fault.
             Err(_) => Vec::new(),
         };
