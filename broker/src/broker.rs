@@ -14,7 +14,7 @@ use cloister_crash_reports::{Cause, CrashReport, RecordedCall};
 use crate::watchdog::Deadlines;
 use cloister_ipc::handshake::PROTOCOL_VERSION;
 use cloister_ipc::recorder::{FlightRecorder, RECORDER_FD};
-use cloister_ipc::{channel, BrokerReply, BrokerRequest, WorkerGrant};
+use cloister_ipc::{channel, BrokerReply, BrokerRequest, IpcError, WorkerGrant};
 use cloister_sandbox_policy::learn::Supervision;
 
 use crate::drivers::Driver;
@@ -156,15 +156,42 @@ fn serve_client(
         let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
-    let (BrokerRequest::Hello(hello), _) = channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())?;
+    let (BrokerRequest::Hello(hello), _) = channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())? else {
+        return Err("the first message must be a hello".into());
+    };
     if let Err(reason) = hello.check() {
         let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
+    grant(client, &config.drivers, spawn)?;
+    // The connection stays open: the shim asks here for replacements of workers that died.
+    loop {
+        let request = match channel::recv::<BrokerRequest>(client) {
+            Ok((r, _)) => r,
+            Err(IpcError::PeerGone) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        };
+        match request {
+            BrokerRequest::Respawn { driver } => {
+                let wanted: Vec<Driver> = config.drivers.iter().filter(|d| d.name == driver).cloned().collect();
+                if wanted.is_empty() {
+                    let reason = format!("no driver {driver} in this broker");
+                    channel::send(client, &BrokerReply::Refused { reason }, &[]).map_err(|e| e.to_string())?;
+                    continue;
+                }
+                grant(client, &wanted, spawn)?;
+            }
+            BrokerRequest::Hello(_) => return Err("a second hello on one connection".into()),
+        }
+    }
+}
+
+/// Starts a worker for each of `drivers` and hands the client its ends of their channels.
+fn grant(client: &OwnedFd, drivers: &[Driver], spawn: &std::sync::mpsc::Sender<SpawnRequest>) -> Result<(), String> {
     let mut grants = Vec::new();
     let mut fds = Vec::new();
     let mut errors = Vec::new();
-    for d in &config.drivers {
+    for d in drivers {
         let (tx, rx) = std::sync::mpsc::channel();
         spawn.send((d.clone(), tx)).map_err(|_| "worker spawner is gone")?;
         let spawned = rx.recv().map_err(|_| "worker spawner is gone")?;
@@ -292,15 +319,38 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result
         let (recorder, exited, deadlines) = (recorder.clone(), exited.clone(), Deadlines::from_env());
         std::thread::spawn(move || crate::watchdog::watch(pid, recorder, exited, deadlines));
     }
+    LIVE_WORKERS.fetch_add(1, Ordering::AcqRel);
     std::thread::spawn(move || {
         let status = child.wait();
         exited.store(true, Ordering::Release);
+        let _last = LiveWorker;
         let Ok(status) = status else { return };
         if let Some(cause) = death_cause(status, &recorder) {
             report_death(&driver, &profile, pid, cause, &recorder);
         }
     });
     Ok(ours)
+}
+
+/// Workers not yet reaped (and reported).
+static LIVE_WORKERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts a worker out when its reaper is done, report written or not.
+struct LiveWorker;
+
+impl Drop for LiveWorker {
+    fn drop(&mut self) {
+        LIVE_WORKERS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Waits (at most `limit`) for every worker to be reaped, so that the reports of workers that
+/// died with the application are written before `cloister run` exits.
+pub fn drain_workers(limit: std::time::Duration) {
+    let end = std::time::Instant::now() + limit;
+    while LIVE_WORKERS.load(Ordering::Acquire) > 0 && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// Why a worker ended, or `None` for a clean exit (its application went away).

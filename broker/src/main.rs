@@ -233,6 +233,8 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
         unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
     }
     let status = child.wait().map_err(|e| e.to_string())?;
+    // The application's workers end with it; let their reapers finish their reports.
+    broker::drain_workers(std::time::Duration::from_secs(3));
     drop(cage);
     use std::os::unix::process::ExitStatusExt;
     if let Some(code) = status.code() {

@@ -333,6 +333,10 @@ pub enum Notification {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum BrokerRequest {
     Hello(crate::handshake::Hello),
+    /// The worker for this driver died: start a replacement (answered with `Workers`).
+    Respawn {
+        driver: String,
+    },
 }
 
 /// One worker the broker started for this application; its channel fd rides along.

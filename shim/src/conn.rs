@@ -36,13 +36,16 @@ pub struct Conn {
     pub layers: Vec<String>,
     sock: OwnedFd,
     send_lock: Mutex<()>,
-    dead: AtomicBool,
+    /// Shared with this connection's lanes, so a thread can drop the lanes of dead workers.
+    dead: Arc<AtomicBool>,
     next_id: AtomicU64,
     ids: RwLock<HashMap<ObjectId, usize>>,
     callbacks: Mutex<HashMap<u64, Callback>>,
     pending: crate::pending::Pending,
     /// Shared segments not in use, kept mapped on both sides for the next transfer or map.
     segment_pool: Mutex<Vec<Segment>>,
+    /// Told when the worker dies (the runtime starts a replacement).
+    pub death_watcher: OnceLock<Arc<dyn DeathWatcher>>,
     /// Every lane ever opened, so a death can wake the threads sleeping on them at once.
     lanes: Mutex<Vec<Weak<Lane>>>,
     /// (platform handle, its device handles), in the worker's order.
@@ -50,11 +53,15 @@ pub struct Conn {
 }
 
 /// A lane owned by the current thread; closing it on thread exit ends the worker's thread.
-struct LaneSlot(Arc<Lane>);
+struct LaneSlot {
+    lane: Arc<Lane>,
+    /// The connection's death flag: a dead worker's lanes are dropped on the thread's next call.
+    dead: Arc<AtomicBool>,
+}
 
 impl Drop for LaneSlot {
     fn drop(&mut self) {
-        self.0.close();
+        self.lane.close();
     }
 }
 
@@ -63,6 +70,13 @@ thread_local! {
 }
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// Who restarts a dead worker. `dying` runs before anything learns of the death, so a thread
+/// that then looks for the replacement waits for it; `died` runs after the cleanup.
+pub trait DeathWatcher: Send + Sync {
+    fn dying(&self);
+    fn died(&self, dead: &Arc<Conn>);
+}
 
 /// A shared-memory segment for bulk data, mapped here and in the worker under `id`.
 pub struct Segment {
@@ -78,7 +92,9 @@ pub const FAULT: cl_int = CL_DEVICE_NOT_AVAILABLE;
 
 impl Conn {
     /// Greets the worker behind `sock` and builds handles for what it enumerated.
-    pub fn connect(sock: OwnedFd, driver: &str) -> Result<Arc<Conn>, String> {
+    /// With `reuse`, the platform and device handles of the worker this one replaces are
+    /// rebound to it (matched by position: the same driver enumerates in the same order).
+    pub fn connect(sock: OwnedFd, driver: &str, reuse: Option<&[(usize, Vec<usize>)]>) -> Result<Arc<Conn>, String> {
         channel::send(&sock, &ShimMessage::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
         let (msg, _) = channel::recv::<WorkerMessage>(&sock).map_err(|e| format!("worker for {driver}: {e}"))?;
         let (platforms, devices, profile, layers) = match msg {
@@ -98,22 +114,32 @@ impl Conn {
             layers,
             sock,
             send_lock: Mutex::new(()),
-            dead: AtomicBool::new(false),
+            dead: Arc::new(AtomicBool::new(false)),
             next_id: AtomicU64::new(1),
             ids: RwLock::new(HashMap::new()),
             callbacks: Mutex::new(HashMap::new()),
             pending: Default::default(),
             segment_pool: Mutex::new(Vec::new()),
             lanes: Mutex::new(Vec::new()),
+            death_watcher: OnceLock::new(),
             platforms: OnceLock::new(),
         });
         let mut table = Vec::new();
-        for pid in platforms {
-            let ph = new_handle(Kind::Platform, pid, &conn, ObjData::Platform) as usize;
+        let place = |old: Option<usize>, kind: Kind, id: u64, data: ObjData| match old {
+            Some(h) => {
+                crate::handle::rebind(h, kind, id, &conn, data);
+                h
+            }
+            None => new_handle(kind, id, &conn, data) as usize,
+        };
+        for (pi, pid) in platforms.into_iter().enumerate() {
+            let old = reuse.and_then(|r| r.get(pi));
+            let ph = place(old.map(|o| o.0), Kind::Platform, pid, ObjData::Platform);
             let devs = devices
                 .iter()
                 .filter(|d| d.platform == pid)
-                .map(|d| new_handle(Kind::Device, d.id, &conn, ObjData::Device) as usize)
+                .enumerate()
+                .map(|(di, d)| place(old.and_then(|o| o.1.get(di).copied()), Kind::Device, d.id, ObjData::Device))
                 .collect();
             table.push((ph, devs));
         }
@@ -169,6 +195,8 @@ impl Conn {
         if let Some(l) = existing {
             return Ok(l);
         }
+        // A thread that outlived a worker still holds its lane (20 MiB of mapping and an fd).
+        let _ = LANES.try_with(|l| l.borrow_mut().retain(|_, slot| !slot.dead.load(Ordering::Acquire)));
         let lane = Lane::create().map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let id = self.alloc_id();
         self.send(&ShimMessage::NewLane { lane: id }, &[lane.region().fd().as_raw_fd()])?;
@@ -178,7 +206,7 @@ impl Conn {
             lanes.retain(|l| l.strong_count() > 0);
             lanes.push(Arc::downgrade(&lane));
         }
-        let slot = Rc::new(LaneSlot(lane));
+        let slot = Rc::new(LaneSlot { lane, dead: self.dead.clone() });
         LANES.try_with(|l| l.borrow_mut().insert(self.serial, slot.clone())).map_err(|_| CL_OUT_OF_RESOURCES)?;
         Ok(slot)
     }
@@ -200,7 +228,7 @@ impl Conn {
             return Err(FAULT);
         }
         let slot = self.lane()?;
-        let lane = &slot.0;
+        let lane = &slot.lane;
         fill(lane.bulk_ptr())?;
         let bytes = encode_request(req).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         lane.post_request(&bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
@@ -269,7 +297,7 @@ impl Conn {
     }
 
     /// The notifier thread: runs application callbacks, and notices the worker's death by EOF.
-    fn notification_loop(&self) {
+    fn notification_loop(self: &Arc<Self>) {
         loop {
             match channel::recv::<WorkerMessage>(&self.sock) {
                 Ok((WorkerMessage::Notify(n), _)) => self.deliver(n),
@@ -284,7 +312,11 @@ impl Conn {
 
     /// The worker is gone (EOF on its channel): wake every waiting thread, and give every
     /// callback still waiting on the worker its answer, so nothing in the application hangs.
-    fn on_worker_death(&self) {
+    fn on_worker_death(self: &Arc<Self>) {
+        let watcher = self.death_watcher.get().cloned();
+        if let Some(w) = &watcher {
+            w.dying();
+        }
         self.mark_dead();
         for lane in self.lanes.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade) {
             lane.nudge();
@@ -311,6 +343,9 @@ impl Conn {
                     crate::handle::release(event as *mut c_void, Kind::Event);
                 }
             }
+        }
+        if let Some(w) = watcher {
+            w.died(self);
         }
     }
 

@@ -135,12 +135,37 @@ pub fn new_handle(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> 
     h.cast()
 }
 
-/// Validates `h` as a live handle of `kind`.
-pub fn lookup(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
+/// Points an existing platform or device handle at its successor in a new worker: the
+/// application's handles survive a restart (DESIGN.md, Faults).
+pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) {
+    let obj = Arc::new(Object {
+        kind,
+        id,
+        conn: conn.clone(),
+        refs: AtomicU32::new(1),
+        info_cache: Mutex::new(HashMap::new()),
+        data,
+        released: AtomicBool::new(false),
+    });
+    registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj);
+    conn.remember(id, h);
+}
+
+fn lookup_once(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
     match registry().read().unwrap_or_else(|e| e.into_inner()).get(&(h as usize)) {
         Some(o) if o.kind == kind => Ok(o.clone()),
         _ => Err(kind.invalid()),
     }
+}
+
+/// Validates `h` as a live handle of `kind`. A platform or device whose worker just died is
+/// looked up again once its replacement is ready, so recovery needs no retry loop.
+pub fn lookup(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
+    let found = lookup_once(h, kind)?;
+    if matches!(kind, Kind::Platform | Kind::Device) && found.conn.is_dead() && crate::runtime::await_restarts() {
+        return lookup_once(h, kind);
+    }
+    Ok(found)
 }
 
 pub fn retain(h: *const c_void, kind: Kind) -> cl_int {

@@ -1,21 +1,44 @@
-//! Process-wide state: the connection to the broker and the workers it granted.
+//! Process-wide state: the connection to the broker, and one slot per driver holding its
+//! current worker. When a worker dies the slot asks the broker for a replacement and rebinds the
+//! application's platform and device handles to it, unless the driver is crash-looping.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use cloister_ipc::handshake::Hello;
 use cloister_ipc::{channel, BrokerReply, BrokerRequest};
 
-use crate::conn::Conn;
+use crate::conn::{Conn, DeathWatcher};
+
+/// One driver: its current worker, and the crash history that decides whether to restart it.
+pub struct DriverSlot {
+    pub driver: String,
+    current: RwLock<Arc<Conn>>,
+    crashes: Mutex<VecDeque<Instant>>,
+    restarting: Mutex<bool>,
+    restarted: Condvar,
+    given_up: std::sync::atomic::AtomicBool,
+}
 
 pub struct Runtime {
-    pub conns: Vec<Arc<Conn>>,
+    pub slots: Vec<Arc<DriverSlot>>,
+    broker: Option<Mutex<OwnedFd>>,
 }
 
 impl Runtime {
+    /// Each driver's current worker.
+    pub fn conns(&self) -> Vec<Arc<Conn>> {
+        self.slots.iter().map(|s| s.current.read().unwrap_or_else(|e| e.into_inner()).clone()).collect()
+    }
+
     /// Every platform handle, across workers, in order.
     pub fn platforms(&self) -> Vec<usize> {
-        self.conns.iter().flat_map(|c| c.platforms.get().into_iter().flatten().map(|(p, _)| *p)).collect()
+        self.conns()
+            .iter()
+            .flat_map(|c| c.platforms.get().into_iter().flatten().map(|(p, _)| *p).collect::<Vec<_>>())
+            .collect()
     }
 }
 
@@ -25,15 +48,113 @@ pub fn warn(msg: &str) {
     }
 }
 
+static RT: OnceLock<Runtime> = OnceLock::new();
+
 pub fn runtime() -> &'static Runtime {
-    static RT: OnceLock<Runtime> = OnceLock::new();
     RT.get_or_init(|| match connect() {
         Ok(rt) => rt,
         Err(e) => {
             warn(&e);
-            Runtime { conns: Vec::new() }
+            Runtime { slots: Vec::new(), broker: None }
         }
     })
+}
+
+/// Waits (a bounded while) for replacements under way; true if one was.
+pub fn await_restarts() -> bool {
+    let Some(rt) = RT.get() else { return false };
+    let mut waited = false;
+    for slot in &rt.slots {
+        let mut busy = slot.restarting.lock().unwrap_or_else(|e| e.into_inner());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while *busy {
+            waited = true;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            busy = slot.restarted.wait_timeout(busy, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+    waited
+}
+
+/// `CLOISTER_CRASH_LOOP=K/T`: K crashes within T seconds stop the restarts (default 3/60).
+fn crash_loop_limit() -> (usize, Duration) {
+    let parsed = std::env::var("CLOISTER_CRASH_LOOP").ok().and_then(|v| {
+        let (k, t) = v.split_once('/')?;
+        Some((k.trim().parse().ok()?, Duration::from_secs(t.trim().parse().ok()?)))
+    });
+    parsed.unwrap_or((3, Duration::from_secs(60)))
+}
+
+struct Restarter(Arc<DriverSlot>);
+
+impl DeathWatcher for Restarter {
+    fn dying(&self) {
+        if !self.0.given_up.load(std::sync::atomic::Ordering::Acquire) {
+            *self.0.restarting.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        }
+    }
+
+    fn died(&self, dead: &Arc<Conn>) {
+        let slot = &self.0;
+        let finish = || {
+            *slot.restarting.lock().unwrap_or_else(|e| e.into_inner()) = false;
+            slot.restarted.notify_all();
+        };
+        if slot.given_up.load(std::sync::atomic::Ordering::Acquire) {
+            return finish();
+        }
+        let (k, window) = crash_loop_limit();
+        let looping = {
+            let mut crashes = slot.crashes.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            crashes.push_back(now);
+            while crashes.front().is_some_and(|&t| now.duration_since(t) > window) {
+                crashes.pop_front();
+            }
+            crashes.len() >= k
+        };
+        if looping {
+            slot.given_up.store(true, std::sync::atomic::Ordering::Release);
+            warn(&format!(
+                "driver {} crashed {k} times within {} s: not restarting it; its devices stay unavailable (CLOISTER_CRASH_LOOP)",
+                slot.driver,
+                window.as_secs()
+            ));
+            return finish();
+        }
+        match respawn(&slot.driver, dead) {
+            Ok(conn) => {
+                let _ = conn.death_watcher.set(Arc::new(Restarter(slot.clone())));
+                *slot.current.write().unwrap_or_else(|e| e.into_inner()) = conn;
+            }
+            Err(e) => warn(&format!("cannot restart the worker for {}: {e}", slot.driver)),
+        }
+        finish();
+    }
+}
+
+/// Asks the broker for a new worker for `driver` and rebinds `dead`'s platforms and devices.
+fn respawn(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, String> {
+    let rt = RT.get().ok_or("no runtime")?;
+    let broker = rt.broker.as_ref().ok_or("no broker connection")?;
+    let (grant_fd, grant_driver) = {
+        let sock = broker.lock().unwrap_or_else(|e| e.into_inner());
+        channel::send(&*sock, &BrokerRequest::Respawn { driver: driver.to_string() }, &[])
+            .map_err(|e| e.to_string())?;
+        let (reply, mut fds) = channel::recv::<BrokerReply>(&*sock).map_err(|e| format!("broker: {e}"))?;
+        match reply {
+            BrokerReply::Workers { mut grants, errors, .. } => match (grants.pop(), fds.pop()) {
+                (Some(g), Some(fd)) => (fd, g.driver),
+                _ => return Err(errors.join("; ")),
+            },
+            BrokerReply::Refused { reason } => return Err(reason),
+        }
+    };
+    let reuse = dead.platforms.get().cloned().unwrap_or_default();
+    Conn::connect(grant_fd, &grant_driver, Some(&reuse))
 }
 
 fn connect() -> Result<Runtime, String> {
@@ -56,14 +177,25 @@ fn connect() -> Result<Runtime, String> {
     for e in errors {
         warn(&e);
     }
-    let mut conns = Vec::new();
+    let mut slots = Vec::new();
     for (grant, fd) in grants.iter().zip(fds) {
-        match Conn::connect(fd, &grant.driver) {
-            Ok(c) => conns.push(c),
+        match Conn::connect(fd, &grant.driver, None) {
+            Ok(c) => {
+                let slot = Arc::new(DriverSlot {
+                    driver: grant.driver.clone(),
+                    current: RwLock::new(c.clone()),
+                    crashes: Mutex::new(VecDeque::new()),
+                    restarting: Mutex::new(false),
+                    restarted: Condvar::new(),
+                    given_up: std::sync::atomic::AtomicBool::new(false),
+                });
+                let _ = c.death_watcher.set(Arc::new(Restarter(slot.clone())));
+                slots.push(slot);
+            }
             Err(e) => warn(&e),
         }
     }
-    Ok(Runtime { conns })
+    Ok(Runtime { slots, broker: Some(Mutex::new(sock)) })
 }
 
 fn connect_seqpacket(path: &str) -> std::io::Result<OwnedFd> {

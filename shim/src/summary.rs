@@ -49,7 +49,7 @@ fn device(handle: usize) -> DeviceSummary {
 /// Connects (if not yet connected) and describes every worker.
 pub fn cage_summary() -> Vec<WorkerSummary> {
     runtime()
-        .conns
+        .conns()
         .iter()
         .map(|c| WorkerSummary {
             driver: c.driver.clone(),

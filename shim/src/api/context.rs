@@ -97,7 +97,7 @@ pub unsafe fn clCreateContextFromType(
         let (props, conn) = unsafe { properties(properties_)? };
         let conn = match conn {
             Some(c) => c,
-            None => crate::runtime::runtime().conns.first().cloned().ok_or(CL_INVALID_PLATFORM)?,
+            None => crate::runtime::runtime().conns().first().cloned().ok_or(CL_INVALID_PLATFORM)?,
         };
         let notify = notify_token(&conn, pfn_notify, user_data)?;
         create(&conn, Kind::Context, ObjData::Context, |id| {

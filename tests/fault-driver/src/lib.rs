@@ -49,16 +49,32 @@ fn errno() -> String {
 
 /// Does what CLOISTER_FAULT says for this point, if anything.
 fn fault_point(point: &str) {
-    let Some(action) = fault_for(point) else {
-        return;
+    let Some(spec) = fault_for(point) else { return };
+    // `ACTION:once` fires in the first process only: a marker in $HOME (a caged worker's private
+    // cache directory, kept across its restarts) says it already did.
+    let (action, once) = match spec.split_once(':') {
+        Some((a, "once")) => (a.to_string(), true),
+        _ => (spec.clone(), false),
     };
+    if once {
+        let marker = format!("{}/.faultcl-fired-{point}", std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()));
+        if std::fs::OpenOptions::new().write(true).create_new(true).open(&marker).is_err() {
+            return;
+        }
+    }
     // SAFETY (crash arms): deliberately faulting is the purpose of this library.
     unsafe {
         match action.as_str() {
             "segv" => std::ptr::write_volatile(16 as *mut u32, 1),
             "abort" => libc::abort(),
+            // A real bus error: touching a mapping past the end of its (empty) file. (A raised
+            // SIGBUS would be swallowed by Rust's stack-overflow handler.)
             "bus" => {
-                libc::raise(libc::SIGBUS);
+                let path = format!("{}/.faultcl-bus\0", std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()));
+                let fd = libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC, 0o600);
+                let p =
+                    libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+                std::ptr::write_volatile(p as *mut u32, 1);
             }
             "exit" => libc::_exit(3),
             // Sleeping, as a driver stuck waiting on its device would.
