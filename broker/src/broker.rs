@@ -217,6 +217,7 @@ const WORKER_CLOISTER_VARS: &[&str] = &[
     "CLOISTER_FAULT_REAL",
     "CLOISTER_FAULT_FILE",
     "CLOISTER_FAULT_PORT",
+    "CLOISTER_FAULT_SKIP",
 ];
 
 /// The worker's private, persistent cache directory: its only writable place (the driver's

@@ -53,12 +53,17 @@ pub fn fault_driver() -> PathBuf {
 
 /// Compiles `tests/c/NAME.c` against the system's `-lOpenCL` (once per process).
 pub fn c_client(name: &str) -> PathBuf {
+    c_program(&workspace_root().join("tests/c").join(format!("{name}.c")))
+}
+
+/// Compiles a C source file of the workspace against the system's `-lOpenCL`.
+pub fn c_program(src: &Path) -> PathBuf {
+    let name = src.file_stem().expect("a C file").to_string_lossy().into_owned();
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let out_dir = target_dir().join("c-clients");
     std::fs::create_dir_all(&out_dir).expect("create c-clients dir");
-    let exe = out_dir.join(name);
-    let src = workspace_root().join("tests/c").join(format!("{name}.c"));
+    let exe = out_dir.join(&name);
     let fresh = exe.metadata().and_then(|m| m.modified()).ok() >= src.metadata().and_then(|m| m.modified()).ok();
     if !fresh || !exe.exists() {
         let out = Command::new("cc")

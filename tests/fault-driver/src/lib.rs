@@ -56,6 +56,12 @@ fn fault_point(point: &str) {
         Some((a, "once")) => (a.to_string(), true),
         _ => (spec.clone(), false),
     };
+    // CLOISTER_FAULT_SKIP=N lets the first N calls through (a crash in the middle of a run).
+    static HITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let skip: u64 = std::env::var("CLOISTER_FAULT_SKIP").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    if HITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < skip {
+        return;
+    }
     if once {
         let marker = format!("{}/.faultcl-fired-{point}", std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()));
         if std::fs::OpenOptions::new().write(true).create_new(true).open(&marker).is_err() {
