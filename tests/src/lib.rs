@@ -69,7 +69,7 @@ pub fn c_program(src: &Path) -> PathBuf {
         let out = Command::new("cc")
             .arg("-O1")
             .arg("-Wno-deprecated-declarations")
-            .arg(&src)
+            .arg(src)
             .arg("-o")
             .arg(&exe)
             .args(["-lOpenCL", "-lpthread"])
