@@ -1,10 +1,5 @@
-//! Socket messages and replies as the shim reads them from a (possibly hostile) worker.
+//! cargo-fuzz target `decode_worker_message`: see `cloister_ipc::fuzzing::worker_message`.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let _ = cloister_ipc::decode_worker_message(data);
-    let _ = cloister_ipc::decode_reply::<cloister_ipc::GetInfo>(data);
-    let _ = cloister_ipc::decode_reply::<cloister_ipc::CreateKernelsInProgram>(data);
-    let _ = cloister_ipc::decode_reply::<cloister_ipc::EnqueueNdRange>(data);
-});
+fuzz_target!(|data: &[u8]| cloister_ipc::fuzzing::worker_message(data));

@@ -5,6 +5,7 @@ pub mod api_table;
 pub mod channel;
 pub mod cl;
 pub mod dispatch;
+pub mod fuzzing;
 pub mod handshake;
 pub mod lane;
 pub mod recorder;
