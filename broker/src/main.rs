@@ -51,6 +51,21 @@ enum Cmd {
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
+    /// Run a broker: for this user on $XDG_RUNTIME_DIR/cloister/broker.sock (applications whose
+    /// OpenCL goes through the cloister ICD find it there), or on --socket.
+    Broker {
+        /// Listen here instead of the per-user socket.
+        #[arg(long)]
+        socket: Option<std::path::PathBuf>,
+        /// Cage only this driver.
+        #[arg(long)]
+        driver: Option<String>,
+        /// Exit when the process that started this broker exits (the shim's private broker).
+        #[arg(long, hide = true)]
+        exit_with_parent: bool,
+        #[command(flatten)]
+        sandbox: cage::SandboxOptions,
+    },
     /// Crash reports: newest first, grouped by signature with counts; `show ID` prints one.
     Crashes {
         #[command(subcommand)]
@@ -128,6 +143,9 @@ fn main() -> ExitCode {
         Cmd::Policy { action } => policy(action),
         Cmd::Crashes { action } => crashes(action),
         Cmd::Info { driver, sandbox } => info(driver.as_deref(), &sandbox),
+        Cmd::Broker { socket, driver, exit_with_parent, sandbox } => {
+            run_broker(socket, driver.as_deref(), exit_with_parent, &sandbox)
+        }
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
@@ -349,4 +367,90 @@ fn crashes(action: Option<CrashesCmd>) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The per-user socket, in a folder only this user can enter.
+fn user_socket() -> std::path::PathBuf {
+    let dir = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        // SAFETY: getuid cannot fail.
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("cloister-{}", unsafe { libc::getuid() })));
+    dir.join("cloister").join("broker.sock")
+}
+
+fn run_broker(
+    socket: Option<std::path::PathBuf>,
+    driver: Option<&str>,
+    exit_with_parent: bool,
+    sandbox: &cage::SandboxOptions,
+) -> Result<ExitCode, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let install = Install::locate()?;
+    let drivers = cage::choose_drivers(&install, driver)?;
+    let path = socket.unwrap_or_else(user_socket);
+    let dir = path.parent().ok_or("socket path has no folder")?;
+    let created = !dir.exists();
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if created || dir.file_name().is_some_and(|n| n == "cloister") {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+    }
+    if path.exists() {
+        // A live broker answers; a stale socket from a dead one is replaced.
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() || seqpacket_alive(&path) {
+            return Err(format!("a broker is already listening on {}", path.display()));
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    let listener = broker::listen(&path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    let names: Vec<&str> = drivers.iter().map(|d| d.name.as_str()).collect();
+    if !exit_with_parent {
+        eprintln!("cloister broker: listening on {} for {}", path.display(), names.join(", "));
+    }
+    let options = broker::WorkerOptions {
+        worker: install.worker.clone(),
+        profile: sandbox.profile.clone(),
+        no_sandbox: sandbox.no_sandbox,
+        require_sandbox: sandbox.require_sandbox,
+        learn: None,
+    };
+    if exit_with_parent {
+        // SAFETY: getppid cannot fail.
+        let parent = unsafe { libc::getppid() };
+        let socket_path = path.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            // SAFETY: as above.
+            if unsafe { libc::getppid() } != parent {
+                let _ = std::fs::remove_file(&socket_path);
+                if let Some(dir) = socket_path.parent() {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                std::process::exit(0);
+            }
+        });
+    }
+    broker::serve(listener, broker::BrokerConfig { options, drivers });
+    Ok(ExitCode::SUCCESS)
+}
+
+fn seqpacket_alive(path: &std::path::Path) -> bool {
+    // SAFETY: plain socket calls on a fresh fd that is closed before returning.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return false;
+        }
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, s) in addr.sun_path.iter_mut().zip(path.as_os_str().as_encoded_bytes()) {
+            *d = *s as libc::c_char;
+        }
+        let ok = libc::connect(
+            fd,
+            (&addr as *const libc::sockaddr_un).cast(),
+            std::mem::size_of::<libc::sockaddr_un>() as u32,
+        ) == 0;
+        libc::close(fd);
+        ok
+    }
 }

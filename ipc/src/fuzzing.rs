@@ -49,8 +49,11 @@ pub fn recorder(data: &[u8]) {
     let _ = (r.in_flight(), r.last_calls(usize::MAX), r.hung_op());
 }
 
+/// A fuzz target's body.
+pub type Target = fn(&[u8]);
+
 /// Every target by its corpus name.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("decode_request", request),
     ("decode_reply", reply),
     ("decode_worker_message", worker_message),
@@ -63,7 +66,8 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
     let enc = |v: &dyn erased::Encode| v.encode();
     match target {
         "decode_request" => vec![
-            encode_request(GetInfo { target: InfoTarget::Device, object: WORKER_ID_BIT | 1, aux: 0, param: 0x102B }).unwrap(),
+            encode_request(GetInfo { target: InfoTarget::Device, object: WORKER_ID_BIT | 1, aux: 0, param: 0x102B })
+                .unwrap(),
             encode_request(EnqueueNdRange {
                 queue: 3,
                 kernel: 4,
@@ -84,7 +88,12 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
                 sync: EnqueueSync::default(),
             })
             .unwrap(),
-            encode_request(CreateProgramWithSource { id: 8, context: 2, sources: vec![b"kernel void k() {}".to_vec()] }).unwrap(),
+            encode_request(CreateProgramWithSource {
+                id: 8,
+                context: 2,
+                sources: vec![b"kernel void k() {}".to_vec()],
+            })
+            .unwrap(),
         ],
         "decode_reply" => vec![
             enc(&InfoReply { status: 0, value_status: 0, value: b"pocl\0".to_vec() }),
@@ -101,12 +110,20 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
                 devices: vec![Enumerated { id: WORKER_ID_BIT | 1, platform: WORKER_ID_BIT }],
             }),
             enc(&WorkerMessage::Notify(Notification::EventStatus { token: 12, status: 0 })),
-            enc(&WorkerMessage::Notify(Notification::ContextError { token: 1, errinfo: "oops".into(), private_info: vec![1, 2] })),
+            enc(&WorkerMessage::Notify(Notification::ContextError {
+                token: 1,
+                errinfo: "oops".into(),
+                private_info: vec![1, 2],
+            })),
         ],
         "decode_handshake" => vec![
             enc(&ShimMessage::Hello(handshake::Hello::new())),
             enc(&BrokerRequest::Respawn { driver: "pocl".into() }),
-            enc(&BrokerReply::Workers { version: 2, grants: vec![WorkerGrant { driver: "pocl".into(), library: "libpocl.so.2".into() }], errors: vec![] }),
+            enc(&BrokerReply::Workers {
+                version: 2,
+                grants: vec![WorkerGrant { driver: "pocl".into(), library: "libpocl.so.2".into() }],
+                errors: vec![],
+            }),
         ],
         "recorder" => {
             let r = FlightRecorder::create().unwrap();

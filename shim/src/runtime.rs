@@ -157,10 +157,70 @@ fn respawn(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, String> {
     Conn::connect(grant_fd, &grant_driver, Some(&reuse))
 }
 
+/// The per-user broker's socket (`cloister broker`).
+fn user_socket() -> std::path::PathBuf {
+    let dir = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        // SAFETY: getuid cannot fail.
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("cloister-{}", unsafe { libc::getuid() })));
+    dir.join("cloister").join("broker.sock")
+}
+
+/// The `cloister` binary beside this library (the shim finds its own file with dladdr).
+fn cloister_binary() -> Option<std::path::PathBuf> {
+    // SAFETY: dladdr on an address inside this library fills a Dl_info with static strings.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    if unsafe { libc::dladdr(cloister_binary as *const libc::c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the dynamic loader.
+    let lib = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let bin = std::fs::canonicalize(lib).ok()?.parent()?.join("cloister");
+    bin.exists().then_some(bin)
+}
+
+/// Starts a broker for this process alone, when neither `CLOISTER_SOCKET` nor a per-user
+/// broker is there. It exits when this process does.
+fn start_private_broker() -> Result<(OwnedFd, String), String> {
+    let bin = cloister_binary().ok_or(
+        "no broker: set CLOISTER_SOCKET, run `cloister broker`, or start the application with `cloister run -- APP`",
+    )?;
+    let path = std::env::temp_dir().join(format!("cloister-private-{}", std::process::id())).join("broker.sock");
+    let mut child = std::process::Command::new(&bin)
+        .args(["broker", "--exit-with-parent", "--socket"])
+        .arg(&path)
+        .env_remove("OCL_ICD_VENDORS")
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start a private broker ({}): {e}", bin.display()))?;
+    let shown = path.display().to_string();
+    for _ in 0..200 {
+        if let Ok(sock) = connect_seqpacket(&shown) {
+            std::thread::spawn(move || {
+                let _ = child.wait();
+            });
+            return Ok((sock, shown));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("the private broker exited: {status}"));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Err("the private broker did not start listening".into())
+}
+
 fn connect() -> Result<Runtime, String> {
-    let path = std::env::var("CLOISTER_SOCKET")
-        .map_err(|_| "CLOISTER_SOCKET is not set: start the application with `cloister run -- APP`".to_string())?;
-    let sock = connect_seqpacket(&path).map_err(|e| format!("cannot reach the broker at {path}: {e}"))?;
+    let (sock, path) = match std::env::var("CLOISTER_SOCKET") {
+        Ok(path) => (connect_seqpacket(&path).map_err(|e| format!("cannot reach the broker at {path}: {e}"))?, path),
+        Err(_) => {
+            let user = user_socket().display().to_string();
+            match connect_seqpacket(&user) {
+                Ok(sock) => (sock, user),
+                Err(_) => start_private_broker()?,
+            }
+        }
+    };
+    let _ = path;
     channel::send(&sock, &BrokerRequest::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
     let (reply, fds) = channel::recv::<BrokerReply>(&sock).map_err(|e| format!("broker: {e}"))?;
     let (grants, errors) = match reply {

@@ -46,14 +46,25 @@ fn libc_sigterm() -> i32 {
 }
 
 #[test]
-fn without_a_broker_the_shim_says_what_to_do() {
+fn without_any_broker_the_shim_says_what_to_do() {
     ensure_built();
     let exe = c_client("survivor");
-    let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
-    let out = direct(&exe, &[], &[("OCL_ICD_VENDORS", vendors.to_str().unwrap())]);
+    // A shim with no `cloister` beside it cannot start a private broker.
+    let alone = std::env::temp_dir().join(format!("cloister-lonely-shim-{}", std::process::id()));
+    std::fs::create_dir_all(&alone).unwrap();
+    std::fs::copy(target_dir().join("libcloister.so"), alone.join("libcloister.so")).unwrap();
+    let vendors = vendors_dir_for(&alone.join("libcloister.so"));
+    let runtime = alone.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let out = direct(
+        &exe,
+        &[],
+        &[("OCL_ICD_VENDORS", vendors.to_str().unwrap()), ("XDG_RUNTIME_DIR", runtime.to_str().unwrap())],
+    );
     let t = text(&out);
-    assert!(t.contains("CLOISTER_SOCKET is not set") && t.contains("cloister run"), "{t}");
+    assert!(t.contains("no broker: set CLOISTER_SOCKET, run `cloister broker`") && t.contains("cloister run"), "{t}");
     assert!(t.contains("code=-1001"), "{t}");
+    let _ = std::fs::remove_dir_all(&alone);
 }
 
 #[test]
