@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh), runs the whole test suite, then fuzzes every decoder briefly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cargo test --workspace -- --test-threads=2
+bash scripts/fuzz.sh
