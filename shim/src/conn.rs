@@ -322,7 +322,11 @@ impl Conn {
             lane.nudge();
         }
         crate::pending::settle(self, None);
-        let message = format!("cloister: the worker hosting driver {} died; its objects are lost", self.driver);
+        let message = format!(
+            "cloister: the worker hosting driver {} died; this context and its objects are lost: create a new \
+             context on the same device to continue (the crash report: `cloister crashes show latest`)",
+            self.driver
+        );
         let msg = std::ffi::CString::new(message).unwrap_or_default();
         let callbacks: Vec<Callback> = {
             let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
