@@ -153,6 +153,9 @@ fn serve_client(
     let uid = peer_uid(client.as_raw_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     if uid != me {
         let reason = format!("client runs as uid {uid}, this broker serves uid {me} only");
+        // Read the client's hello first: closing a socket with unread data resets it, and the
+        // client would see a reset instead of the reason.
+        let _ = channel::recv::<BrokerRequest>(client);
         let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
