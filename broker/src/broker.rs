@@ -50,39 +50,7 @@ pub struct BrokerConfig {
 
 /// A listening `SOCK_SEQPACKET` socket.
 pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
-    // SAFETY: plain socket creation; owned at once.
-    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: raw is fresh and ours.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: zeroed sockaddr_un is valid.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = path.as_os_str().as_encoded_bytes();
-    if bytes.len() >= addr.sun_path.len() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "socket path too long"));
-    }
-    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: addr is a valid sockaddr_un; fd is a socket.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&addr as *const libc::sockaddr_un).cast(),
-            std::mem::size_of::<libc::sockaddr_un>() as u32,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is a bound socket.
-    if unsafe { libc::listen(fd.as_raw_fd(), 64) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(fd)
+    channel::listen_seqpacket(path)
 }
 
 type SpawnRequest = (Driver, std::sync::mpsc::Sender<std::io::Result<OwnedFd>>);

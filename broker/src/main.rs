@@ -434,23 +434,5 @@ fn run_broker(
 }
 
 fn seqpacket_alive(path: &std::path::Path) -> bool {
-    // SAFETY: plain socket calls on a fresh fd that is closed before returning.
-    unsafe {
-        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return false;
-        }
-        let mut addr: libc::sockaddr_un = std::mem::zeroed();
-        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        for (d, s) in addr.sun_path.iter_mut().zip(path.as_os_str().as_encoded_bytes()) {
-            *d = *s as libc::c_char;
-        }
-        let ok = libc::connect(
-            fd,
-            (&addr as *const libc::sockaddr_un).cast(),
-            std::mem::size_of::<libc::sockaddr_un>() as u32,
-        ) == 0;
-        libc::close(fd);
-        ok
-    }
+    cloister_ipc::channel::connect_seqpacket(path).is_ok()
 }

@@ -127,3 +127,56 @@ pub fn recv<T: DeserializeOwned>(sock: &impl AsRawFd) -> Result<(T, Vec<OwnedFd>
     let msg = postcard::from_bytes(&bytes).map_err(IpcError::Decode)?;
     Ok((msg, fds))
 }
+
+/// A `sockaddr_un` for `path`, or an error if the path does not fit.
+fn unix_addr(path: &std::path::Path) -> std::io::Result<libc::sockaddr_un> {
+    // SAFETY: an all-zero sockaddr_un is valid; the path is copied in bounds below.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "socket path too long"));
+    }
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    Ok(addr)
+}
+
+fn seqpacket_socket() -> std::io::Result<OwnedFd> {
+    // SAFETY: plain socket creation; the fd is owned at once.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: raw is a fresh fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+const ADDR_LEN: libc::socklen_t = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+
+/// Connects a `SOCK_SEQPACKET` socket to `path` (a broker).
+pub fn connect_seqpacket(path: &std::path::Path) -> std::io::Result<OwnedFd> {
+    let fd = seqpacket_socket()?;
+    let addr = unix_addr(path)?;
+    // SAFETY: addr is a valid sockaddr_un of ADDR_LEN bytes.
+    if unsafe { libc::connect(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), ADDR_LEN) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// A listening `SOCK_SEQPACKET` socket on `path`.
+pub fn listen_seqpacket(path: &std::path::Path) -> std::io::Result<OwnedFd> {
+    let fd = seqpacket_socket()?;
+    let addr = unix_addr(path)?;
+    // SAFETY: addr is a valid sockaddr_un of ADDR_LEN bytes; fd is a socket.
+    if unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), ADDR_LEN) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a bound socket.
+    if unsafe { libc::listen(fd.as_raw_fd(), 64) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}

@@ -3,7 +3,7 @@
 //! application's platform and device handles to it, unless the driver is crash-looping.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -259,33 +259,5 @@ fn connect() -> Result<Runtime, String> {
 }
 
 fn connect_seqpacket(path: &str) -> std::io::Result<OwnedFd> {
-    // SAFETY: plain socket creation; the fd is owned immediately.
-    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: raw is a fresh fd.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: zeroed sockaddr_un is valid; the path is copied in bounds below.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = path.as_bytes();
-    if bytes.len() >= addr.sun_path.len() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "socket path too long"));
-    }
-    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: addr is a valid sockaddr_un of the given size.
-    let rc = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            (&addr as *const libc::sockaddr_un).cast(),
-            std::mem::size_of::<libc::sockaddr_un>() as u32,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(fd)
+    channel::connect_seqpacket(std::path::Path::new(path))
 }
