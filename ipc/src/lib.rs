@@ -4,6 +4,7 @@
 pub mod api_table;
 pub mod channel;
 pub mod cl;
+pub mod deadlines;
 pub mod dispatch;
 pub mod fuzzing;
 pub mod handshake;

@@ -84,6 +84,11 @@ pub struct Segment {
     pub region: SharedRegion,
 }
 
+fn deadlines() -> &'static cloister_ipc::deadlines::Deadlines {
+    static D: OnceLock<cloister_ipc::deadlines::Deadlines> = OnceLock::new();
+    D.get_or_init(cloister_ipc::deadlines::Deadlines::from_env)
+}
+
 /// How much unused segment memory a connection keeps for reuse.
 const SEGMENT_POOL_BYTES: usize = 256 << 20;
 
@@ -160,6 +165,12 @@ impl Conn {
         self.dead.load(Ordering::Acquire)
     }
 
+    /// Cuts the channel: the worker sees EOF, and our notifier thread runs the death handling.
+    fn hang_up(&self) {
+        // SAFETY: shutdown on our own socket; the fd stays valid until the Conn is dropped.
+        unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+
     fn mark_dead(&self) {
         self.dead.store(true, Ordering::Release);
     }
@@ -232,7 +243,24 @@ impl Conn {
         fill(lane.bulk_ptr())?;
         let bytes = encode_request(req).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         lane.post_request(&bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        let reply = lane.wait_reply(&|| !self.is_dead()).map_err(|_| {
+        // A worker that never answers (hung outside any call the broker's watchdog sees, or
+        // hostile) is given up on at the call's deadline, like one that died.
+        let deadline_ms = deadlines().for_op(C::NAME);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms);
+        let timed_out = std::cell::Cell::new(false);
+        let alive = || {
+            timed_out.set(std::time::Instant::now() >= deadline);
+            !self.is_dead() && !timed_out.get()
+        };
+        let reply = lane.wait_reply(&alive).map_err(|_| {
+            if timed_out.get() && !self.is_dead() {
+                crate::runtime::warn(&format!(
+                    "the worker for {} did not answer {} within {deadline_ms} ms; giving up on it",
+                    self.driver,
+                    C::NAME
+                ));
+                self.hang_up();
+            }
             self.mark_dead();
             FAULT
         })?;
@@ -244,6 +272,7 @@ impl Conn {
             Err(e) => {
                 // A reply we cannot read is a misbehaving worker: a fault, like a crash.
                 crate::runtime::warn(&format!("worker for {} sent a malformed reply to {}: {e}", self.driver, C::NAME));
+                self.hang_up();
                 self.mark_dead();
                 Err(FAULT)
             }
