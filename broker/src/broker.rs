@@ -354,6 +354,10 @@ fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder
     let mut report = CrashReport::new(&driver.name, &driver.library, profile, pid, cause);
     report.in_flight = recorder.in_flight().into_iter().next().map(recorded);
     report.last_calls = recorder.last_calls(32).into_iter().map(recorded).collect();
+    let h = recorder.header();
+    report.device = h.device.get();
+    report.program_source = h.program_source.get();
+    report.build_options = h.build_options.get();
     // The call in flight groups repeats (a hang's cause names it already).
     if let (Some(call), false) = (&report.in_flight, matches!(report.cause, Cause::Hang { .. })) {
         report.signature = format!("{}:{}", report.signature, call.op);

@@ -38,6 +38,11 @@ pub struct CrashReport {
     pub cause: Cause,
     pub in_flight: Option<RecordedCall>,
     pub last_calls: Vec<RecordedCall>,
+    /// The last program the driver was given to build, and its build options.
+    #[serde(default)]
+    pub program_source: Option<String>,
+    #[serde(default)]
+    pub build_options: Option<String>,
     /// Groups repeats of the same crash.
     pub signature: String,
 }
@@ -101,6 +106,8 @@ impl CrashReport {
             cause,
             in_flight: None,
             last_calls: Vec::new(),
+            program_source: None,
+            build_options: None,
             signature,
         }
     }
@@ -201,8 +208,20 @@ pub fn render(s: &Stored) -> String {
         r.cause.describe(),
         r.signature
     );
+    if let Some(d) = &r.device {
+        out.push_str(&format!("  device:    {d}\n"));
+    }
     if let Some(c) = &r.in_flight {
         out.push_str(&format!("  in flight: {} on lane {}\n", c.op, c.lane));
+    }
+    if let Some(o) = &r.build_options {
+        out.push_str(&format!("  build options: {o}\n"));
+    }
+    if let Some(src) = &r.program_source {
+        out.push_str("  last program source:\n");
+        for line in src.lines().take(40) {
+            out.push_str(&format!("    | {line}\n"));
+        }
     }
     if !r.last_calls.is_empty() {
         out.push_str("  last calls (oldest first):\n");

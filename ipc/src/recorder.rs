@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use crate::shm::SharedRegion;
 use crate::IpcError;
 
-pub const RECORDER_MAGIC: u64 = u64::from_le_bytes(*b"cloFR002");
+pub const RECORDER_MAGIC: u64 = u64::from_le_bytes(*b"cloFR003");
 /// The fd number the worker finds its recorder at.
 pub const RECORDER_FD: i32 = 4;
 /// Lanes whose calls in flight are tracked (later lanes still log to the ring).
@@ -46,6 +46,40 @@ pub struct RecorderHeader {
     pub ring_head: AtomicU64,
     pub slots: [LaneSlot; LANE_SLOTS],
     pub ring: [RingEntry; RING],
+    /// What the worker hosts and was last asked to build, for the report.
+    pub device: TextSlot<256>,
+    pub program_source: TextSlot<16384>,
+    pub build_options: TextSlot<1024>,
+}
+
+/// A length-prefixed text field. Written by the worker, read by the broker with the length
+/// bounded by the field, so a scribbled length cannot make the reader overrun.
+#[repr(C)]
+pub struct TextSlot<const N: usize> {
+    len: AtomicU32,
+    bytes: [std::sync::atomic::AtomicU8; N],
+}
+
+impl<const N: usize> TextSlot<N> {
+    /// Worker side: stores (a prefix of) `text`.
+    pub fn set(&self, text: &[u8]) {
+        let n = text.len().min(N);
+        self.len.store(0, Ordering::Release);
+        for (slot, &b) in self.bytes.iter().zip(&text[..n]) {
+            slot.store(b, Ordering::Relaxed);
+        }
+        self.len.store(n as u32, Ordering::Release);
+    }
+
+    /// Broker side: the text, if any.
+    pub fn get(&self) -> Option<String> {
+        let n = (self.len.load(Ordering::Acquire) as usize).min(N);
+        if n == 0 {
+            return None;
+        }
+        let bytes: Vec<u8> = self.bytes[..n].iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        Some(String::from_utf8_lossy(&bytes).into_owned())
+    }
 }
 
 pub const RECORDER_BYTES: usize = std::mem::size_of::<RecorderHeader>().next_multiple_of(4096);

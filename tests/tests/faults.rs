@@ -139,5 +139,7 @@ fn crash_report_names_the_call_in_flight_and_the_last_calls() {
     assert!(json.contains("\"op\": \"EnqueueNdRange\""), "the call in flight: {json}");
     assert!(json.contains("\"op\": \"BuildProgram\""), "the last calls include the build: {json}");
     assert!(json.contains("\"signature\": \"/") && json.contains("SIGSEGV:EnqueueNdRange"), "{json}");
+    assert!(json.contains("\"device\": \"") && !json.contains("\"device\": null"), "the device: {json}");
+    assert!(json.contains("\"program_source\": \"__kernel void k"), "the program involved: {json}");
     let _ = std::fs::remove_dir_all(&state);
 }

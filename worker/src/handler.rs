@@ -344,6 +344,9 @@ impl Handler for LaneServer<'_> {
     }
 
     fn create_program_with_source(&self, r: CreateProgramWithSource) -> i32 {
+        if let Some(rec) = crate::RECORDER.get() {
+            rec.program_source.set(&r.sources.concat());
+        }
         let ctx = tri!(self.obj(r.context, Kind::Context));
         let ptrs: Vec<*const c_char> = r.sources.iter().map(|s| s.as_ptr().cast()).collect();
         let lens: Vec<usize> = r.sources.iter().map(|s| s.len()).collect();
@@ -355,6 +358,9 @@ impl Handler for LaneServer<'_> {
     }
 
     fn build_program(&self, r: BuildProgram) -> i32 {
+        if let Some(rec) = crate::RECORDER.get() {
+            rec.build_options.set(r.options.as_deref().unwrap_or_default());
+        }
         let p = tri!(self.obj(r.program, Kind::Program));
         let devs = match &r.devices {
             Some(ids) => Some(tri!(self.objs(ids, Kind::Device, CL_INVALID_DEVICE))),

@@ -239,6 +239,7 @@ fn enumerate(worker: &Worker, d: &driver::Driver) -> (Vec<u64>, Vec<Enumerated>)
     let mut next = WORKER_ID_BIT;
     let mut platforms = Vec::new();
     let mut devices = Vec::new();
+    let mut names = Vec::new();
     for &p in &d.platforms {
         let pid = next;
         next += 1;
@@ -263,13 +264,31 @@ fn enumerate(worker: &Worker, d: &driver::Driver) -> (Vec<u64>, Vec<Enumerated>)
             next += 1;
             worker.objects.insert(id, Kind::Device, dev as usize);
             devices.push(Enumerated { id, platform: pid });
+            names.push(device_name(dev as usize));
         }
+    }
+    if let Some(r) = RECORDER.get() {
+        r.device.set(names.join(", ").as_bytes());
     }
     (platforms, devices)
 }
 
+/// A device's name, for the flight recorder.
+fn device_name(dev: usize) -> String {
+    // SAFETY: dev is a live device handle from the driver.
+    let Some(info) = (unsafe { driver::dispatch(dev) }).clGetDeviceInfo else { return String::new() };
+    let mut buf = [0u8; 256];
+    // SAFETY: buf holds 256 writable bytes, as passed.
+    let rc = unsafe { info(dev as _, CL_DEVICE_NAME, buf.len(), buf.as_mut_ptr().cast(), std::ptr::null_mut()) };
+    if rc != CL_SUCCESS {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
 /// The flight recorder the broker reads (absent when the worker runs without a broker).
-static RECORDER: std::sync::OnceLock<&'static RecorderHeader> = std::sync::OnceLock::new();
+pub(crate) static RECORDER: std::sync::OnceLock<&'static RecorderHeader> = std::sync::OnceLock::new();
 
 fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
     let server = LaneServer { worker, lane };
