@@ -53,7 +53,10 @@ pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
     channel::listen_seqpacket(path)
 }
 
-type SpawnRequest = (Driver, std::sync::mpsc::Sender<std::io::Result<OwnedFd>>);
+/// What the broker says of a worker's death, once it has written the report.
+pub type DeathNote = Arc<std::sync::Mutex<Option<String>>>;
+
+type SpawnRequest = (Driver, std::sync::mpsc::Sender<std::io::Result<(OwnedFd, DeathNote)>>);
 
 /// Workers die with the thread that forked them (`PR_SET_PDEATHSIG` follows the parent
 /// *thread*), so all of them are started by one thread that lives as long as the broker.
@@ -134,7 +137,8 @@ fn serve_client(
         let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
-    grant(client, &config.drivers, spawn)?;
+    let mut notes: Vec<(String, DeathNote)> = Vec::new();
+    grant(client, &config.drivers, spawn, &mut notes)?;
     // The connection stays open: the shim asks here for replacements of workers that died.
     loop {
         let request = match channel::recv::<BrokerRequest>(client) {
@@ -150,7 +154,20 @@ fn serve_client(
                     channel::send(client, &BrokerReply::Refused { reason }, &[]).map_err(|e| e.to_string())?;
                     continue;
                 }
-                grant(client, &wanted, spawn)?;
+                grant(client, &wanted, spawn, &mut notes)?;
+            }
+            BrokerRequest::WhyDied { driver } => {
+                let note = notes.iter().rev().find(|(d, _)| *d == driver).map(|(_, n)| n.clone());
+                let mut answer = None;
+                // The reaper writes the report right after the worker is gone; wait for it.
+                for _ in 0..200 {
+                    answer = note.as_ref().and_then(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
+                    if answer.is_some() || note.is_none() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                channel::send(client, &BrokerReply::Death { note: answer }, &[]).map_err(|e| e.to_string())?;
             }
             BrokerRequest::Hello(_) => return Err("a second hello on one connection".into()),
         }
@@ -158,7 +175,12 @@ fn serve_client(
 }
 
 /// Starts a worker for each of `drivers` and hands the client its ends of their channels.
-fn grant(client: &OwnedFd, drivers: &[Driver], spawn: &std::sync::mpsc::Sender<SpawnRequest>) -> Result<(), String> {
+fn grant(
+    client: &OwnedFd,
+    drivers: &[Driver],
+    spawn: &std::sync::mpsc::Sender<SpawnRequest>,
+    notes: &mut Vec<(String, DeathNote)>,
+) -> Result<(), String> {
     let mut grants = Vec::new();
     let mut fds = Vec::new();
     let mut errors = Vec::new();
@@ -167,9 +189,10 @@ fn grant(client: &OwnedFd, drivers: &[Driver], spawn: &std::sync::mpsc::Sender<S
         spawn.send((d.clone(), tx)).map_err(|_| "worker spawner is gone")?;
         let spawned = rx.recv().map_err(|_| "worker spawner is gone")?;
         match spawned {
-            Ok(fd) => {
+            Ok((fd, note)) => {
                 grants.push(WorkerGrant { driver: d.name.clone(), library: d.library.clone() });
                 fds.push(fd);
+                notes.push((d.name.clone(), note));
             }
             Err(e) => errors.push(format!("cannot start a worker for {}: {e}", d.name)),
         }
@@ -205,7 +228,7 @@ pub fn cache_dir(driver: &Driver) -> PathBuf {
 
 /// Starts a worker for `driver`; returns the shim's end of its channel. A thread waits for the
 /// worker and, if it dies, writes a crash report naming the cause.
-pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result<OwnedFd> {
+pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result<(OwnedFd, DeathNote)> {
     let (ours, theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
     let recorder = FlightRecorder::create().map_err(|e| std::io::Error::other(e.to_string()))?;
     let cache = cache_dir(driver);
@@ -292,16 +315,19 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result
         std::thread::spawn(move || crate::watchdog::watch(pid, recorder, exited, deadlines));
     }
     LIVE_WORKERS.fetch_add(1, Ordering::AcqRel);
+    let note: DeathNote = Arc::new(std::sync::Mutex::new(None));
+    let note_for_reaper = note.clone();
     std::thread::spawn(move || {
         let status = child.wait();
         exited.store(true, Ordering::Release);
         let _last = LiveWorker;
         let Ok(status) = status else { return };
         if let Some(cause) = death_cause(status, &recorder) {
-            report_death(&driver, &profile, pid, cause, &recorder);
+            let said = report_death(&driver, &profile, pid, cause, &recorder);
+            *note_for_reaper.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
         }
     });
-    Ok(ours)
+    Ok((ours, note))
 }
 
 /// Workers not yet reaped (and reported).
@@ -350,7 +376,8 @@ fn recorded(c: cloister_ipc::recorder::CallRecord) -> RecordedCall {
     RecordedCall { op: c.op.to_string(), lane: c.lane as u64, start_ns: c.start_ns, end_ns: c.end_ns }
 }
 
-fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder: &FlightRecorder) {
+/// Writes the report, says so on stderr, and returns what was said (for the application).
+fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder: &FlightRecorder) -> String {
     let mut report = CrashReport::new(&driver.name, &driver.library, profile, pid, cause);
     report.in_flight = recorder.in_flight().into_iter().next().map(recorded);
     report.last_calls = recorder.last_calls(32).into_iter().map(recorded).collect();
@@ -369,9 +396,8 @@ fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder
         None => "no state directory for a report (set HOME or XDG_STATE_HOME)".into(),
     };
     let during = report.in_flight.as_ref().map(|c| format!(" during {}", c.op)).unwrap_or_default();
-    eprintln!(
-        "cloister: the worker for driver {} (pid {pid}) died{during}: {}; {place}",
-        driver.name,
-        report.cause.describe()
-    );
+    let said =
+        format!("the worker for driver {} (pid {pid}) died{during}: {}; {place}", driver.name, report.cause.describe());
+    eprintln!("cloister: {said}");
+    said
 }

@@ -337,6 +337,10 @@ pub enum BrokerRequest {
     Respawn {
         driver: String,
     },
+    /// Why did this driver's last worker die? (Answered with `Death`.)
+    WhyDied {
+        driver: String,
+    },
 }
 
 /// One worker the broker started for this application; its channel fd rides along.
@@ -356,6 +360,10 @@ pub enum BrokerReply {
     },
     Refused {
         reason: String,
+    },
+    /// The cause and the crash report's path, once the broker has written it.
+    Death {
+        note: Option<String>,
     },
 }
 

@@ -75,6 +75,9 @@ static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 /// that then looks for the replacement waits for it; `died` runs after the cleanup.
 pub trait DeathWatcher: Send + Sync {
     fn dying(&self);
+    /// The broker's account of the death (cause and report), if it has one.
+    fn account(&self) -> Option<String>;
+    /// Starts the replacement (or not, for a crash loop).
     fn died(&self, dead: &Arc<Conn>);
 }
 
@@ -88,6 +91,9 @@ fn deadlines() -> &'static cloister_ipc::deadlines::Deadlines {
     static D: OnceLock<cloister_ipc::deadlines::Deadlines> = OnceLock::new();
     D.get_or_init(cloister_ipc::deadlines::Deadlines::from_env)
 }
+
+/// How much longer than the watchdog's deadline the shim waits for an answer.
+const SHIM_GRACE_MS: u64 = 2000;
 
 /// How much unused segment memory a connection keeps for reuse.
 const SEGMENT_POOL_BYTES: usize = 256 << 20;
@@ -167,6 +173,10 @@ impl Conn {
 
     /// Cuts the channel: the worker sees EOF, and our notifier thread runs the death handling.
     fn hang_up(&self) {
+        // Flag the restart before anyone can see this worker dead (as the notifier does).
+        if let Some(w) = self.death_watcher.get() {
+            w.dying();
+        }
         // SAFETY: shutdown on our own socket; the fd stays valid until the Conn is dropped.
         unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
     }
@@ -245,7 +255,9 @@ impl Conn {
         lane.post_request(&bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         // A worker that never answers (hung outside any call the broker's watchdog sees, or
         // hostile) is given up on at the call's deadline, like one that died.
-        let deadline_ms = deadlines().for_op(C::NAME);
+        // Later than the broker's watchdog, which kills a stuck worker and writes the report:
+        // this is the backstop for a worker the watchdog cannot see.
+        let deadline_ms = deadlines().for_op(C::NAME) + SHIM_GRACE_MS;
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms);
         let timed_out = std::cell::Cell::new(false);
         let alive = || {
@@ -351,23 +363,17 @@ impl Conn {
             lane.nudge();
         }
         crate::pending::settle(self, None);
-        let message = format!(
-            "cloister: the worker hosting driver {} died; this context and its objects are lost: create a new \
-             context on the same device to continue (the crash report: `cloister crashes show latest`)",
-            self.driver
-        );
-        let msg = std::ffi::CString::new(message).unwrap_or_default();
         let callbacks: Vec<Callback> = {
             let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
             cbs.drain().map(|(_, cb)| cb).collect()
         };
+        // Events and builds first: nothing to explain, and threads may wait on them.
+        let mut contexts = Vec::new();
         for cb in callbacks {
             // SAFETY (all arms): the application registered each function with this signature
             // and its user_data; handles are the application's own.
             match cb {
-                Callback::Context { pfn, user_data } => unsafe {
-                    pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void)
-                },
+                Callback::Context { pfn, user_data } => contexts.push((pfn, user_data)),
                 Callback::Build { pfn, user_data, program } => unsafe {
                     pfn(program as cl_program, user_data as *mut c_void)
                 },
@@ -376,6 +382,23 @@ impl Conn {
                     crate::handle::release(event as *mut c_void, Kind::Event);
                 }
             }
+        }
+        // Contexts hear the broker's account (cause and report), before the replacement is
+        // announced, so the application learns why before it can go on.
+        let why = watcher
+            .as_ref()
+            .and_then(|w| w.account())
+            .map(|a| format!(": {a}"))
+            .unwrap_or_else(|| " (see `cloister crashes`)".into());
+        let message = format!(
+            "cloister: the worker hosting driver {} died{why}. This context and its objects are lost: \
+             create a new context on the same device to continue.",
+            self.driver
+        );
+        let msg = std::ffi::CString::new(message).unwrap_or_default();
+        for (pfn, user_data) in contexts {
+            // SAFETY: as above.
+            unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void) };
         }
         if let Some(w) = watcher {
             w.died(self);

@@ -97,6 +97,10 @@ impl DeathWatcher for Restarter {
         }
     }
 
+    fn account(&self) -> Option<String> {
+        why_died(&self.0.driver)
+    }
+
     fn died(&self, dead: &Arc<Conn>) {
         let slot = &self.0;
         let finish = || {
@@ -136,6 +140,17 @@ impl DeathWatcher for Restarter {
     }
 }
 
+/// The broker's account of the driver's last death: the cause and the report's path.
+fn why_died(driver: &str) -> Option<String> {
+    let broker = RT.get()?.broker.as_ref()?;
+    let sock = broker.lock().unwrap_or_else(|e| e.into_inner());
+    channel::send(&*sock, &BrokerRequest::WhyDied { driver: driver.to_string() }, &[]).ok()?;
+    match channel::recv::<BrokerReply>(&*sock).ok()?.0 {
+        BrokerReply::Death { note } => note,
+        _ => None,
+    }
+}
+
 /// Asks the broker for a new worker for `driver` and rebinds `dead`'s platforms and devices.
 fn respawn(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, String> {
     let rt = RT.get().ok_or("no runtime")?;
@@ -151,6 +166,7 @@ fn respawn(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, String> {
                 _ => return Err(errors.join("; ")),
             },
             BrokerReply::Refused { reason } => return Err(reason),
+            BrokerReply::Death { .. } => return Err("the broker answered out of turn".into()),
         }
     };
     let reuse = dead.platforms.get().cloned().unwrap_or_default();
@@ -233,6 +249,7 @@ fn connect() -> Result<Runtime, String> {
             (grants, errors)
         }
         BrokerReply::Refused { reason } => return Err(format!("broker refused: {reason}")),
+        BrokerReply::Death { .. } => return Err("the broker answered out of turn".into()),
     };
     for e in errors {
         warn(&e);

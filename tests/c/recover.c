@@ -18,6 +18,12 @@ static int count_fds(void) {
     return n;
 }
 
+static void CL_CALLBACK on_context_error(const char *errinfo, const void *info, size_t cb, void *user) {
+    (void)info; (void)cb;
+    printf("context notified (%s): %s\n", (const char *)user, errinfo);
+    fflush(stdout);
+}
+
 static const char *SRC = "__kernel void k(__global int *o) { o[get_global_id(0)] = 3 * get_global_id(0); }";
 
 /* One attempt at the whole job; returns CL_SUCCESS or the first error. */
@@ -28,7 +34,7 @@ static cl_int attempt(cl_device_id d, int *correct) {
     size_t g = 4096;
     *correct = 0;
 #define TRY(x) do { rc = (x); if (rc != CL_SUCCESS) goto done; } while (0)
-    ctx = clCreateContext(NULL, 1, &d, NULL, NULL, &err); TRY(err);
+    ctx = clCreateContext(NULL, 1, &d, on_context_error, "recover", &err); TRY(err);
     q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err); TRY(err);
     p = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &err); TRY(err);
     TRY(clBuildProgram(p, 0, NULL, NULL, NULL, NULL));

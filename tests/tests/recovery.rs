@@ -23,6 +23,15 @@ fn assert_recovers(fault: &str) {
     assert!(ok, "{fault}: {t}");
     assert!(t.contains("attempt 1: CL_DEVICE_NOT_AVAILABLE"), "{fault}: the first attempt should meet the fault:\n{t}");
     assert!(t.contains("attempt 2 succeeded after 1 faults; results correct"), "{fault}:\n{t}");
+    // The context's pfn_notify heard the cause and where the report is, with its user_data.
+    let told = t
+        .lines()
+        .find(|l| l.starts_with("context notified (recover)"))
+        .unwrap_or_else(|| panic!("{fault}: no context notification:\n{t}"));
+    assert!(
+        told.contains("died") && told.contains("report: /") && told.contains("create a new context"),
+        "{fault}: {told}"
+    );
 }
 
 #[test]
