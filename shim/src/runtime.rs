@@ -256,7 +256,7 @@ fn connect() -> Result<Runtime, String> {
     }
     let mut slots = Vec::new();
     for (grant, fd) in grants.iter().zip(fds) {
-        match Conn::connect(fd, &grant.driver, None) {
+        match connect_with_retries(&sock, fd, &grant.driver) {
             Ok(c) => {
                 let slot = Arc::new(DriverSlot {
                     driver: grant.driver.clone(),
@@ -273,6 +273,31 @@ fn connect() -> Result<Runtime, String> {
         }
     }
     Ok(Runtime { slots, broker: Some(Mutex::new(sock)) })
+}
+
+/// Greets a new worker; one that dies before its welcome (a driver crashing while it
+/// enumerates) is replaced, up to the crash-loop limit, so the application never sees it.
+fn connect_with_retries(broker: &OwnedFd, fd: OwnedFd, driver: &str) -> Result<Arc<Conn>, String> {
+    let (limit, _) = crash_loop_limit();
+    let mut fd = fd;
+    let mut tries = 1;
+    loop {
+        match Conn::connect(fd, driver, None) {
+            Ok(c) => return Ok(c),
+            Err(e) if tries >= limit => return Err(format!("{e} (after {tries} tries)")),
+            Err(e) => warn(&format!("{e}; starting another worker")),
+        }
+        tries += 1;
+        channel::send(broker, &BrokerRequest::Respawn { driver: driver.to_string() }, &[])
+            .map_err(|e| e.to_string())?;
+        let (reply, mut fds) = channel::recv::<BrokerReply>(broker).map_err(|e| format!("broker: {e}"))?;
+        fd = match (reply, fds.pop()) {
+            (BrokerReply::Workers { .. }, Some(next)) => next,
+            (BrokerReply::Workers { errors, .. }, None) => return Err(errors.join("; ")),
+            (BrokerReply::Refused { reason }, _) => return Err(reason),
+            (BrokerReply::Death { .. }, _) => return Err("the broker answered out of turn".into()),
+        };
+    }
 }
 
 fn connect_seqpacket(path: &str) -> std::io::Result<OwnedFd> {

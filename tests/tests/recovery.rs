@@ -55,6 +55,25 @@ fn recovers_from_exit_in_enqueue() {
 }
 
 #[test]
+fn recovers_from_a_crash_in_finish() {
+    assert_recovers("finish:segv:once");
+}
+
+#[test]
+fn recovers_from_an_asynchronous_crash() {
+    assert_recovers("enqueue:async-segv:once");
+}
+
+#[test]
+fn a_crash_during_platform_init_is_retried_unseen() {
+    // The first worker dies while the driver enumerates; the shim starts another before the
+    // application's first call returns, so the application sees its platform as usual.
+    let (ok, t) = recover("init:segv:once", "5", &[]);
+    assert!(ok && t.contains("attempt 1 succeeded after 0 faults; results correct"), "{t}");
+    assert!(t.contains("starting another worker"), "{t}");
+}
+
+#[test]
 fn recovers_from_a_hang_in_build() {
     let (ok, t) = recover("build:hang:once", "5", &[("CLOISTER_DEADLINE_BUILD_MS", "1000")]);
     assert!(
