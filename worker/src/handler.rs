@@ -140,6 +140,22 @@ impl LaneServer<'_> {
         rc
     }
 
+    /// Runs an enqueue with the call's wait list and event: `call(count, wait_list, event_out)`,
+    /// then records the event the driver returned under the id the shim chose.
+    fn enqueue(
+        &self,
+        sync: &EnqueueSync,
+        call: impl FnOnce(u32, *const *mut c_void, *mut *mut c_void) -> cl_int,
+    ) -> cl_int {
+        let wait = match self.wait_list(sync) {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        let mut ev = null_mut();
+        let rc = call(wait.len() as u32, wait_ptr(&wait), ev_ptr(sync, &mut ev));
+        self.adopt_event(sync, ev, rc)
+    }
+
     fn adopt_event(&self, sync: &EnqueueSync, ev: *mut c_void, rc: cl_int) -> cl_int {
         match sync.event {
             Some(id) => self.adopt(id, Kind::Event, ev, rc),
@@ -444,26 +460,13 @@ impl Handler for LaneServer<'_> {
                 return rc;
             }
         }
-        let wait = tri!(self.wait_list(&r.sync));
         let (offset, global, local) = (sizes(&r.offset), sizes(&r.global), sizes(&r.local));
         let f = driver_fn!(q, clEnqueueNDRangeKernel);
-        let mut ev = null_mut();
-        // SAFETY: live queue/kernel/events; size arrays hold work_dim entries or are NULL
-        // (the driver validates work_dim against them, as the shim sent exactly work_dim).
-        let rc = unsafe {
-            f(
-                q as _,
-                k as _,
-                r.work_dim,
-                opt_ptr(&offset),
-                opt_ptr(&global),
-                opt_ptr(&local),
-                wait.len() as u32,
-                wait_ptr(&wait),
-                ev_ptr(&r.sync, &mut ev),
-            )
-        };
-        self.adopt_event(&r.sync, ev, rc)
+        // SAFETY: live queue and kernel; size arrays hold work_dim entries or are NULL (the driver
+        // validates work_dim against them, as the shim sent exactly work_dim).
+        self.enqueue(&r.sync, |n, w, e| unsafe {
+            f(q as _, k as _, r.work_dim, opt_ptr(&offset), opt_ptr(&global), opt_ptr(&local), n, w, e)
+        })
     }
 
     fn enqueue_write_buffer(&self, r: EnqueueWriteBuffer) -> i32 {
@@ -471,25 +474,11 @@ impl Handler for LaneServer<'_> {
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let (src, _keep) = tri!(self.data(&r.data));
         let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
-        let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueWriteBuffer);
-        let mut ev = null_mut();
-        // SAFETY: src holds data.len() bytes of shared memory that outlives the write (lane:
-        // blocking; segment: the shim drops it only after the event completes).
-        let rc = unsafe {
-            f(
-                q as _,
-                m as _,
-                blocking,
-                r.offset as usize,
-                r.data.len() as usize,
-                src.cast(),
-                wait.len() as u32,
-                wait_ptr(&wait),
-                ev_ptr(&r.sync, &mut ev),
-            )
-        };
-        self.adopt_event(&r.sync, ev, rc)
+        let (offset, len) = (r.offset as usize, r.data.len() as usize);
+        // SAFETY: src holds `len` bytes of shared memory that outlives the write (lane: blocking;
+        // segment: the shim drops it only after the event completes).
+        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e) })
     }
 
     fn enqueue_read_buffer(&self, r: EnqueueReadBuffer) -> i32 {
@@ -498,123 +487,67 @@ impl Handler for LaneServer<'_> {
         let (dst, _keep) = tri!(self.data(&r.into));
         // A lane's bulk area is reused by the next call, so reads into it block.
         let blocking = if matches!(r.into, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
-        let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueReadBuffer);
-        let mut ev = null_mut();
-        // SAFETY: dst holds into.len() writable bytes of shared memory that outlives the read
-        // (lane: blocking; segment: the shim drops it only after the event completes).
-        let rc = unsafe {
-            f(
-                q as _,
-                m as _,
-                blocking,
-                r.offset as usize,
-                r.into.len() as usize,
-                dst.cast(),
-                wait.len() as u32,
-                wait_ptr(&wait),
-                ev_ptr(&r.sync, &mut ev),
-            )
-        };
-        self.adopt_event(&r.sync, ev, rc)
+        let (offset, len) = (r.offset as usize, r.into.len() as usize);
+        // SAFETY: dst holds `len` writable bytes of shared memory that outlives the read (lane:
+        // blocking; segment: the shim drops it only after the event completes).
+        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e) })
     }
 
     fn enqueue_copy_buffer(&self, r: EnqueueCopyBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let s = tri!(self.obj(r.src, Kind::Mem));
         let d = tri!(self.obj(r.dst, Kind::Mem));
-        let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueCopyBuffer);
-        let mut ev = null_mut();
+        let (so, d_o, size) = (r.src_offset as usize, r.dst_offset as usize, r.size as usize);
         // SAFETY: live objects.
-        let rc = unsafe {
-            f(
-                q as _,
-                s as _,
-                d as _,
-                r.src_offset as usize,
-                r.dst_offset as usize,
-                r.size as usize,
-                wait.len() as u32,
-                wait_ptr(&wait),
-                ev_ptr(&r.sync, &mut ev),
-            )
-        };
-        self.adopt_event(&r.sync, ev, rc)
+        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, s as _, d as _, so, d_o, size, n, w, e) })
     }
 
     fn enqueue_fill_buffer(&self, r: EnqueueFillBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueFillBuffer);
-        let mut ev = null_mut();
         let pattern = if r.pattern.is_empty() { null() } else { r.pattern.as_ptr() };
-        // SAFETY: pattern holds pattern.len() bytes; the driver copies it before returning.
-        let rc = unsafe {
-            f(
-                q as _,
-                m as _,
-                pattern.cast(),
-                r.pattern.len(),
-                r.offset as usize,
-                r.size as usize,
-                wait.len() as u32,
-                wait_ptr(&wait),
-                ev_ptr(&r.sync, &mut ev),
-            )
-        };
-        self.adopt_event(&r.sync, ev, rc)
+        let (len, offset, size) = (r.pattern.len(), r.offset as usize, r.size as usize);
+        // SAFETY: pattern holds `len` bytes; the driver copies it before returning.
+        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, pattern.cast(), len, offset, size, n, w, e) })
     }
 
     fn enqueue_map_buffer(&self, r: EnqueueMapBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        let Some(segment) = self.worker.segments.get(r.segment) else {
-            return CL_INVALID_VALUE;
-        };
+        let Some(segment) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE };
         if (segment.len() as u64) < r.size {
             return CL_INVALID_VALUE;
         }
-        let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueMapBuffer);
-        let mut ev = null_mut();
-        let mut rc = CL_SUCCESS;
-        // SAFETY: live objects; blocking so the pointer is valid on return.
-        let p = unsafe {
-            f(
-                q as _,
-                m as _,
-                CL_TRUE,
-                r.flags,
-                r.offset as usize,
-                r.size as usize,
-                wait.len() as u32,
-                wait_ptr(&wait),
-                ev_ptr(&r.sync, &mut ev),
-                &mut rc,
-            )
-        };
+        let (flags, offset, size) = (r.flags, r.offset as usize, r.size as usize);
+        let mut p = null_mut();
+        // SAFETY: live objects; blocking, so the pointer is valid on return.
+        let rc = self.enqueue(&r.sync, |n, w, e| {
+            let mut rc = CL_SUCCESS;
+            p = unsafe { f(q as _, m as _, CL_TRUE, flags, offset, size, n, w, e, &mut rc) };
+            rc
+        });
         if rc != CL_SUCCESS {
             return rc;
         }
-        if r.flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 && r.size > 0 && !p.is_null() {
+        if flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 && size > 0 && !p.is_null() {
             // SAFETY: the driver mapped `size` readable bytes at p; the segment holds at least
             // `size` bytes (checked above).
-            unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), segment.as_ptr(), r.size as usize) };
+            unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), segment.as_ptr(), size) };
         }
-        let mapping = Mapping { mem: m, ptr: p as usize, size: r.size as usize, segment };
+        let mapping = Mapping { mem: m, ptr: p as usize, size, segment };
         self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
-        self.adopt_event(&r.sync, ev, rc)
+        rc
     }
 
     fn enqueue_unmap_mem_object(&self, r: EnqueueUnmapMemObject) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let mapping = self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.segment);
-        let Some(mapping) = mapping else {
-            return CL_INVALID_VALUE;
-        };
+        let Some(mapping) = mapping else { return CL_INVALID_VALUE };
         if mapping.mem != m {
             self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
             return CL_INVALID_VALUE;
@@ -623,40 +556,22 @@ impl Handler for LaneServer<'_> {
             // SAFETY: the driver's mapping is writable for `size` bytes; the segment holds as many.
             unsafe { std::ptr::copy_nonoverlapping(mapping.segment.as_ptr(), mapping.ptr as *mut u8, mapping.size) };
         }
-        let wait = tri!(self.wait_list(&r.sync));
         let f = driver_fn!(q, clEnqueueUnmapMemObject);
-        let mut ev = null_mut();
-        // SAFETY: ptr is the driver's own mapping of m.
-        let rc = unsafe {
-            f(q as _, m as _, mapping.ptr as *mut c_void, wait.len() as u32, wait_ptr(&wait), ev_ptr(&r.sync, &mut ev))
-        };
-        // The segment stays mapped: the shim pools it for the next map.
-        self.adopt_event(&r.sync, ev, rc)
+        let ptr = mapping.ptr as *mut c_void;
+        // SAFETY: ptr is the driver's own mapping of m. The segment stays mapped: the shim pools
+        // it for the next map.
+        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, ptr, n, w, e) })
     }
 
     fn enqueue_marker_or_barrier(&self, r: EnqueueMarkerOrBarrier) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
-        let wait = tri!(self.wait_list(&r.sync));
-        let mut ev = null_mut();
-        // SAFETY: live queue and events.
-        let rc = unsafe {
-            if r.barrier {
-                driver_fn!(q, clEnqueueBarrierWithWaitList)(
-                    q as _,
-                    wait.len() as u32,
-                    wait_ptr(&wait),
-                    ev_ptr(&r.sync, &mut ev),
-                )
-            } else {
-                driver_fn!(q, clEnqueueMarkerWithWaitList)(
-                    q as _,
-                    wait.len() as u32,
-                    wait_ptr(&wait),
-                    ev_ptr(&r.sync, &mut ev),
-                )
-            }
+        let f = if r.barrier {
+            driver_fn!(q, clEnqueueBarrierWithWaitList)
+        } else {
+            driver_fn!(q, clEnqueueMarkerWithWaitList)
         };
-        self.adopt_event(&r.sync, ev, rc)
+        // SAFETY: live queue and events.
+        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, n, w, e) })
     }
 
     fn flush_or_finish(&self, r: FlushOrFinish) -> i32 {
