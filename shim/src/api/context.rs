@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cloister_ipc::cl::*;
 use cloister_ipc::{CreateContext, CreateContextFromType, InfoTarget};
 
-use super::{create, creation, ids_of, retain_release, slice};
+use super::{create, creation, forward_info, ids_of, retain_release, slice};
 use crate::conn::{Callback, Conn, ContextNotifyFn};
 use crate::handle::{lookup, Kind, ObjData};
 use crate::info;
@@ -108,18 +108,7 @@ pub unsafe fn clCreateContextFromType(
     unsafe { creation(r, errcode_ret) }
 }
 
-pub unsafe fn clGetContextInfo(
-    context: cl_context,
-    param_name: cl_uint,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: forwarded API contract.
-    unsafe {
-        info::get_info(context, Kind::Context, InfoTarget::Context, 0, param_name, size, value, size_ret, |_| None)
-    }
-}
+forward_info!(clGetContextInfo, cl_context, Kind::Context, InfoTarget::Context);
 
 retain_release! {
     clRetainContext, clReleaseContext, cl_context, Kind::Context;

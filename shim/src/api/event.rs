@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use cloister_ipc::cl::*;
 use cloister_ipc::{CreateUserEvent, InfoTarget, SetEventCallback, SetUserEventStatus, WaitForEvents};
 
-use super::{create, creation, ids_of, retain_release, slice};
+use super::{create, creation, forward_info, ids_of, retain_release, slice};
 use crate::conn::{Callback, EventNotifyFn};
 use crate::handle::{lookup, Kind, ObjData};
 use crate::info;
@@ -49,18 +49,7 @@ pub unsafe fn clGetEventInfo(
     }
 }
 
-pub unsafe fn clGetEventProfilingInfo(
-    event: cl_event,
-    param_name: cl_uint,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: forwarded API contract.
-    unsafe {
-        info::get_info(event, Kind::Event, InfoTarget::EventProfiling, 0, param_name, size, value, size_ret, |_| None)
-    }
-}
+forward_info!(clGetEventProfilingInfo, cl_event, Kind::Event, InfoTarget::EventProfiling);
 
 pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -> cl_event {
     let r = lookup(context, Kind::Context).and_then(|ctx| {

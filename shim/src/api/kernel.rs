@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use cloister_ipc::cl::*;
 use cloister_ipc::{ArgValue, CreateKernel, CreateKernelsInProgram, InfoTarget};
 
-use super::{creation, retain_release};
+use super::{creation, forward_info, retain_release};
 use crate::handle::{lookup, new_handle, KernelArgs, Kind, ObjData};
 use crate::info;
 
@@ -139,16 +139,7 @@ pub fn restore_dirty_args(data: &ObjData, sent: &[(u32, ArgValue)]) {
     }
 }
 
-pub unsafe fn clGetKernelInfo(
-    kernel: cl_kernel,
-    param_name: cl_uint,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: forwarded API contract.
-    unsafe { info::get_info(kernel, Kind::Kernel, InfoTarget::Kernel, 0, param_name, size, value, size_ret, |_| None) }
-}
+forward_info!(clGetKernelInfo, cl_kernel, Kind::Kernel, InfoTarget::Kernel);
 
 pub unsafe fn clGetKernelWorkGroupInfo(
     kernel: cl_kernel,

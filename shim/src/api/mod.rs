@@ -150,6 +150,24 @@ pub fn create(
     }
 }
 
+/// Generates a `clGetXInfo` entry point that forwards to the driver, with the shim's
+/// reference count and the size protocol applied (`info::get_info`).
+macro_rules! forward_info {
+    ($name:ident, $ty:ty, $kind:expr, $target:expr) => {
+        pub unsafe fn $name(
+            handle: $ty,
+            param_name: cl_uint,
+            size: usize,
+            value: *mut c_void,
+            size_ret: *mut usize,
+        ) -> cl_int {
+            // SAFETY: forwarded API contract.
+            unsafe { info::get_info(handle, $kind, $target, 0, param_name, size, value, size_ret, |_| None) }
+        }
+    };
+}
+pub(crate) use forward_info;
+
 /// Generates `clRetainX` / `clReleaseX` for the given kinds.
 macro_rules! retain_release {
     ($($retain:ident, $release:ident, $ty:ty, $kind:expr;)*) => {$(

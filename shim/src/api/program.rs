@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_void, CStr};
 use cloister_ipc::cl::*;
 use cloister_ipc::{BuildProgram, CreateProgramWithSource, InfoTarget};
 
-use super::{create, creation, ids_of, retain_release, slice};
+use super::{create, creation, forward_info, ids_of, retain_release, slice};
 use crate::conn::{BuildNotifyFn, Callback};
 use crate::handle::{lookup, Kind, ObjData};
 use crate::info;
@@ -90,18 +90,7 @@ pub unsafe fn clBuildProgram(
     r.unwrap_or_else(|e| e)
 }
 
-pub unsafe fn clGetProgramInfo(
-    program: cl_program,
-    param_name: cl_uint,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: forwarded API contract.
-    unsafe {
-        info::get_info(program, Kind::Program, InfoTarget::Program, 0, param_name, size, value, size_ret, |_| None)
-    }
-}
+forward_info!(clGetProgramInfo, cl_program, Kind::Program, InfoTarget::Program);
 
 pub unsafe fn clGetProgramBuildInfo(
     program: cl_program,

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use cloister_ipc::cl::*;
 use cloister_ipc::{CreateCommandQueue, CreateCommandQueueWithProperties, FlushOrFinish, InfoTarget};
 
-use super::{create, creation, retain_release};
+use super::{create, creation, forward_info, retain_release};
 use crate::handle::{lookup, Kind, ObjData};
 use crate::info;
 
@@ -72,18 +72,7 @@ pub unsafe fn clCreateCommandQueueWithProperties(
     unsafe { creation(r, errcode_ret) }
 }
 
-pub unsafe fn clGetCommandQueueInfo(
-    queue: cl_command_queue,
-    param_name: cl_uint,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: forwarded API contract.
-    unsafe {
-        info::get_info(queue, Kind::Queue, InfoTarget::CommandQueue, 0, param_name, size, value, size_ret, |_| None)
-    }
-}
+forward_info!(clGetCommandQueueInfo, cl_command_queue, Kind::Queue, InfoTarget::CommandQueue);
 
 fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
     let q = match lookup(queue, Kind::Queue) {
