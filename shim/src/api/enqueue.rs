@@ -52,6 +52,30 @@ impl Drop for SettleAfter<'_> {
     }
 }
 
+/// Runs a blocking transfer in lane-sized chunks, `step(start, len, sync)` making one chunk's
+/// call. The wait list goes with the first chunk, the event with the last; a failing chunk ends
+/// the transfer with its code. The queue's finished non-blocking transfers settle afterwards.
+///
+/// # Safety
+/// `event` is NULL or valid for a write.
+unsafe fn chunked(
+    q: &Object,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+    size: usize,
+    mut step: impl FnMut(usize, usize, EnqueueSync) -> Result<cl_int, cl_int>,
+) -> Result<cl_int, cl_int> {
+    let _settled = SettleAfter(q);
+    for (start, len, first, last) in chunks(size) {
+        let rc = step(start, len, chunk_sync(sync, first, last))?;
+        if rc != CL_SUCCESS || last {
+            // SAFETY: forwarded.
+            return Ok(unsafe { finish_enqueue(q, sync, event, Ok(rc)) });
+        }
+    }
+    Ok(CL_SUCCESS)
+}
+
 /// Enqueues a transfer through `segment` without waiting for it, and records it as pending.
 /// It always gets an event, the application's or the shim's own, to know when it is done.
 ///
@@ -124,23 +148,22 @@ pub unsafe fn clEnqueueReadBuffer(
             // SAFETY: event per API contract.
             return unsafe { enqueue_pending(&q, &sync, event, segment, transfer, make) };
         }
-        let _settled = SettleAfter(&q);
-        for (start, len, first, last) in chunks(size) {
+        let step = |start: usize, len: usize, sync: EnqueueSync| {
             let req = EnqueueReadBuffer {
                 queue: q.id,
                 mem: m.id,
                 blocking: true,
                 offset: (offset + start) as u64,
                 into: DataRef::Lane { offset: 0, len: len as u64 },
-                sync: chunk_sync(&sync, first, last),
+                sync,
             };
-            let rc = q.conn.call_with(
+            q.conn.call_with(
                 req,
                 |_| Ok(()),
                 |rc, bulk| {
                     if *rc == CL_SUCCESS {
-                        // SAFETY: the application's ptr holds `size` bytes; the chunk is within it
-                        // and within the bulk area.
+                        // SAFETY: the application's ptr holds `size` bytes; the chunk is within
+                        // it and within the bulk area.
                         unsafe { std::ptr::copy_nonoverlapping(bulk, ptr.cast::<u8>().add(start), len) };
                         if let Some(host) = mirror {
                             // CL_MEM_USE_HOST_PTR: the application's memory holds device results.
@@ -150,13 +173,10 @@ pub unsafe fn clEnqueueReadBuffer(
                         }
                     }
                 },
-            )?;
-            if rc != CL_SUCCESS || last {
-                // SAFETY: event per API contract.
-                return Ok(unsafe { finish_enqueue(&q, &sync, event, Ok(rc)) });
-            }
-        }
-        Ok(CL_SUCCESS)
+            )
+        };
+        // SAFETY: event per API contract.
+        unsafe { chunked(&q, &sync, event, size, step) }
     })();
     r.unwrap_or_else(|e| e)
 }
@@ -196,28 +216,24 @@ pub unsafe fn clEnqueueWriteBuffer(
             // SAFETY: event per API contract.
             return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, make) };
         }
-        let _settled = SettleAfter(&q);
-        for (start, len, first, last) in chunks(size) {
+        let step = |start: usize, len: usize, sync: EnqueueSync| {
             let req = EnqueueWriteBuffer {
                 queue: q.id,
                 mem: m.id,
                 blocking: true,
                 offset: (offset + start) as u64,
                 data: DataRef::Lane { offset: 0, len: len as u64 },
-                sync: chunk_sync(&sync, first, last),
+                sync,
             };
             let fill = |bulk: *mut u8| {
                 // SAFETY: ptr holds `size` bytes; the chunk fits the bulk area.
                 unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>().add(start), bulk, len) };
                 Ok(())
             };
-            let rc = q.conn.call_with(req, fill, |_, _| ())?;
-            if rc != CL_SUCCESS || last {
-                // SAFETY: event per API contract.
-                return Ok(unsafe { finish_enqueue(&q, &sync, event, Ok(rc)) });
-            }
-        }
-        Ok(CL_SUCCESS)
+            q.conn.call_with(req, fill, |_, _| ())
+        };
+        // SAFETY: event per API contract.
+        unsafe { chunked(&q, &sync, event, size, step) }
     })();
     r.unwrap_or_else(|e| e)
 }
