@@ -69,9 +69,9 @@ macro_rules! for_each_cl_entry_point {
             (59, clEnqueueNDRangeKernel, forwarded, (command_queue: cl_command_queue, kernel: cl_kernel, work_dim: cl_uint, global_work_offset: *const size_t, global_work_size: *const size_t, local_work_size: *const size_t, num_events_in_wait_list: cl_uint, event_wait_list: *const cl_event, event: *mut cl_event) -> cl_int, none);
             (60, clEnqueueTask, forwarded, (command_queue: cl_command_queue, kernel: cl_kernel, num_events_in_wait_list: cl_uint, event_wait_list: *const cl_event, event: *mut cl_event) -> cl_int, none);
             (61, clEnqueueNativeKernel, unimplemented, (command_queue: cl_command_queue, user_func: *mut c_void, args: *mut c_void, cb_args: size_t, num_mem_objects: cl_uint, mem_list: *const cl_mem, args_mem_loc: *mut *const c_void, num_events_in_wait_list: cl_uint, event_wait_list: *const cl_event, event: *mut cl_event) -> cl_int, none);
-            (62, clEnqueueMarker, unimplemented, (command_queue: cl_command_queue, event: *mut cl_event) -> cl_int, none);
-            (63, clEnqueueWaitForEvents, unimplemented, (command_queue: cl_command_queue, num_events: cl_uint, event_list: *const cl_event) -> cl_int, none);
-            (64, clEnqueueBarrier, unimplemented, (command_queue: cl_command_queue) -> cl_int, none);
+            (62, clEnqueueMarker, forwarded, (command_queue: cl_command_queue, event: *mut cl_event) -> cl_int, none);
+            (63, clEnqueueWaitForEvents, forwarded, (command_queue: cl_command_queue, num_events: cl_uint, event_list: *const cl_event) -> cl_int, none);
+            (64, clEnqueueBarrier, forwarded, (command_queue: cl_command_queue) -> cl_int, none);
             (65, clGetExtensionFunctionAddress, forwarded, (func_name: *const c_char) -> *mut c_void, none);
             (66, clCreateFromGLBuffer, unimplemented, (context: cl_context, flags: cl_bitfield, bufobj: cl_uint, errcode_ret: *mut cl_int) -> cl_mem, errcode_ret);
             (67, clCreateFromGLTexture2D, unimplemented, (context: cl_context, flags: cl_bitfield, target: cl_uint, miplevel: cl_int, texture: cl_uint, errcode_ret: *mut cl_int) -> cl_mem, errcode_ret);
@@ -147,8 +147,8 @@ macro_rules! for_each_cl_entry_point {
             (137, clCloneKernel, unimplemented, (source_kernel: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel, errcode_ret);
             (138, clCreateProgramWithIL, unimplemented, (context: cl_context, il: *const c_void, length: size_t, errcode_ret: *mut cl_int) -> cl_program, errcode_ret);
             (139, clEnqueueSVMMigrateMem, unimplemented, (command_queue: cl_command_queue, num_svm_pointers: cl_uint, svm_pointers: *mut *const c_void, sizes: *const size_t, flags: cl_bitfield, num_events_in_wait_list: cl_uint, event_wait_list: *const cl_event, event: *mut cl_event) -> cl_int, none);
-            (140, clGetDeviceAndHostTimer, unimplemented, (device: cl_device_id, device_timestamp: *mut cl_ulong, host_timestamp: *mut cl_ulong) -> cl_int, none);
-            (141, clGetHostTimer, unimplemented, (device: cl_device_id, host_timestamp: *mut cl_ulong) -> cl_int, none);
+            (140, clGetDeviceAndHostTimer, forwarded, (device: cl_device_id, device_timestamp: *mut cl_ulong, host_timestamp: *mut cl_ulong) -> cl_int, none);
+            (141, clGetHostTimer, forwarded, (device: cl_device_id, host_timestamp: *mut cl_ulong) -> cl_int, none);
             (142, clGetKernelSubGroupInfo, unimplemented, (kernel: cl_kernel, device: cl_device_id, param_name: cl_uint, input_value_size: size_t, input_value: *const c_void, param_value_size: size_t, param_value: *mut c_void, param_value_size_ret: *mut size_t) -> cl_int, none);
             (143, clSetDefaultDeviceCommandQueue, unimplemented, (context: cl_context, device: cl_device_id, command_queue: cl_command_queue) -> cl_int, none);
             (144, clSetProgramReleaseCallback, unimplemented, (program: cl_program, pfn_notify: *mut c_void, user_data: *mut c_void) -> cl_int, none);

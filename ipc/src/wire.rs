@@ -105,6 +105,13 @@ pub struct IdsReply {
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct TimersReply {
+    pub status: i32,
+    pub device_timestamp: u64,
+    pub host_timestamp: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct KernelReply {
     pub status: i32,
     pub num_args: u32,
@@ -278,6 +285,8 @@ wire_calls! {
     SetUserEventStatus(set_user_event_status) { event: ObjectId, status: i32 } -> i32;
     /// The worker registers its own callback and sends `Notification::EventStatus` with `token`.
     SetEventCallback(set_event_callback) { event: ObjectId, callback_type: i32, token: u64 } -> i32;
+    /// `clGetDeviceAndHostTimer` (`with_device`) or `clGetHostTimer`.
+    GetTimers(get_timers) { device: ObjectId, with_device: bool } -> TimersReply;
     /// The shim no longer uses this shared segment.
     DropSegment(drop_segment) { segment: u64 } -> i32;
 }
@@ -377,6 +386,7 @@ macro_rules! status_only {
 }
 status_only!(
     InfoReply { value_status, value },
+    TimersReply { device_timestamp, host_timestamp },
     IdsReply { ids },
     KernelReply { num_args },
     KernelsReply { count, num_args }

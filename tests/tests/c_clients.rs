@@ -12,6 +12,9 @@ fn api_smoke_passes_directly_and_caged() {
     assert!(c.status.success(), "caged run failed:\n{}", text(&c));
     let out = text(&c);
     assert!(out.contains("PASS") && out.contains("nonblocking ok") && out.contains("callbacks 1"), "{out}");
+    // Timers answer as the driver does, whatever that is.
+    let timers = |t: &str| t.lines().find(|l| l.starts_with("1.1 sync ok")).map(str::to_string);
+    assert_eq!(timers(&text(&d)), timers(&out), "direct:\n{}\ncaged:\n{out}", text(&d));
 }
 
 #[test]

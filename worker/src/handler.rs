@@ -623,6 +623,20 @@ impl Handler for LaneServer<'_> {
         }
     }
 
+    fn get_timers(&self, r: GetTimers) -> TimersReply {
+        let d = tri!(self.obj(r.device, Kind::Device));
+        let (mut device_timestamp, mut host_timestamp) = (0u64, 0u64);
+        // SAFETY: a live device; both out pointers are valid u64s.
+        let status = unsafe {
+            if r.with_device {
+                driver_fn!(d, clGetDeviceAndHostTimer)(d as _, &mut device_timestamp, &mut host_timestamp)
+            } else {
+                driver_fn!(d, clGetHostTimer)(d as _, &mut host_timestamp)
+            }
+        };
+        TimersReply { status, device_timestamp, host_timestamp }
+    }
+
     fn drop_segment(&self, r: DropSegment) -> i32 {
         match self.worker.segments.remove(r.segment) {
             Some(_) => CL_SUCCESS,

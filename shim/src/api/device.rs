@@ -83,3 +83,49 @@ pub unsafe fn clGetDeviceInfo(
 retain_release! {
     clRetainDevice, clReleaseDevice, cl_device_id, Kind::Device;
 }
+
+fn timers(device: cl_device_id, with_device: bool) -> Result<cloister_ipc::TimersReply, cl_int> {
+    let d = lookup(device, Kind::Device)?;
+    let reply = d.conn.call(cloister_ipc::GetTimers { device: d.id, with_device })?;
+    if reply.status != CL_SUCCESS {
+        return Err(reply.status);
+    }
+    Ok(reply)
+}
+
+pub unsafe fn clGetDeviceAndHostTimer(
+    device: cl_device_id,
+    device_timestamp: *mut cl_ulong,
+    host_timestamp: *mut cl_ulong,
+) -> cl_int {
+    if device_timestamp.is_null() || host_timestamp.is_null() {
+        return CL_INVALID_VALUE;
+    }
+    match timers(device, true) {
+        Ok(t) => {
+            // SAFETY: both checked non-NULL; the API contract makes them writable.
+            unsafe {
+                *device_timestamp = t.device_timestamp;
+                *host_timestamp = t.host_timestamp;
+            }
+            CL_SUCCESS
+        }
+        Err(e) => e,
+    }
+}
+
+/// The host clock is the worker's: the same CLOCK as the application's on one machine, and
+/// the one the driver relates device timestamps to.
+pub unsafe fn clGetHostTimer(device: cl_device_id, host_timestamp: *mut cl_ulong) -> cl_int {
+    if host_timestamp.is_null() {
+        return CL_INVALID_VALUE;
+    }
+    match timers(device, false) {
+        Ok(t) => {
+            // SAFETY: checked non-NULL; the API contract makes it writable.
+            unsafe { *host_timestamp = t.host_timestamp };
+            CL_SUCCESS
+        }
+        Err(e) => e,
+    }
+}

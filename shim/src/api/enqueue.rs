@@ -497,3 +497,28 @@ pub unsafe fn clEnqueueBarrierWithWaitList(
 ) -> cl_int {
     marker_or_barrier(queue, true, n, list, event)
 }
+
+/// OpenCL 1.1's marker: a marker with an empty wait list.
+pub unsafe fn clEnqueueMarker(queue: cl_command_queue, event: *mut cl_event) -> cl_int {
+    if event.is_null() {
+        return CL_INVALID_VALUE;
+    }
+    marker_or_barrier(queue, false, 0, std::ptr::null(), event)
+}
+
+/// OpenCL 1.1's barrier: a barrier with an empty wait list and no event.
+pub unsafe fn clEnqueueBarrier(queue: cl_command_queue) -> cl_int {
+    marker_or_barrier(queue, true, 0, std::ptr::null(), std::ptr::null_mut())
+}
+
+/// OpenCL 1.1's wait: later commands wait for these events, as a barrier with them would.
+pub unsafe fn clEnqueueWaitForEvents(
+    queue: cl_command_queue,
+    num_events: cl_uint,
+    event_list: *const cl_event,
+) -> cl_int {
+    if num_events == 0 || event_list.is_null() {
+        return CL_INVALID_VALUE;
+    }
+    marker_or_barrier(queue, true, num_events, event_list, std::ptr::null_mut())
+}
