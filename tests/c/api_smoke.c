@@ -89,6 +89,9 @@ int main(void) {
     if (hrc == CL_SUCCESS && trc == CL_SUCCESS && hts2 < hts) { printf("FAIL host timer went backwards\n"); return 1; }
     printf("1.1 sync ok; timers rc %d %d\n", trc, hrc);
   }
+  { /* An empty property list: size 0, success (this query once crashed the worker). */
+    size_t psz = 99; CHECK(clGetContextInfo(ctx, CL_CONTEXT_PROPERTIES, 0, NULL, &psz));
+    if (psz != 0) { printf("FAIL context properties size %zu\n", psz); return 1; } }
   cl_uint rc; CHECK(clGetContextInfo(ctx, CL_CONTEXT_REFERENCE_COUNT, 4, &rc, NULL)); 
   cl_device_id dd; CHECK(clGetContextInfo(ctx, CL_CONTEXT_DEVICES, sizeof dd, &dd, NULL)); if (dd != d) { printf("FAIL ctx devices\n"); return 1;}
   CHECK(clReleaseEvent(ev)); CHECK(clReleaseMemObject(A)); CHECK(clReleaseKernel(k)); CHECK(clReleaseProgram(prog)); CHECK(clReleaseCommandQueue(q)); CHECK(clReleaseContext(ctx));

@@ -234,7 +234,11 @@ impl Handler for LaneServer<'_> {
         }
         // Ask for the value even when it is empty, with a real pointer, as applications do:
         // some drivers refuse that, and the application must see them refuse.
-        let mut value = vec![0u8; size.max(1)];
+        if size == 0 {
+            // Nothing to fetch: asking anyway crashes pocl on an empty CL_CONTEXT_PROPERTIES.
+            return InfoReply { status: CL_SUCCESS, value_status: CL_SUCCESS, value: Vec::new() };
+        }
+        let mut value = vec![0u8; size];
         let value_status = info_call(r.target, h, aux, r.param, size, value.as_mut_ptr().cast(), null_mut());
         // On a refused value the bytes are meaningless, but their count is the size answer.
         value.truncate(size);
