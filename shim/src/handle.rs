@@ -120,23 +120,14 @@ fn registry() -> &'static RwLock<HashMap<usize, Arc<Object>>> {
 
 /// Creates a handle for a new object and registers it.
 pub fn new_handle(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> *mut c_void {
-    let obj = Arc::new(Object {
-        kind,
-        id,
-        conn: conn.clone(),
-        refs: AtomicU32::new(1),
-        info_cache: Mutex::new(HashMap::new()),
-        data,
-        released: AtomicBool::new(false),
-    });
     let h = Box::into_raw(Box::new(Handle { dispatch: &crate::DISPATCH }));
-    registry().write().unwrap_or_else(|e| e.into_inner()).insert(h as usize, obj);
-    conn.remember(id, h as usize);
+    rebind(h as usize, kind, id, conn, data);
     h.cast()
 }
 
-/// Points an existing platform or device handle at its successor in a new worker: the
-/// application's handles survive a restart (DESIGN.md, Faults).
+/// Registers the object behind handle `h`. New handles start here; platform and device handles
+/// come back here to point at their successor in a new worker, so the application's handles
+/// survive a restart (DESIGN.md, Faults).
 pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) {
     let obj = Arc::new(Object {
         kind,
