@@ -168,3 +168,67 @@ pub const CL_QUEUED: cl_int = 3;
 
 /// `cl_name_version.name` is a fixed 64-byte array.
 pub const CL_NAME_VERSION_MAX_NAME_SIZE: usize = 64;
+
+pub const CL_IMAGE_FORMAT_NOT_SUPPORTED: cl_int = -10;
+pub const CL_INVALID_COMPILER_OPTIONS: cl_int = -66;
+pub const CL_INVALID_LINKER_OPTIONS: cl_int = -67;
+pub const CL_INVALID_DEVICE_PARTITION_COUNT: cl_int = -68;
+pub const CL_INVALID_PIPE_SIZE: cl_int = -69;
+pub const CL_INVALID_DEVICE_QUEUE: cl_int = -70;
+pub const CL_INVALID_SPEC_ID: cl_int = -71;
+
+// Device info the cage rewrites.
+pub const CL_DEVICE_EXECUTION_CAPABILITIES: cl_uint = 0x1029;
+pub const CL_DEVICE_EXTENSIONS: cl_uint = 0x1030;
+pub const CL_DEVICE_SVM_CAPABILITIES: cl_uint = 0x1053;
+pub const CL_DEVICE_EXTENSIONS_WITH_VERSION: cl_uint = 0x1060;
+pub const CL_EXEC_NATIVE_KERNEL: cl_bitfield = 1 << 1;
+
+// Memory object types and image info.
+pub const CL_MEM_OBJECT_BUFFER: cl_uint = 0x10F0;
+pub const CL_MEM_OBJECT_IMAGE2D: cl_uint = 0x10F1;
+pub const CL_MEM_OBJECT_IMAGE3D: cl_uint = 0x10F2;
+pub const CL_MEM_OBJECT_IMAGE2D_ARRAY: cl_uint = 0x10F3;
+pub const CL_MEM_OBJECT_IMAGE1D: cl_uint = 0x10F4;
+pub const CL_MEM_OBJECT_IMAGE1D_ARRAY: cl_uint = 0x10F5;
+pub const CL_MEM_OBJECT_IMAGE1D_BUFFER: cl_uint = 0x10F6;
+pub const CL_MEM_OBJECT_PIPE: cl_uint = 0x10F7;
+pub const CL_IMAGE_ELEMENT_SIZE: cl_uint = 0x1111;
+pub const CL_BUFFER_CREATE_TYPE_REGION: cl_uint = 0x1220;
+pub const CL_SAMPLER_REFERENCE_COUNT: cl_uint = 0x1150;
+pub const CL_SAMPLER_NORMALIZED_COORDS: cl_bitfield = 0x1152;
+pub const CL_SAMPLER_ADDRESSING_MODE: cl_bitfield = 0x1153;
+pub const CL_SAMPLER_FILTER_MODE: cl_bitfield = 0x1154;
+
+/// `cl_image_format`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct cl_image_format {
+    pub image_channel_order: cl_uint,
+    pub image_channel_data_type: cl_uint,
+}
+
+/// `cl_image_desc` (the `buffer` / `mem_object` union is one pointer).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cl_image_desc {
+    pub image_type: cl_uint,
+    pub image_width: usize,
+    pub image_height: usize,
+    pub image_depth: usize,
+    pub image_array_size: usize,
+    pub image_row_pitch: usize,
+    pub image_slice_pitch: usize,
+    pub num_mip_levels: cl_uint,
+    pub num_samples: cl_uint,
+    pub buffer: cl_mem,
+}
+
+/// `cl_buffer_region`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct cl_buffer_region {
+    pub origin: usize,
+    pub size: usize,
+}
+pub const CL_INVALID_IMAGE_DESCRIPTOR: cl_int = -65;

@@ -8,6 +8,7 @@ pub mod deadlines;
 pub mod dispatch;
 pub mod fuzzing;
 pub mod handshake;
+pub mod image;
 pub mod lane;
 pub mod recorder;
 pub mod shm;

@@ -112,6 +112,83 @@ pub struct TimersReply {
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct CountReply {
+    pub status: i32,
+    pub count: u32,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StatusesReply {
+    pub status: i32,
+    /// One status per device (`binary_status` of `clCreateProgramWithBinary`).
+    pub statuses: Vec<i32>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct CreatedReply {
+    pub status: i32,
+    /// The driver returned an object (`clLinkProgram` can, even when it fails).
+    pub created: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct BinariesReply {
+    pub status: i32,
+    pub binaries: Vec<Vec<u8>>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct FormatsReply {
+    pub status: i32,
+    /// `(image_channel_order, image_channel_data_type)` pairs.
+    pub formats: Vec<(u32, u32)>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct MapImageReply {
+    pub status: i32,
+    /// The pitches of the data in the segment (packed rows).
+    pub row_pitch: u64,
+    pub slice_pitch: u64,
+}
+
+/// `cl_image_desc`, with the buffer of a 1D-buffer or buffer-backed 2D image as its id.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct ImageDesc {
+    pub image_type: u32,
+    pub width: u64,
+    pub height: u64,
+    pub depth: u64,
+    pub array_size: u64,
+    pub row_pitch: u64,
+    pub slice_pitch: u64,
+    pub num_mip_levels: u32,
+    pub num_samples: u32,
+    pub buffer: Option<ObjectId>,
+}
+
+/// The device side of a rectangular transfer. The host side is always packed: rows of the
+/// region's width, back to back (the shim packs and unpacks the application's pitches), so
+/// the driver gets host pitches of 0.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum RegionTarget {
+    /// `clEnqueueRead/WriteImage` at `origin` (in pixels).
+    Image { origin: [u64; 3] },
+    /// `clEnqueueRead/WriteBufferRect` at `origin` (in bytes) with the buffer's pitches.
+    BufferRect { origin: [u64; 3], row_pitch: u64, slice_pitch: u64 },
+}
+
+/// Which of the four region copies: `src_origin[0]` / `dst_origin[0]` are the buffer offsets
+/// of the image-buffer copies; the pitches are used by buffer-rect copies only.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyKind {
+    BufferRect,
+    Image,
+    ImageToBuffer,
+    BufferToImage,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct KernelReply {
     pub status: i32,
     pub num_args: u32,
@@ -238,17 +315,65 @@ wire_calls! {
     CreateCommandQueueWithProperties(create_command_queue_with_properties) {
         id: ObjectId, context: ObjectId, device: ObjectId, properties: Option<Vec<u64>>,
     } -> i32;
+    /// `properties` is `Some` for `clCreateBufferWithProperties`.
     CreateBuffer(create_buffer) {
-        id: ObjectId, context: ObjectId, flags: u64, size: u64, host_data: Option<DataRef>,
+        id: ObjectId, context: ObjectId, properties: Option<Vec<u64>>, flags: u64, size: u64,
+        host_data: Option<DataRef>,
     } -> i32;
+    CreateSubBuffer(create_sub_buffer) { id: ObjectId, buffer: ObjectId, flags: u64, origin: u64, size: u64 } -> i32;
+    /// `host_data` holds the application's host memory with the pitches of `desc`.
+    CreateImage(create_image) {
+        id: ObjectId, context: ObjectId, properties: Option<Vec<u64>>, flags: u64, format: (u32, u32),
+        desc: ImageDesc, host_data: Option<DataRef>,
+    } -> i32;
+    CreatePipe(create_pipe) { id: ObjectId, context: ObjectId, flags: u64, packet_size: u32, max_packets: u32 } -> i32;
+    GetSupportedImageFormats(get_supported_image_formats) {
+        context: ObjectId, flags: u64, image_type: u32,
+    } -> FormatsReply;
+    /// A zero-terminated `cl_sampler_properties` list (the 1.x call is turned into one).
+    CreateSampler(create_sampler) { id: ObjectId, context: ObjectId, properties: Vec<u64> } -> i32;
     CreateProgramWithSource(create_program_with_source) {
         id: ObjectId, context: ObjectId, sources: Vec<Vec<u8>>,
     } -> i32;
     BuildProgram(build_program) {
         program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>, notify: Option<u64>,
     } -> i32;
+    CreateProgramWithBinary(create_program_with_binary) {
+        id: ObjectId, context: ObjectId, devices: Vec<ObjectId>, binaries: Vec<Vec<u8>>,
+    } -> StatusesReply;
+    CreateProgramWithIl(create_program_with_il) { id: ObjectId, context: ObjectId, il: Vec<u8> } -> i32;
+    /// `names` is the semicolon-separated list, without its NUL.
+    CreateProgramWithBuiltInKernels(create_program_with_built_in_kernels) {
+        id: ObjectId, context: ObjectId, devices: Vec<ObjectId>, names: Vec<u8>,
+    } -> i32;
+    /// `headers` pairs each header program with its include name.
+    CompileProgram(compile_program) {
+        program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
+        headers: Vec<(ObjectId, Vec<u8>)>, notify: Option<u64>,
+    } -> i32;
+    LinkProgram(link_program) {
+        id: ObjectId, context: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
+        inputs: Vec<ObjectId>, notify: Option<u64>,
+    } -> CreatedReply;
+    /// `clGetProgramInfo(CL_PROGRAM_BINARIES)`: the value is an array of application pointers,
+    /// so the bytes come back and the shim writes them where those pointers say.
+    GetProgramBinaries(get_program_binaries) { program: ObjectId } -> BinariesReply;
+    SetProgramSpecializationConstant(set_program_specialization_constant) {
+        program: ObjectId, spec_id: u32, value: Vec<u8>,
+    } -> i32;
+    UnloadPlatformCompiler(unload_platform_compiler) { platform: ObjectId } -> i32;
     CreateKernel(create_kernel) { id: ObjectId, program: ObjectId, name: Vec<u8> } -> KernelReply;
     CreateKernelsInProgram(create_kernels_in_program) { program: ObjectId, ids: Vec<ObjectId> } -> KernelsReply;
+    CloneKernel(clone_kernel) { id: ObjectId, source: ObjectId } -> i32;
+    /// `device` 0 is NULL.
+    GetKernelSubGroupInfo(get_kernel_sub_group_info) {
+        kernel: ObjectId, device: ObjectId, param: u32, input: Vec<u8>,
+    } -> InfoReply;
+    /// `ids` are for the new devices (none: a count query).
+    CreateSubDevices(create_sub_devices) { device: ObjectId, properties: Vec<i64>, ids: Vec<ObjectId> } -> CountReply;
+    SetDefaultDeviceCommandQueue(set_default_device_command_queue) {
+        context: ObjectId, device: ObjectId, queue: ObjectId,
+    } -> i32;
     /// `args` are the arguments set since the kernel's last enqueue.
     EnqueueNdRange(enqueue_nd_range) {
         queue: ObjectId, kernel: ObjectId, args: Vec<(u32, ArgValue)>, work_dim: u32,
@@ -277,6 +402,27 @@ wire_calls! {
     /// Copies `segment` back (if `write_back`), unmaps and forgets the segment.
     EnqueueUnmapMemObject(enqueue_unmap_mem_object) {
         queue: ObjectId, mem: ObjectId, segment: u64, write_back: bool, sync: EnqueueSync,
+    } -> i32;
+    /// `clEnqueueRead/WriteImage` and `clEnqueueRead/WriteBufferRect`; `data` holds the packed
+    /// region (see `RegionTarget`).
+    EnqueueRegionTransfer(enqueue_region_transfer) {
+        queue: ObjectId, mem: ObjectId, write: bool, blocking: bool, target: RegionTarget, region: [u64; 3],
+        data: DataRef, sync: EnqueueSync,
+    } -> i32;
+    EnqueueCopyRegion(enqueue_copy_region) {
+        queue: ObjectId, src: ObjectId, dst: ObjectId, kind: CopyKind, src_origin: [u64; 3], dst_origin: [u64; 3],
+        region: [u64; 3], src_pitches: (u64, u64), dst_pitches: (u64, u64), sync: EnqueueSync,
+    } -> i32;
+    EnqueueFillImage(enqueue_fill_image) {
+        queue: ObjectId, mem: ObjectId, color: Vec<u8>, origin: [u64; 3], region: [u64; 3], sync: EnqueueSync,
+    } -> i32;
+    /// Maps the region and copies it, packed, into `segment`; unmapped by `EnqueueUnmapMemObject`.
+    EnqueueMapImage(enqueue_map_image) {
+        queue: ObjectId, mem: ObjectId, flags: u64, origin: [u64; 3], region: [u64; 3], segment: u64,
+        sync: EnqueueSync,
+    } -> MapImageReply;
+    EnqueueMigrateMemObjects(enqueue_migrate_mem_objects) {
+        queue: ObjectId, mems: Vec<ObjectId>, flags: u64, sync: EnqueueSync,
     } -> i32;
     EnqueueMarkerOrBarrier(enqueue_marker_or_barrier) { queue: ObjectId, barrier: bool, sync: EnqueueSync } -> i32;
     FlushOrFinish(flush_or_finish) { queue: ObjectId, finish: bool } -> i32;
@@ -389,5 +535,11 @@ status_only!(
     TimersReply { device_timestamp, host_timestamp },
     IdsReply { ids },
     KernelReply { num_args },
-    KernelsReply { count, num_args }
+    KernelsReply { count, num_args },
+    CountReply { count },
+    StatusesReply { statuses },
+    CreatedReply { created },
+    BinariesReply { binaries },
+    FormatsReply { formats },
+    MapImageReply { row_pitch, slice_pitch }
 );

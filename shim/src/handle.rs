@@ -24,6 +24,7 @@ pub enum Kind {
     Program,
     Kernel,
     Event,
+    Sampler,
 }
 
 impl Kind {
@@ -37,6 +38,7 @@ impl Kind {
             Kind::Program => CL_INVALID_PROGRAM,
             Kind::Kernel => CL_INVALID_KERNEL,
             Kind::Event => CL_INVALID_EVENT,
+            Kind::Sampler => CL_INVALID_SAMPLER,
         }
     }
 }
@@ -79,16 +81,41 @@ pub struct KernelArgs {
     pub dirty: Vec<u32>,
 }
 
+/// What the shim needs to pack an image's rows: the pixel size and the image type.
+#[derive(Clone, Copy, Debug)]
+pub struct ImageMeta {
+    pub elem: usize,
+    pub image_type: u32,
+}
+
 pub enum ObjData {
     Platform,
     Device,
     Context,
     Queue,
-    Mem { flags: u64, host_ptr: usize, maps: Mutex<HashMap<usize, Vec<MapRecord>>> },
+    /// `host_ptr` is the application's memory of a `CL_MEM_USE_HOST_PTR` buffer (0 otherwise),
+    /// kept in step with the device on blocking reads and maps; `image` is set for images.
+    Mem {
+        flags: u64,
+        host_ptr: usize,
+        image: Option<ImageMeta>,
+        maps: Mutex<HashMap<usize, Vec<MapRecord>>>,
+    },
     Program,
     Kernel { num_args: u32, args: Mutex<KernelArgs> },
     Event,
+    Sampler,
 }
+
+impl ObjData {
+    pub fn mem(flags: u64, host_ptr: usize, image: Option<ImageMeta>) -> Self {
+        ObjData::Mem { flags, host_ptr, image, maps: Mutex::new(HashMap::new()) }
+    }
+}
+
+/// A destructor callback (`clSetMemObjectDestructorCallback`, `clSetContextDestructorCallback`,
+/// `clSetProgramReleaseCallback`): all three take the handle and the user data.
+pub type DestructorFn = unsafe extern "C" fn(*mut c_void, *mut c_void);
 
 pub struct Object {
     pub kind: Kind,
@@ -99,11 +126,17 @@ pub struct Object {
     pub info_cache: Mutex<HashMap<(u32, u64), Vec<u8>>>,
     pub data: ObjData,
     released: AtomicBool,
+    /// Run, last registered first, when the application's last reference goes.
+    destructors: Mutex<Vec<(DestructorFn, usize)>>,
 }
 
 impl Object {
     pub fn ref_count(&self) -> u32 {
         self.refs.load(Ordering::Acquire)
+    }
+
+    pub fn add_destructor(&self, f: DestructorFn, user_data: usize) {
+        self.destructors.lock().unwrap_or_else(|e| e.into_inner()).push((f, user_data));
     }
 }
 
@@ -137,6 +170,7 @@ pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjDat
         info_cache: Mutex::new(HashMap::new()),
         data,
         released: AtomicBool::new(false),
+        destructors: Mutex::new(Vec::new()),
     });
     registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj);
     conn.remember(id, h);
@@ -188,6 +222,12 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     obj.conn.forget(obj.id);
     // A dead worker has already dropped everything: releases still succeed (DESIGN.md, Faults).
     let _ = obj.conn.call(cloister_ipc::Release { object: obj.id });
+    let destructors = std::mem::take(&mut *obj.destructors.lock().unwrap_or_else(|e| e.into_inner()));
+    for (f, user_data) in destructors.into_iter().rev() {
+        // SAFETY: the application registered `f` with this signature for this handle; the handle
+        // is still allocated (quarantined below), as the callback may look at its address.
+        unsafe { f(h, user_data as *mut c_void) };
+    }
     quarantine(h as usize);
     CL_SUCCESS
 }

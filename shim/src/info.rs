@@ -90,6 +90,7 @@ pub fn ref_count_param(kind: Kind) -> Option<u32> {
         Kind::Program => CL_PROGRAM_REFERENCE_COUNT,
         Kind::Kernel => CL_KERNEL_REFERENCE_COUNT,
         Kind::Event => CL_EVENT_REFERENCE_COUNT,
+        Kind::Sampler => CL_SAMPLER_REFERENCE_COUNT,
         _ => return None,
     })
 }

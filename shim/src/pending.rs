@@ -6,14 +6,16 @@
 use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
+use cloister_ipc::image::Strided;
 use cloister_ipc::{GetInfo, InfoTarget, ObjectId, Release};
 
 use crate::conn::{Conn, Segment};
 use crate::handle::{self, Kind};
 
 pub enum Transfer {
-    /// Copy `len` bytes to `dst` (and to `mirror`, a `CL_MEM_USE_HOST_PTR` buffer's memory).
-    Read { dst: usize, len: usize, mirror: Option<usize> },
+    /// Unpack the segment's rows into the box `shape` at `dst` (and copy them to `mirror`, a
+    /// `CL_MEM_USE_HOST_PTR` buffer's memory, for linear reads).
+    Read { dst: usize, shape: Strided, mirror: Option<usize> },
     /// The segment only has to outlive the driver's read of it.
     Write,
 }
@@ -86,13 +88,13 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
 }
 
 fn complete(conn: &Conn, op: PendingOp, status: cl_int) {
-    if let (Transfer::Read { dst, len, mirror }, CL_COMPLETE) = (&op.transfer, status) {
-        // SAFETY: dst is the application's buffer of `len` bytes, which it must keep valid
-        // until the read completes; the segment holds `len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(op.segment.region.as_ptr(), *dst as *mut u8, *len) };
+    if let (Transfer::Read { dst, shape, mirror }, CL_COMPLETE) = (&op.transfer, status) {
+        // SAFETY: dst is the application's memory covering `shape`, which it must keep valid
+        // until the read completes; the segment holds the packed rows.
+        unsafe { shape.unpack(op.segment.region.as_ptr(), *dst as *mut u8) };
         if let Some(m) = mirror {
             // SAFETY: the buffer's host memory covers the read range.
-            unsafe { std::ptr::copy(op.segment.region.as_ptr(), *m as *mut u8, *len) };
+            unsafe { std::ptr::copy(op.segment.region.as_ptr(), *m as *mut u8, shape.packed_len()) };
         }
     }
     conn.release_segment(op.segment);

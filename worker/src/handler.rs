@@ -7,6 +7,7 @@ use std::ptr::{null, null_mut};
 use std::sync::{Arc, Mutex};
 
 use cloister_ipc::cl::*;
+use cloister_ipc::image::{self, Strided};
 use cloister_ipc::lane::Lane;
 use cloister_ipc::shm::SharedRegion;
 use cloister_ipc::wire::{handle_layout, map_handles, HandleLayout};
@@ -17,11 +18,12 @@ use crate::notify;
 use crate::objects::{Kind, ObjectTable};
 use crate::segments::Segments;
 
-/// A live mapping: the driver's pointer, and the segment the application sees instead.
+/// A live mapping: the driver's pointer, the shape of the mapped memory behind it, and the
+/// segment the application sees instead (holding the same rows, packed).
 struct Mapping {
     mem: usize,
     ptr: usize,
-    size: usize,
+    shape: Strided,
     segment: Arc<SharedRegion>,
 }
 
@@ -189,10 +191,51 @@ impl LaneServer<'_> {
         Ok(Some(out))
     }
 
+    fn opt_devices(&self, ids: &Option<Vec<ObjectId>>) -> Result<Option<Vec<*mut c_void>>, cl_int> {
+        ids.as_ref().map(|ids| self.objs(ids, Kind::Device, CL_INVALID_DEVICE)).transpose()
+    }
+
     /// Any handle of the context's platform, for calls whose first argument is not an object.
     fn some_platform(&self) -> Option<usize> {
         self.worker.objects.get(WORKER_ID_BIT, Kind::Platform)
     }
+}
+
+/// A property list as the driver wants it: zero-terminated, or NULL for `None`.
+fn terminated(v: &Option<Vec<u64>>) -> Option<Vec<u64>> {
+    v.as_ref().map(|v| {
+        let mut v = v.clone();
+        if v.last() != Some(&0) {
+            v.push(0);
+        }
+        v
+    })
+}
+
+fn nul_terminated(s: &[u8]) -> Vec<u8> {
+    let mut v = s.to_vec();
+    v.push(0);
+    v
+}
+
+/// A 4- or 8-byte info value of a memory object.
+fn mem_info<T: Default + Copy>(m: usize, image: bool, param: u32) -> Result<T, cl_int> {
+    let mut v = T::default();
+    let size = std::mem::size_of::<T>();
+    let ptr = (&mut v as *mut T).cast();
+    let target = if image { InfoTarget::Image } else { InfoTarget::MemObject };
+    match info_call(target, m, 0, param, size, ptr, null_mut()) {
+        CL_SUCCESS => Ok(v),
+        e => Err(e),
+    }
+}
+
+fn image_element_size(m: usize) -> Result<usize, cl_int> {
+    mem_info::<usize>(m, true, CL_IMAGE_ELEMENT_SIZE)
+}
+
+fn mem_type(m: usize) -> Result<u32, cl_int> {
+    mem_info::<u32>(m, false, CL_MEM_TYPE)
 }
 
 fn opt_ptr<T>(v: &Option<Vec<T>>) -> *const T {
@@ -356,10 +399,20 @@ impl Handler for LaneServer<'_> {
             }
             None => null_mut(),
         };
-        let f = driver_fn!(ctx, clCreateBuffer);
         let mut rc = CL_SUCCESS;
-        // SAFETY: host is NULL or points at `size` bytes of shared memory (checked in `data`).
-        let m = unsafe { f(ctx as _, r.flags, r.size as usize, host.cast(), &mut rc) };
+        let m = match terminated(&r.properties) {
+            Some(props) => {
+                let f = driver_fn!(ctx, clCreateBufferWithProperties);
+                // SAFETY: props is zero-terminated; host is NULL or points at `size` bytes of
+                // shared memory (checked in `data`).
+                unsafe { f(ctx as _, props.as_ptr(), r.flags, r.size as usize, host.cast(), &mut rc) }
+            }
+            None => {
+                let f = driver_fn!(ctx, clCreateBuffer);
+                // SAFETY: as above.
+                unsafe { f(ctx as _, r.flags, r.size as usize, host.cast(), &mut rc) }
+            }
+        };
         self.adopt(r.id, Kind::Mem, m, rc)
     }
 
@@ -542,7 +595,7 @@ impl Handler for LaneServer<'_> {
             // `size` bytes (checked above).
             unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), segment.as_ptr(), size) };
         }
-        let mapping = Mapping { mem: m, ptr: p as usize, size, segment };
+        let mapping = Mapping { mem: m, ptr: p as usize, shape: Strided::linear(size), segment };
         self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
         rc
     }
@@ -556,9 +609,10 @@ impl Handler for LaneServer<'_> {
             self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
             return CL_INVALID_VALUE;
         }
-        if r.write_back && mapping.size > 0 && mapping.ptr != 0 {
-            // SAFETY: the driver's mapping is writable for `size` bytes; the segment holds as many.
-            unsafe { std::ptr::copy_nonoverlapping(mapping.segment.as_ptr(), mapping.ptr as *mut u8, mapping.size) };
+        if r.write_back && mapping.shape.packed_len() > 0 && mapping.ptr != 0 {
+            // SAFETY: the driver's mapping covers the shape's rows, writable; the segment holds
+            // the packed rows (checked when mapped).
+            unsafe { mapping.shape.unpack(mapping.segment.as_ptr(), mapping.ptr as *mut u8) };
         }
         let f = driver_fn!(q, clEnqueueUnmapMemObject);
         let ptr = mapping.ptr as *mut c_void;
@@ -639,6 +693,451 @@ impl Handler for LaneServer<'_> {
             }
         };
         TimersReply { status, device_timestamp, host_timestamp }
+    }
+
+    fn create_sub_buffer(&self, r: CreateSubBuffer) -> i32 {
+        let b = tri!(self.obj(r.buffer, Kind::Mem));
+        let region = cl_buffer_region { origin: r.origin as usize, size: r.size as usize };
+        let mut rc = CL_SUCCESS;
+        // SAFETY: a live buffer; the region struct outlives the call.
+        let m = unsafe {
+            driver_fn!(b, clCreateSubBuffer)(
+                b as _,
+                r.flags,
+                CL_BUFFER_CREATE_TYPE_REGION,
+                (&region as *const cl_buffer_region).cast(),
+                &mut rc,
+            )
+        };
+        self.adopt(r.id, Kind::Mem, m, rc)
+    }
+
+    fn create_image(&self, r: CreateImage) -> i32 {
+        let ctx = tri!(self.obj(r.context, Kind::Context));
+        let format = cl_image_format { image_channel_order: r.format.0, image_channel_data_type: r.format.1 };
+        let buffer = match r.desc.buffer {
+            Some(id) => tri!(self.obj(id, Kind::Mem)) as *mut c_void,
+            None => null_mut(),
+        };
+        let host = match &r.host_data {
+            Some(d) => {
+                let elem = tri!(image::element_size(format.image_channel_order, format.image_channel_data_type)
+                    .ok_or(CL_IMAGE_FORMAT_NOT_SUPPORTED));
+                let extent = image::host_extent(elem, &r.desc).map(|e| e.2);
+                if extent != Some(d.len()) {
+                    return CL_INVALID_HOST_PTR;
+                }
+                tri!(self.data(d)).0
+            }
+            None => null_mut(),
+        };
+        let desc = cl_image_desc {
+            image_type: r.desc.image_type,
+            image_width: r.desc.width as usize,
+            image_height: r.desc.height as usize,
+            image_depth: r.desc.depth as usize,
+            image_array_size: r.desc.array_size as usize,
+            image_row_pitch: r.desc.row_pitch as usize,
+            image_slice_pitch: r.desc.slice_pitch as usize,
+            num_mip_levels: r.desc.num_mip_levels,
+            num_samples: r.desc.num_samples,
+            buffer,
+        };
+        let (fmt, dsc) = ((&format as *const cl_image_format).cast(), (&desc as *const cl_image_desc).cast());
+        let mut rc = CL_SUCCESS;
+        // SAFETY: format and desc are valid C structs for the call; host is NULL or the image's
+        // whole host extent in shared memory (checked above).
+        let m = unsafe {
+            match terminated(&r.properties) {
+                Some(props) => {
+                    driver_fn!(ctx, clCreateImageWithProperties)(ctx as _, props.as_ptr(), r.flags, fmt, dsc, host.cast(), &mut rc)
+                }
+                None => driver_fn!(ctx, clCreateImage)(ctx as _, r.flags, fmt, dsc, host.cast(), &mut rc),
+            }
+        };
+        self.adopt(r.id, Kind::Mem, m, rc)
+    }
+
+    fn create_pipe(&self, r: CreatePipe) -> i32 {
+        let ctx = tri!(self.obj(r.context, Kind::Context));
+        let mut rc = CL_SUCCESS;
+        // SAFETY: a live context; no properties.
+        let m = unsafe { driver_fn!(ctx, clCreatePipe)(ctx as _, r.flags, r.packet_size, r.max_packets, null(), &mut rc) };
+        self.adopt(r.id, Kind::Mem, m, rc)
+    }
+
+    fn get_supported_image_formats(&self, r: GetSupportedImageFormats) -> FormatsReply {
+        let ctx = tri!(self.obj(r.context, Kind::Context));
+        let f = driver_fn!(ctx, clGetSupportedImageFormats);
+        let mut n: cl_uint = 0;
+        // SAFETY: a live context; count query.
+        let rc = unsafe { f(ctx as _, r.flags, r.image_type, 0, null_mut(), &mut n) };
+        if rc != CL_SUCCESS {
+            return rc.into();
+        }
+        let mut formats = vec![cl_image_format::default(); n as usize];
+        if n > 0 {
+            // SAFETY: formats has room for n entries.
+            let rc = unsafe { f(ctx as _, r.flags, r.image_type, n, formats.as_mut_ptr().cast(), null_mut()) };
+            if rc != CL_SUCCESS {
+                return rc.into();
+            }
+        }
+        let formats = formats.iter().map(|f| (f.image_channel_order, f.image_channel_data_type)).collect();
+        FormatsReply { status: CL_SUCCESS, formats }
+    }
+
+    fn create_sampler(&self, r: CreateSampler) -> i32 {
+        let ctx = tri!(self.obj(r.context, Kind::Context));
+        let props = terminated(&Some(r.properties)).unwrap_or_default();
+        let mut rc = CL_SUCCESS;
+        // SAFETY: (both arms) a live context; props zero-terminated.
+        let s = match unsafe { crate::driver::dispatch(ctx) }.clCreateSamplerWithProperties {
+            Some(f) => unsafe { f(ctx as _, props.as_ptr(), &mut rc) },
+            None => {
+                // A 1.x driver: the three properties the 1.x call knows, with its defaults.
+                let get = |k| props.chunks(2).find(|kv| kv[0] == k).map(|kv| kv[1]);
+                let normalized = get(CL_SAMPLER_NORMALIZED_COORDS).unwrap_or(1) as cl_uint;
+                let addressing = get(CL_SAMPLER_ADDRESSING_MODE).unwrap_or(0x1132) as cl_uint;
+                let filter = get(CL_SAMPLER_FILTER_MODE).unwrap_or(0x1140) as cl_uint;
+                let f = driver_fn!(ctx, clCreateSampler);
+                unsafe { f(ctx as _, normalized, addressing, filter, &mut rc) }
+            }
+        };
+        self.adopt(r.id, Kind::Sampler, s, rc)
+    }
+
+    fn enqueue_region_transfer(&self, r: EnqueueRegionTransfer) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let m = tri!(self.obj(r.mem, Kind::Mem));
+        let region = r.region.map(|x| x as usize);
+        let width = match r.target {
+            RegionTarget::Image { .. } => tri!(image_element_size(m)) * region[0],
+            RegionTarget::BufferRect { .. } => region[0],
+        };
+        let packed = Strided::packed(width, region[1], region[2]).packed_len();
+        if packed as u64 != r.data.len() {
+            return CL_INVALID_VALUE;
+        }
+        let (host, _keep) = tri!(self.data(&r.data));
+        // A lane's bulk area is reused by the next call, so transfers through it block.
+        let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
+        let zero = [0usize; 3];
+        let host_c = host as *const c_void;
+        let host_m = host as *mut c_void;
+        // SAFETY (all arms): live queue and memory object; `host` holds the packed region (checked
+        // above) in shared memory that outlives the transfer (lane: blocking; segment: the shim
+        // drops it only after the event completes); host pitches of 0 mean packed.
+        self.enqueue(&r.sync, |n, w, e| unsafe {
+            match (r.target, r.write) {
+                (RegionTarget::Image { origin }, false) => {
+                    let o = origin.map(|x| x as usize);
+                    driver_fn!(q, clEnqueueReadImage)(q as _, m as _, blocking, o.as_ptr(), region.as_ptr(), 0, 0, host_m, n, w, e)
+                }
+                (RegionTarget::Image { origin }, true) => {
+                    let o = origin.map(|x| x as usize);
+                    driver_fn!(q, clEnqueueWriteImage)(q as _, m as _, blocking, o.as_ptr(), region.as_ptr(), 0, 0, host_c, n, w, e)
+                }
+                (RegionTarget::BufferRect { origin, row_pitch, slice_pitch }, write) => {
+                    let o = origin.map(|x| x as usize);
+                    let (rp, sp) = (row_pitch as usize, slice_pitch as usize);
+                    if write {
+                        driver_fn!(q, clEnqueueWriteBufferRect)(
+                            q as _, m as _, blocking, o.as_ptr(), zero.as_ptr(), region.as_ptr(), rp, sp, 0, 0, host_c, n, w, e,
+                        )
+                    } else {
+                        driver_fn!(q, clEnqueueReadBufferRect)(
+                            q as _, m as _, blocking, o.as_ptr(), zero.as_ptr(), region.as_ptr(), rp, sp, 0, 0, host_m, n, w, e,
+                        )
+                    }
+                }
+            }
+        })
+    }
+
+    fn enqueue_copy_region(&self, r: EnqueueCopyRegion) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let s = tri!(self.obj(r.src, Kind::Mem));
+        let d = tri!(self.obj(r.dst, Kind::Mem));
+        let (so, d_o, region) = (r.src_origin.map(|x| x as usize), r.dst_origin.map(|x| x as usize), r.region.map(|x| x as usize));
+        let (srp, ssp) = (r.src_pitches.0 as usize, r.src_pitches.1 as usize);
+        let (drp, dsp) = (r.dst_pitches.0 as usize, r.dst_pitches.1 as usize);
+        // SAFETY (all arms): live queue and memory objects; origin/region arrays of three.
+        self.enqueue(&r.sync, |n, w, e| unsafe {
+            let (sp, dp, rp) = (so.as_ptr(), d_o.as_ptr(), region.as_ptr());
+            match r.kind {
+                CopyKind::BufferRect => {
+                    driver_fn!(q, clEnqueueCopyBufferRect)(q as _, s as _, d as _, sp, dp, rp, srp, ssp, drp, dsp, n, w, e)
+                }
+                CopyKind::Image => driver_fn!(q, clEnqueueCopyImage)(q as _, s as _, d as _, sp, dp, rp, n, w, e),
+                CopyKind::ImageToBuffer => {
+                    driver_fn!(q, clEnqueueCopyImageToBuffer)(q as _, s as _, d as _, sp, rp, d_o[0], n, w, e)
+                }
+                CopyKind::BufferToImage => {
+                    driver_fn!(q, clEnqueueCopyBufferToImage)(q as _, s as _, d as _, so[0], dp, rp, n, w, e)
+                }
+            }
+        })
+    }
+
+    fn enqueue_fill_image(&self, r: EnqueueFillImage) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let m = tri!(self.obj(r.mem, Kind::Mem));
+        if r.color.len() != 16 {
+            return CL_INVALID_VALUE;
+        }
+        let (origin, region) = (r.origin.map(|x| x as usize), r.region.map(|x| x as usize));
+        let f = driver_fn!(q, clEnqueueFillImage);
+        // SAFETY: live objects; the colour is the 16 bytes of a cl_float4/cl_int4/cl_uint4.
+        self.enqueue(&r.sync, |n, w, e| unsafe {
+            f(q as _, m as _, r.color.as_ptr().cast(), origin.as_ptr(), region.as_ptr(), n, w, e)
+        })
+    }
+
+    fn enqueue_map_image(&self, r: EnqueueMapImage) -> MapImageReply {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let m = tri!(self.obj(r.mem, Kind::Mem));
+        let Some(segment) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE.into() };
+        let region = r.region.map(|x| x as usize);
+        let elem = tri!(image_element_size(m));
+        let image_type = tri!(mem_type(m));
+        let packed = Strided::packed(elem * region[0], region[1], region[2]);
+        if segment.len() < packed.packed_len() {
+            return CL_INVALID_VALUE.into();
+        }
+        let origin = r.origin.map(|x| x as usize);
+        let f = driver_fn!(q, clEnqueueMapImage);
+        let (mut row_pitch, mut slice_pitch) = (0usize, 0usize);
+        let mut p = null_mut();
+        // SAFETY: live objects; blocking, so the pointer is valid on return.
+        let rc = self.enqueue(&r.sync, |n, w, e| {
+            let mut rc = CL_SUCCESS;
+            p = unsafe {
+                f(q as _, m as _, CL_TRUE, r.flags, origin.as_ptr(), region.as_ptr(), &mut row_pitch, &mut slice_pitch, n, w, e, &mut rc)
+            };
+            rc
+        });
+        if rc != CL_SUCCESS {
+            return rc.into();
+        }
+        // In a 1D array the rows are the array's images, a slice pitch apart.
+        let row_step = if image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY { slice_pitch } else { row_pitch };
+        let shape = Strided { row_pitch: row_step, slice_pitch, ..packed };
+        if r.flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 && !p.is_null() {
+            // SAFETY: the driver mapped the region's rows at p with these pitches; the segment
+            // holds the packed rows (checked above).
+            unsafe { shape.pack(p.cast::<u8>(), segment.as_ptr()) };
+        }
+        let mapping = Mapping { mem: m, ptr: p as usize, shape, segment };
+        self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
+        // The application sees packed rows, with the pitches the spec gives each image type.
+        let row = packed.row_bytes as u64;
+        let slice = match image_type {
+            CL_MEM_OBJECT_IMAGE1D_ARRAY => row,
+            CL_MEM_OBJECT_IMAGE3D | CL_MEM_OBJECT_IMAGE2D_ARRAY => packed.slice_pitch as u64,
+            _ => 0,
+        };
+        MapImageReply { status: CL_SUCCESS, row_pitch: row, slice_pitch: slice }
+    }
+
+    fn enqueue_migrate_mem_objects(&self, r: EnqueueMigrateMemObjects) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let mems = tri!(self.objs(&r.mems, Kind::Mem, CL_INVALID_MEM_OBJECT));
+        let f = driver_fn!(q, clEnqueueMigrateMemObjects);
+        // SAFETY: live queue and memory objects.
+        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, mems.len() as u32, wait_ptr(&mems), r.flags, n, w, e) })
+    }
+
+    fn create_program_with_binary(&self, r: CreateProgramWithBinary) -> StatusesReply {
+        let ctx = tri!(self.obj(r.context, Kind::Context));
+        let devs = tri!(self.objs(&r.devices, Kind::Device, CL_INVALID_DEVICE));
+        if devs.len() != r.binaries.len() {
+            return CL_INVALID_VALUE.into();
+        }
+        let lens: Vec<usize> = r.binaries.iter().map(|b| b.len()).collect();
+        let ptrs: Vec<*const u8> = r.binaries.iter().map(|b| b.as_ptr()).collect();
+        let mut statuses = vec![CL_SUCCESS; devs.len()];
+        let f = driver_fn!(ctx, clCreateProgramWithBinary);
+        let mut rc = CL_SUCCESS;
+        // SAFETY: devs, lens, ptrs and statuses all hold devs.len() entries, alive for the call.
+        let p = unsafe {
+            f(ctx as _, devs.len() as u32, devs.as_ptr(), lens.as_ptr(), ptrs.as_ptr() as *mut _, statuses.as_mut_ptr(), &mut rc)
+        };
+        let status = self.adopt(r.id, Kind::Program, p, rc);
+        StatusesReply { status, statuses }
+    }
+
+    fn create_program_with_il(&self, r: CreateProgramWithIl) -> i32 {
+        let ctx = tri!(self.obj(r.context, Kind::Context));
+        let mut rc = CL_SUCCESS;
+        // SAFETY: the IL bytes outlive the call.
+        let p = unsafe { driver_fn!(ctx, clCreateProgramWithIL)(ctx as _, r.il.as_ptr().cast(), r.il.len(), &mut rc) };
+        self.adopt(r.id, Kind::Program, p, rc)
+    }
+
+    fn create_program_with_built_in_kernels(&self, r: CreateProgramWithBuiltInKernels) -> i32 {
+        let ctx = tri!(self.obj(r.context, Kind::Context));
+        let devs = tri!(self.objs(&r.devices, Kind::Device, CL_INVALID_DEVICE));
+        let names = nul_terminated(&r.names);
+        let f = driver_fn!(ctx, clCreateProgramWithBuiltInKernels);
+        let mut rc = CL_SUCCESS;
+        // SAFETY: live context and devices; names NUL-terminated.
+        let p = unsafe { f(ctx as _, devs.len() as u32, wait_ptr(&devs), names.as_ptr().cast(), &mut rc) };
+        self.adopt(r.id, Kind::Program, p, rc)
+    }
+
+    fn compile_program(&self, r: CompileProgram) -> i32 {
+        if let Some(rec) = crate::RECORDER.get() {
+            rec.build_options.set(r.options.as_deref().unwrap_or_default());
+        }
+        let p = tri!(self.obj(r.program, Kind::Program));
+        let devs = tri!(self.opt_devices(&r.devices));
+        let options = r.options.as_deref().map(nul_terminated);
+        let header_ids: Vec<ObjectId> = r.headers.iter().map(|h| h.0).collect();
+        let headers = tri!(self.objs(&header_ids, Kind::Program, CL_INVALID_VALUE));
+        let names: Vec<Vec<u8>> = r.headers.iter().map(|h| nul_terminated(&h.1)).collect();
+        let name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr().cast()).collect();
+        let (cb, token) = notify_pair(r.notify, notify::on_build_done as *mut c_void);
+        let f = driver_fn!(p, clCompileProgram);
+        // SAFETY: live program, devices and headers; every string NUL-terminated; the arrays
+        // hold the counts passed.
+        unsafe {
+            f(
+                p as _,
+                devs.as_ref().map_or(0, |d| d.len() as u32),
+                devs.as_ref().map_or(null(), |d| d.as_ptr()),
+                options.as_ref().map_or(null(), |o| o.as_ptr().cast()),
+                headers.len() as u32,
+                wait_ptr(&headers),
+                if name_ptrs.is_empty() { null_mut() } else { name_ptrs.as_ptr() as *mut _ },
+                cb,
+                token,
+            )
+        }
+    }
+
+    fn link_program(&self, r: LinkProgram) -> CreatedReply {
+        if let Some(rec) = crate::RECORDER.get() {
+            rec.build_options.set(r.options.as_deref().unwrap_or_default());
+        }
+        let ctx = tri!(self.obj(r.context, Kind::Context));
+        let devs = tri!(self.opt_devices(&r.devices));
+        let inputs = tri!(self.objs(&r.inputs, Kind::Program, CL_INVALID_PROGRAM));
+        let options = r.options.as_deref().map(nul_terminated);
+        let (cb, token) = notify_pair(r.notify, notify::on_build_done as *mut c_void);
+        let f = driver_fn!(ctx, clLinkProgram);
+        let mut rc = CL_SUCCESS;
+        // SAFETY: live context, devices and programs; options NUL-terminated.
+        let p = unsafe {
+            f(
+                ctx as _,
+                devs.as_ref().map_or(0, |d| d.len() as u32),
+                devs.as_ref().map_or(null(), |d| d.as_ptr()),
+                options.as_ref().map_or(null(), |o| o.as_ptr().cast()),
+                inputs.len() as u32,
+                wait_ptr(&inputs),
+                cb,
+                token,
+                &mut rc,
+            )
+        };
+        if !p.is_null() {
+            self.worker.objects.insert(r.id, Kind::Program, p as usize);
+        }
+        CreatedReply { status: rc, created: !p.is_null() }
+    }
+
+    fn get_program_binaries(&self, r: GetProgramBinaries) -> BinariesReply {
+        let p = tri!(self.obj(r.program, Kind::Program));
+        let f = driver_fn!(p, clGetProgramInfo);
+        let mut size = 0usize;
+        // SAFETY: a live program; size query.
+        let rc = unsafe { f(p as _, CL_PROGRAM_BINARY_SIZES, 0, null_mut(), &mut size) };
+        if rc != CL_SUCCESS {
+            return rc.into();
+        }
+        let mut sizes = vec![0usize; size / HANDLE];
+        // SAFETY: sizes holds `size` bytes.
+        let rc = unsafe { f(p as _, CL_PROGRAM_BINARY_SIZES, size, sizes.as_mut_ptr().cast(), null_mut()) };
+        if rc != CL_SUCCESS {
+            return rc.into();
+        }
+        let mut binaries: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+        let mut ptrs: Vec<*mut u8> =
+            binaries.iter_mut().map(|b| if b.is_empty() { null_mut() } else { b.as_mut_ptr() }).collect();
+        // SAFETY: one pointer per device, each to as many bytes as the driver said (or NULL).
+        let rc = unsafe { f(p as _, CL_PROGRAM_BINARIES, ptrs.len() * HANDLE, ptrs.as_mut_ptr().cast(), null_mut()) };
+        BinariesReply { status: rc, binaries: if rc == CL_SUCCESS { binaries } else { Vec::new() } }
+    }
+
+    fn set_program_specialization_constant(&self, r: SetProgramSpecializationConstant) -> i32 {
+        let p = tri!(self.obj(r.program, Kind::Program));
+        let value = if r.value.is_empty() { null() } else { r.value.as_ptr() };
+        // SAFETY: a live program; value holds value.len() bytes.
+        unsafe { driver_fn!(p, clSetProgramSpecializationConstant)(p as _, r.spec_id, r.value.len(), value.cast()) }
+    }
+
+    fn unload_platform_compiler(&self, r: UnloadPlatformCompiler) -> i32 {
+        let p = tri!(self.obj(r.platform, Kind::Platform));
+        // SAFETY: a live platform.
+        unsafe { driver_fn!(p, clUnloadPlatformCompiler)(p as _) }
+    }
+
+    fn clone_kernel(&self, r: CloneKernel) -> i32 {
+        let k = tri!(self.obj(r.source, Kind::Kernel));
+        let mut rc = CL_SUCCESS;
+        // SAFETY: a live kernel.
+        let c = unsafe { driver_fn!(k, clCloneKernel)(k as _, &mut rc) };
+        self.adopt(r.id, Kind::Kernel, c, rc)
+    }
+
+    fn get_kernel_sub_group_info(&self, r: GetKernelSubGroupInfo) -> InfoReply {
+        let k = tri!(self.obj(r.kernel, Kind::Kernel));
+        let d = if r.device == 0 { 0 } else { tri!(self.obj(r.device, Kind::Device)) };
+        let f = driver_fn!(k, clGetKernelSubGroupInfo);
+        let input = if r.input.is_empty() { null() } else { r.input.as_ptr() };
+        let mut size = 0usize;
+        // SAFETY: (both calls) live kernel and device; input holds input.len() bytes; value
+        // holds `size` bytes.
+        let status = unsafe { f(k as _, d as _, r.param, r.input.len(), input.cast(), 0, null_mut(), &mut size) };
+        if status != CL_SUCCESS {
+            return status.into();
+        }
+        let mut value = vec![0u8; size];
+        let value_status = if size == 0 {
+            CL_SUCCESS
+        } else {
+            unsafe { f(k as _, d as _, r.param, r.input.len(), input.cast(), size, value.as_mut_ptr().cast(), null_mut()) }
+        };
+        InfoReply { status, value_status, value }
+    }
+
+    fn create_sub_devices(&self, r: CreateSubDevices) -> CountReply {
+        let d = tri!(self.obj(r.device, Kind::Device));
+        let mut props: Vec<isize> = r.properties.iter().map(|&p| p as isize).collect();
+        if props.last() != Some(&0) {
+            props.push(0);
+        }
+        let mut out = vec![null_mut(); r.ids.len()];
+        let mut count: cl_uint = 0;
+        let f = driver_fn!(d, clCreateSubDevices);
+        let out_ptr = if out.is_empty() { null_mut() } else { out.as_mut_ptr() };
+        // SAFETY: a live device; props zero-terminated; out has room for ids.len() devices.
+        let rc = unsafe { f(d as _, props.as_ptr(), out.len() as u32, out_ptr, &mut count) };
+        if rc == CL_SUCCESS {
+            for (&h, &id) in out.iter().zip(&r.ids).filter(|(h, _)| !h.is_null()) {
+                self.worker.objects.insert(id, Kind::Device, h as usize);
+            }
+        }
+        CountReply { status: rc, count }
+    }
+
+    fn set_default_device_command_queue(&self, r: SetDefaultDeviceCommandQueue) -> i32 {
+        let ctx = tri!(self.obj(r.context, Kind::Context));
+        let d = tri!(self.obj(r.device, Kind::Device));
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        // SAFETY: live context, device and queue.
+        unsafe { driver_fn!(ctx, clSetDefaultDeviceCommandQueue)(ctx as _, d as _, q as _) }
     }
 
     fn drop_segment(&self, r: DropSegment) -> i32 {

@@ -110,6 +110,10 @@ pub unsafe fn clCreateContextFromType(
 
 forward_info!(clGetContextInfo, cl_context, Kind::Context, InfoTarget::Context);
 
+pub unsafe fn clSetContextDestructorCallback(context: cl_context, pfn: *mut c_void, user_data: *mut c_void) -> cl_int {
+    super::memory::add_destructor(context, Kind::Context, pfn, user_data)
+}
+
 retain_release! {
     clRetainContext, clReleaseContext, cl_context, Kind::Context;
 }

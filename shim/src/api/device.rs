@@ -3,12 +3,12 @@
 use std::ffi::c_void;
 
 use cloister_ipc::cl::*;
-use cloister_ipc::{GetDeviceIds, InfoTarget};
+use cloister_ipc::{CreateSubDevices, GetDeviceIds, InfoTarget, WORKER_ID_BIT};
 
-use crate::handle::{lookup, Kind};
+use crate::handle::{lookup, new_handle, Kind, ObjData};
 use crate::info;
 
-use super::retain_release;
+use super::{extensions, retain_release};
 
 pub unsafe fn clGetDeviceIDs(
     platform: cl_platform_id,
@@ -74,10 +74,57 @@ pub unsafe fn clGetDeviceInfo(
     // SAFETY: forwarded API contract.
     unsafe {
         info::get_info(device, Kind::Device, InfoTarget::Device, 0, param_name, size, value, size_ret, |obj| {
-            // A device whose worker died is unavailable, not an error.
-            (param_name == CL_DEVICE_AVAILABLE && obj.conn.is_dead()).then(|| Ok(CL_FALSE.to_ne_bytes().to_vec()))
+            match param_name {
+                // A device whose worker died is unavailable, not an error.
+                CL_DEVICE_AVAILABLE if obj.conn.is_dead() => Some(Ok(CL_FALSE.to_ne_bytes().to_vec())),
+                // Sub-devices are counted here; root devices always say 1.
+                CL_DEVICE_REFERENCE_COUNT if obj.id & WORKER_ID_BIT == 0 => {
+                    Some(Ok(obj.ref_count().to_ne_bytes().to_vec()))
+                }
+                p if extensions::rewrites_device_param(p) => {
+                    Some(info::query(obj, InfoTarget::Device, 0, p).map(|v| extensions::device_value(p, v)))
+                }
+                _ => None,
+            }
         })
     }
+}
+
+/// Sub-devices are objects like any other: ids from the shim, reference counted here.
+pub unsafe fn clCreateSubDevices(
+    in_device: cl_device_id,
+    properties: *const isize,
+    num_devices: cl_uint,
+    out_devices: *mut cl_device_id,
+    num_devices_ret: *mut cl_uint,
+) -> cl_int {
+    let r = (|| {
+        let d = lookup(in_device, Kind::Device)?;
+        if properties.is_null() || (out_devices.is_null() && num_devices_ret.is_null()) {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: properties is zero-terminated per the API contract.
+        let props = unsafe { super::memory::property_list(properties) }.unwrap_or_default();
+        let props: Vec<i64> = props.into_iter().map(|p| p as i64).collect();
+        let ids: Vec<u64> =
+            if out_devices.is_null() { Vec::new() } else { (0..num_devices).map(|_| d.conn.alloc_id()).collect() };
+        let reply = d.conn.call(CreateSubDevices { device: d.id, properties: props, ids: ids.clone() })?;
+        if reply.status != CL_SUCCESS {
+            return Err(reply.status);
+        }
+        if !out_devices.is_null() {
+            for (i, &id) in ids.iter().take(reply.count as usize).enumerate() {
+                // SAFETY: out_devices holds num_devices slots.
+                unsafe { *out_devices.add(i) = new_handle(Kind::Device, id, &d.conn, ObjData::Device) };
+            }
+        }
+        if !num_devices_ret.is_null() {
+            // SAFETY: checked non-NULL.
+            unsafe { *num_devices_ret = reply.count };
+        }
+        Ok(CL_SUCCESS)
+    })();
+    r.unwrap_or_else(|e| e)
 }
 
 retain_release! {

@@ -7,6 +7,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cloister_ipc::cl::*;
+use cloister_ipc::image::Strided;
 use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::*;
 
@@ -16,7 +17,7 @@ use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
 use crate::pending::{settle, PendingOp, Transfer};
 
-fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
+pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
     let q = lookup(queue, Kind::Queue)?;
     let m = lookup(mem, Kind::Mem)?;
     if !Arc::ptr_eq(&q.conn, &m.conn) {
@@ -44,7 +45,7 @@ fn chunk_sync(sync: &EnqueueSync, first: bool, last: bool) -> EnqueueSync {
 }
 
 /// Settles the queue's finished non-blocking transfers when a blocking call on it returns.
-struct SettleAfter<'a>(&'a Object);
+pub(super) struct SettleAfter<'a>(pub(super) &'a Object);
 
 impl Drop for SettleAfter<'_> {
     fn drop(&mut self) {
@@ -81,7 +82,7 @@ unsafe fn chunked(
 ///
 /// # Safety
 /// `event` is NULL or valid for a write.
-unsafe fn enqueue_pending<C: Call<Reply = i32>>(
+pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32>>(
     q: &Object,
     sync: &EnqueueSync,
     event: *mut cl_event,
@@ -110,7 +111,7 @@ unsafe fn enqueue_pending<C: Call<Reply = i32>>(
 
 fn use_host_ptr(m: &Object) -> Option<usize> {
     match m.data {
-        ObjData::Mem { host_ptr, .. } if host_ptr != 0 => Some(host_ptr),
+        ObjData::Mem { host_ptr, image: None, .. } if host_ptr != 0 => Some(host_ptr),
         _ => None,
     }
 }
@@ -135,7 +136,8 @@ pub unsafe fn clEnqueueReadBuffer(
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let mirror = use_host_ptr(&m);
         if blocking_read == CL_FALSE {
-            let transfer = Transfer::Read { dst: ptr as usize, len: size, mirror: mirror.map(|h| h + offset) };
+            let shape = Strided::linear(size);
+            let transfer = Transfer::Read { dst: ptr as usize, shape, mirror: mirror.map(|h| h + offset) };
             let segment = q.conn.acquire_segment(size)?;
             let make = |segment, sync| EnqueueReadBuffer {
                 queue: q.id,

@@ -112,7 +112,7 @@ fn object_arg(bytes: &[u8], conn: &std::sync::Arc<crate::conn::Conn>) -> Option<
     if raw == 0 {
         return None;
     }
-    let obj = lookup(raw as *const c_void, Kind::Mem).ok()?;
+    let obj = lookup(raw as *const c_void, Kind::Mem).or_else(|_| lookup(raw as *const c_void, Kind::Sampler)).ok()?;
     std::sync::Arc::ptr_eq(&obj.conn, conn).then_some(ArgValue::Object(obj.id))
 }
 
@@ -195,6 +195,69 @@ pub unsafe fn clGetKernelArgInfo(
             |_| None,
         )
     }
+}
+
+/// A copy of the kernel with the same arguments: the driver copies what it has seen, and the
+/// shim copies what it has recorded but not shipped yet.
+pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
+    let r = (|| {
+        let k = lookup(source_kernel, Kind::Kernel)?;
+        let ObjData::Kernel { num_args, args } = &k.data else {
+            return Err(CL_INVALID_KERNEL);
+        };
+        let copy = {
+            let a = args.lock().unwrap_or_else(|e| e.into_inner());
+            KernelArgs { values: a.values.clone(), dirty: a.dirty.clone() }
+        };
+        let data = ObjData::Kernel { num_args: *num_args, args: Mutex::new(copy) };
+        super::create(&k.conn, Kind::Kernel, data, |id| k.conn.call(cloister_ipc::CloneKernel { id, source: k.id }))
+    })();
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(r, errcode_ret) }
+}
+
+pub unsafe fn clGetKernelSubGroupInfo(
+    kernel: cl_kernel,
+    device: cl_device_id,
+    param_name: cl_uint,
+    input_size: usize,
+    input: *const c_void,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
+    let r = (|| {
+        let k = lookup(kernel, Kind::Kernel)?;
+        let dev = if device.is_null() { 0 } else { lookup(device, Kind::Device)?.id };
+        // SAFETY: input holds input_size bytes.
+        let input = unsafe { super::slice(input.cast::<u8>(), input_size, CL_INVALID_VALUE)? }.to_vec();
+        let reply =
+            k.conn.call(cloister_ipc::GetKernelSubGroupInfo { kernel: k.id, device: dev, param: param_name, input })?;
+        if reply.status != CL_SUCCESS {
+            return Err(reply.status);
+        }
+        if reply.value_status != CL_SUCCESS && !value.is_null() {
+            return Err(reply.value_status);
+        }
+        // SAFETY: value/size_ret per the API contract.
+        Ok(unsafe { info::write_value(&reply.value, size, value, size_ret) })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+/// `cl_khr_subgroups`' name for the same query.
+pub unsafe fn clGetKernelSubGroupInfoKHR(
+    kernel: cl_kernel,
+    device: cl_device_id,
+    param_name: cl_uint,
+    input_size: usize,
+    input: *const c_void,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
+    // SAFETY: forwarded API contract.
+    unsafe { clGetKernelSubGroupInfo(kernel, device, param_name, input_size, input, size, value, size_ret) }
 }
 
 retain_release! {

@@ -1,18 +1,110 @@
-//! Buffers. `CL_MEM_USE_HOST_PTR` becomes `CL_MEM_COPY_HOST_PTR` on the worker (it cannot see
-//! the application's memory); the shim keeps the application's pointer and syncs it on map and
-//! blocking read, and answers `CL_MEM_FLAGS` / `CL_MEM_HOST_PTR` itself.
+//! Memory objects: buffers, sub-buffers, images and pipes. `CL_MEM_USE_HOST_PTR` becomes
+//! `CL_MEM_COPY_HOST_PTR` on the worker (it cannot see the application's memory); for buffers
+//! the shim keeps the application's pointer and syncs it on map and blocking read, and answers
+//! `CL_MEM_FLAGS` / `CL_MEM_HOST_PTR` itself.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
+use cloister_ipc::image::{element_size, host_extent};
 use cloister_ipc::lane::BULK_CAP;
-use cloister_ipc::{CreateBuffer, DataRef, InfoTarget};
+use cloister_ipc::{Call, CreateBuffer, CreateImage, CreatePipe, CreateSubBuffer, DataRef, ImageDesc, InfoTarget};
 
-use super::{create, creation, retain_release};
-use crate::handle::{lookup, Kind, ObjData};
+use super::{create, creation, forward_info, retain_release};
+use crate::conn::Conn;
+use crate::handle::{lookup, DestructorFn, ImageMeta, Kind, ObjData, Object};
 use crate::info;
+
+/// A zero-terminated list of 64-bit property words (`cl_mem_properties`,
+/// `cl_sampler_properties`, `cl_device_partition_property`...) as the wire carries it, with its
+/// terminator (`None` for NULL).
+///
+/// # Safety
+/// `props` is NULL or a zero-terminated list of 8-byte words.
+pub unsafe fn property_list<T>(props: *const T) -> Option<Vec<u64>> {
+    const { assert!(std::mem::size_of::<T>() == 8) };
+    let props = props.cast::<u64>();
+    if props.is_null() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for i in 0.. {
+        // SAFETY: zero-terminated per the caller; keys and values alternate.
+        let v = unsafe { *props.add(i) };
+        out.push(v);
+        if v == 0 && i % 2 == 0 {
+            break;
+        }
+    }
+    Some(out)
+}
+
+/// Checks the host-pointer flags and returns the flags the worker gets.
+fn host_ptr_flags(flags: u64, host_ptr: *mut c_void) -> Result<u64, cl_int> {
+    let uses = flags & CL_MEM_USE_HOST_PTR != 0;
+    let copies = flags & CL_MEM_COPY_HOST_PTR != 0;
+    if uses && (copies || flags & CL_MEM_ALLOC_HOST_PTR != 0) {
+        return Err(CL_INVALID_VALUE);
+    }
+    if host_ptr.is_null() == (uses || copies) {
+        return Err(CL_INVALID_HOST_PTR);
+    }
+    Ok(if uses { (flags & !CL_MEM_USE_HOST_PTR) | CL_MEM_COPY_HOST_PTR } else { flags })
+}
+
+/// Makes a creating call that ships `len` bytes of the application's memory at `host_ptr`
+/// (none if NULL): through the lane when they fit, else through a segment.
+fn with_host_data<C: Call<Reply = i32>>(
+    conn: &Conn,
+    host_ptr: *const c_void,
+    len: usize,
+    req: impl FnOnce(Option<DataRef>) -> C,
+) -> Result<cl_int, cl_int> {
+    if host_ptr.is_null() {
+        return conn.call(req(None));
+    }
+    if len <= BULK_CAP {
+        let copy = |bulk: *mut u8| {
+            // SAFETY: the application's host memory holds `len` bytes (the API contract for the
+            // object being created); the bulk area BULK_CAP >= len.
+            unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), bulk, len) };
+            Ok(())
+        };
+        return conn.call_with(req(Some(DataRef::Lane { offset: 0, len: len as u64 })), copy, |_, _| ());
+    }
+    let seg = conn.acquire_segment(len)?;
+    // SAFETY: as above; the segment holds at least `len` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), seg.region.as_ptr(), len) };
+    let rc = conn.call(req(Some(DataRef::Segment { id: seg.id, offset: 0, len: len as u64 })));
+    conn.release_segment(seg);
+    rc
+}
+
+fn create_buffer(
+    context: cl_context,
+    properties: Option<Vec<u64>>,
+    flags: cl_bitfield,
+    size: usize,
+    host_ptr: *mut c_void,
+) -> Result<*mut c_void, cl_int> {
+    let ctx = lookup(context, Kind::Context)?;
+    let wire_flags = host_ptr_flags(flags, host_ptr)?;
+    if size == 0 {
+        return Err(CL_INVALID_BUFFER_SIZE);
+    }
+    let mirror = if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 };
+    let conn = ctx.conn.clone();
+    create(&conn, Kind::Mem, ObjData::mem(flags, mirror, None), |id| {
+        with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer {
+            id,
+            context: ctx.id,
+            properties,
+            flags: wire_flags,
+            size: size as u64,
+            host_data,
+        })
+    })
+}
 
 pub unsafe fn clCreateBuffer(
     context: cl_context,
@@ -21,50 +113,268 @@ pub unsafe fn clCreateBuffer(
     host_ptr: *mut c_void,
     errcode_ret: *mut cl_int,
 ) -> cl_mem {
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(create_buffer(context, None, flags, size, host_ptr), errcode_ret) }
+}
+
+pub unsafe fn clCreateBufferWithProperties(
+    context: cl_context,
+    properties: *const cl_bitfield,
+    flags: cl_bitfield,
+    size: usize,
+    host_ptr: *mut c_void,
+    errcode_ret: *mut cl_int,
+) -> cl_mem {
+    // SAFETY: properties is NULL or zero-terminated per the API contract.
+    let props = unsafe { property_list(properties) };
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(create_buffer(context, Some(props.unwrap_or_default()), flags, size, host_ptr), errcode_ret) }
+}
+
+pub unsafe fn clCreateSubBuffer(
+    buffer: cl_mem,
+    flags: cl_bitfield,
+    create_type: cl_uint,
+    info: *const c_void,
+    errcode_ret: *mut cl_int,
+) -> cl_mem {
     let r = (|| {
-        let ctx = lookup(context, Kind::Context)?;
-        let uses = flags & CL_MEM_USE_HOST_PTR != 0;
-        let copies = flags & CL_MEM_COPY_HOST_PTR != 0;
-        if uses && (copies || flags & CL_MEM_ALLOC_HOST_PTR != 0) {
+        let parent = lookup(buffer, Kind::Mem)?;
+        let ObjData::Mem { flags: parent_flags, host_ptr, image: None, .. } = &parent.data else {
+            return Err(CL_INVALID_MEM_OBJECT);
+        };
+        if create_type != CL_BUFFER_CREATE_TYPE_REGION || info.is_null() {
             return Err(CL_INVALID_VALUE);
         }
-        if host_ptr.is_null() == (uses || copies) {
-            return Err(CL_INVALID_HOST_PTR);
+        // SAFETY: for CL_BUFFER_CREATE_TYPE_REGION, info points at a cl_buffer_region.
+        let region = unsafe { *info.cast::<cl_buffer_region>() };
+        // The sub-buffer inherits the parent's host-pointer flags, and its access flags unless
+        // it names its own (as the driver reports them).
+        const ACCESS: u64 = CL_MEM_READ_WRITE | CL_MEM_READ_ONLY | CL_MEM_WRITE_ONLY;
+        const HOST_ACCESS: u64 = (1 << 7) | (1 << 8) | (1 << 9);
+        let mut own = flags | (parent_flags & (CL_MEM_USE_HOST_PTR | CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR));
+        if flags & ACCESS == 0 {
+            own |= parent_flags & ACCESS;
         }
-        if size == 0 {
-            return Err(CL_INVALID_BUFFER_SIZE);
+        if flags & HOST_ACCESS == 0 {
+            own |= parent_flags & HOST_ACCESS;
         }
-        let wire_flags = if uses { (flags & !CL_MEM_USE_HOST_PTR) | CL_MEM_COPY_HOST_PTR } else { flags };
-        let data = ObjData::Mem {
-            flags,
-            host_ptr: if uses { host_ptr as usize } else { 0 },
-            maps: Mutex::new(HashMap::new()),
-        };
-        let conn = ctx.conn.clone();
-        create(&conn, Kind::Mem, data, |id| {
-            let req = |host_data| CreateBuffer { id, context: ctx.id, flags: wire_flags, size: size as u64, host_data };
-            if host_ptr.is_null() {
-                return conn.call(req(None));
-            }
-            if size <= BULK_CAP {
-                let copy = |bulk: *mut u8| {
-                    // SAFETY: the application's host_ptr holds `size` bytes; the bulk area
-                    // BULK_CAP >= size.
-                    unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), bulk, size) };
-                    Ok(())
-                };
-                return conn.call_with(req(Some(DataRef::Lane { offset: 0, len: size as u64 })), copy, |_, _| ());
-            }
-            let seg = conn.acquire_segment(size)?;
-            // SAFETY: as above; the segment holds at least `size` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), seg.region.as_ptr(), size) };
-            let rc = conn.call(req(Some(DataRef::Segment { id: seg.id, offset: 0, len: size as u64 })));
-            conn.release_segment(seg);
-            rc
+        let mirror = if *host_ptr != 0 { host_ptr + region.origin } else { 0 };
+        create(&parent.conn, Kind::Mem, ObjData::mem(own, mirror, None), |id| {
+            parent.conn.call(CreateSubBuffer {
+                id,
+                buffer: parent.id,
+                flags,
+                origin: region.origin as u64,
+                size: region.size as u64,
+            })
         })
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
+}
+
+/// `clCreateImage` and its relatives.
+///
+/// # Safety
+/// `format` and `desc` are NULL or valid structs.
+unsafe fn create_image(
+    context: cl_context,
+    properties: Option<Vec<u64>>,
+    flags: cl_bitfield,
+    format: *const cl_image_format,
+    desc: *const cl_image_desc,
+    host_ptr: *mut c_void,
+) -> Result<*mut c_void, cl_int> {
+    let ctx = lookup(context, Kind::Context)?;
+    if format.is_null() {
+        return Err(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
+    }
+    if desc.is_null() {
+        return Err(CL_INVALID_IMAGE_DESCRIPTOR);
+    }
+    // SAFETY: checked non-NULL; valid per the API contract.
+    let (format, d) = unsafe { (*format, *desc) };
+    let buffer = if d.buffer.is_null() {
+        None
+    } else {
+        let b = lookup(d.buffer, Kind::Mem).map_err(|_| CL_INVALID_IMAGE_DESCRIPTOR)?;
+        if !std::sync::Arc::ptr_eq(&b.conn, &ctx.conn) {
+            return Err(CL_INVALID_IMAGE_DESCRIPTOR);
+        }
+        Some(b.id)
+    };
+    let wire_flags = host_ptr_flags(flags, host_ptr)?;
+    let elem = element_size(format.image_channel_order, format.image_channel_data_type)
+        .ok_or(CL_IMAGE_FORMAT_NOT_SUPPORTED)?;
+    let wire_desc = ImageDesc {
+        image_type: d.image_type,
+        width: d.image_width as u64,
+        height: d.image_height as u64,
+        depth: d.image_depth as u64,
+        array_size: d.image_array_size as u64,
+        row_pitch: d.image_row_pitch as u64,
+        slice_pitch: d.image_slice_pitch as u64,
+        num_mip_levels: d.num_mip_levels,
+        num_samples: d.num_samples,
+        buffer,
+    };
+    let len = if host_ptr.is_null() {
+        0
+    } else {
+        let (_, _, total) = host_extent(elem, &wire_desc).ok_or(CL_INVALID_IMAGE_DESCRIPTOR)?;
+        usize::try_from(total).map_err(|_| CL_INVALID_IMAGE_SIZE)?
+    };
+    let meta = ImageMeta { elem: elem as usize, image_type: d.image_type };
+    // USE_HOST_PTR images are copied, not mirrored (see README, Limits).
+    let data = ObjData::mem(flags, 0, Some(meta));
+    let conn = ctx.conn.clone();
+    create(&conn, Kind::Mem, data, |id| {
+        with_host_data(&conn, host_ptr, len, |host_data| CreateImage {
+            id,
+            context: ctx.id,
+            properties,
+            flags: wire_flags,
+            format: (format.image_channel_order, format.image_channel_data_type),
+            desc: wire_desc,
+            host_data,
+        })
+    })
+}
+
+pub unsafe fn clCreateImage(
+    context: cl_context,
+    flags: cl_bitfield,
+    format: *const c_void,
+    desc: *const c_void,
+    host_ptr: *mut c_void,
+    errcode_ret: *mut cl_int,
+) -> cl_mem {
+    // SAFETY: format/desc per the API contract.
+    let r = unsafe { create_image(context, None, flags, format.cast(), desc.cast(), host_ptr) };
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(r, errcode_ret) }
+}
+
+pub unsafe fn clCreateImageWithProperties(
+    context: cl_context,
+    properties: *const cl_bitfield,
+    flags: cl_bitfield,
+    format: *const c_void,
+    desc: *const c_void,
+    host_ptr: *mut c_void,
+    errcode_ret: *mut cl_int,
+) -> cl_mem {
+    // SAFETY: properties is NULL or zero-terminated per the API contract.
+    let props = unsafe { property_list(properties) }.unwrap_or_default();
+    // SAFETY: format/desc per the API contract.
+    let r = unsafe { create_image(context, Some(props), flags, format.cast(), desc.cast(), host_ptr) };
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(r, errcode_ret) }
+}
+
+fn legacy_desc(image_type: u32, dims: [usize; 3], row_pitch: usize, slice_pitch: usize) -> cl_image_desc {
+    cl_image_desc {
+        image_type,
+        image_width: dims[0],
+        image_height: dims[1],
+        image_depth: dims[2],
+        image_array_size: 0,
+        image_row_pitch: row_pitch,
+        image_slice_pitch: slice_pitch,
+        num_mip_levels: 0,
+        num_samples: 0,
+        buffer: std::ptr::null_mut(),
+    }
+}
+
+/// OpenCL 1.0's 2D image: `clCreateImage` with a 2D descriptor.
+pub unsafe fn clCreateImage2D(
+    context: cl_context,
+    flags: cl_bitfield,
+    format: *const c_void,
+    width: usize,
+    height: usize,
+    row_pitch: usize,
+    host_ptr: *mut c_void,
+    errcode_ret: *mut cl_int,
+) -> cl_mem {
+    let desc = legacy_desc(CL_MEM_OBJECT_IMAGE2D, [width, height, 1], row_pitch, 0);
+    // SAFETY: forwarded API contract; desc is a local.
+    unsafe { clCreateImage(context, flags, format, (&desc as *const cl_image_desc).cast(), host_ptr, errcode_ret) }
+}
+
+/// OpenCL 1.0's 3D image: `clCreateImage` with a 3D descriptor.
+pub unsafe fn clCreateImage3D(
+    context: cl_context,
+    flags: cl_bitfield,
+    format: *const c_void,
+    width: usize,
+    height: usize,
+    depth: usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+    host_ptr: *mut c_void,
+    errcode_ret: *mut cl_int,
+) -> cl_mem {
+    let desc = legacy_desc(CL_MEM_OBJECT_IMAGE3D, [width, height, depth], row_pitch, slice_pitch);
+    // SAFETY: forwarded API contract; desc is a local.
+    unsafe { clCreateImage(context, flags, format, (&desc as *const cl_image_desc).cast(), host_ptr, errcode_ret) }
+}
+
+pub unsafe fn clCreatePipe(
+    context: cl_context,
+    flags: cl_bitfield,
+    packet_size: cl_uint,
+    max_packets: cl_uint,
+    properties: *const isize,
+    errcode_ret: *mut cl_int,
+) -> cl_mem {
+    let r = (|| {
+        let ctx = lookup(context, Kind::Context)?;
+        // SAFETY: properties is NULL or zero-terminated; OpenCL defines none for pipes.
+        if !properties.is_null() && unsafe { *properties } != 0 {
+            return Err(CL_INVALID_VALUE);
+        }
+        create(&ctx.conn, Kind::Mem, ObjData::mem(flags, 0, None), |id| {
+            ctx.conn.call(CreatePipe { id, context: ctx.id, flags, packet_size, max_packets })
+        })
+    })();
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(r, errcode_ret) }
+}
+
+pub unsafe fn clGetSupportedImageFormats(
+    context: cl_context,
+    flags: cl_bitfield,
+    image_type: cl_uint,
+    num_entries: cl_uint,
+    formats: *mut c_void,
+    num_formats: *mut cl_uint,
+) -> cl_int {
+    let r = (|| {
+        let ctx = lookup(context, Kind::Context)?;
+        if num_entries == 0 && !formats.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        let reply = ctx.conn.call(cloister_ipc::GetSupportedImageFormats { context: ctx.id, flags, image_type })?;
+        if reply.status != CL_SUCCESS {
+            return Err(reply.status);
+        }
+        let out = formats.cast::<cl_image_format>();
+        if !out.is_null() {
+            for (i, &(order, ty)) in reply.formats.iter().take(num_entries as usize).enumerate() {
+                // SAFETY: the application provides num_entries slots.
+                unsafe { *out.add(i) = cl_image_format { image_channel_order: order, image_channel_data_type: ty } };
+            }
+        }
+        if !num_formats.is_null() {
+            // SAFETY: checked non-NULL.
+            unsafe { *num_formats = reply.formats.len() as cl_uint };
+        }
+        Ok(CL_SUCCESS)
+    })();
+    r.unwrap_or_else(|e| e)
 }
 
 pub unsafe fn clGetMemObjectInfo(
@@ -82,11 +392,36 @@ pub unsafe fn clGetMemObjectInfo(
             };
             match param_name {
                 CL_MEM_FLAGS => Some(Ok(flags.to_ne_bytes().to_vec())),
-                CL_MEM_HOST_PTR => Some(Ok(host_ptr.to_ne_bytes().to_vec())),
+                CL_MEM_HOST_PTR if *flags & CL_MEM_USE_HOST_PTR != 0 && *host_ptr != 0 => {
+                    Some(Ok(host_ptr.to_ne_bytes().to_vec()))
+                }
+                CL_MEM_HOST_PTR => Some(Ok(0usize.to_ne_bytes().to_vec())),
                 _ => None,
             }
         })
     }
+}
+
+forward_info!(clGetImageInfo, cl_mem, Kind::Mem, InfoTarget::Image);
+forward_info!(clGetPipeInfo, cl_mem, Kind::Mem, InfoTarget::Pipe);
+
+/// Registers a callback the shim runs when the object's last reference goes.
+pub fn add_destructor(handle: *mut c_void, kind: Kind, pfn: *mut c_void, user_data: *mut c_void) -> cl_int {
+    let obj: std::sync::Arc<Object> = match lookup(handle, kind) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    if pfn.is_null() {
+        return CL_INVALID_VALUE;
+    }
+    // SAFETY: the application passes a function of the destructor-callback type.
+    let f = unsafe { std::mem::transmute::<*mut c_void, DestructorFn>(pfn) };
+    obj.add_destructor(f, user_data as usize);
+    CL_SUCCESS
+}
+
+pub unsafe fn clSetMemObjectDestructorCallback(memobj: cl_mem, pfn: *mut c_void, user_data: *mut c_void) -> cl_int {
+    add_destructor(memobj, Kind::Mem, pfn, user_data)
 }
 
 retain_release! {

@@ -5,11 +5,14 @@ pub mod context;
 pub mod device;
 pub mod enqueue;
 pub mod event;
+pub mod extensions;
 pub mod kernel;
 pub mod memory;
 pub mod platform;
 pub mod program;
 pub mod queue;
+pub mod region;
+pub mod sampler;
 
 pub use context::*;
 pub use device::*;
@@ -20,6 +23,8 @@ pub use memory::*;
 pub use platform::*;
 pub use program::*;
 pub use queue::*;
+pub use region::*;
+pub use sampler::*;
 
 use std::ffi::c_void;
 use std::sync::Arc;

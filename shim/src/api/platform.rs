@@ -5,7 +5,8 @@ use std::ffi::{c_char, c_void, CStr};
 use cloister_ipc::cl::*;
 use cloister_ipc::InfoTarget;
 
-use crate::handle::Kind;
+use super::extensions;
+use crate::handle::{lookup, Kind};
 use crate::info;
 use crate::runtime::runtime;
 
@@ -70,12 +71,14 @@ pub unsafe fn clGetPlatformInfo(
     unsafe {
         info::get_info(platform, Kind::Platform, InfoTarget::Platform, 0, param_name, size, value, size_ret, |obj| {
             match param_name {
-                CL_PLATFORM_EXTENSIONS => {
-                    Some(info::query(obj, InfoTarget::Platform, 0, param_name).map(add_extension))
-                }
-                CL_PLATFORM_EXTENSIONS_WITH_VERSION => {
-                    Some(info::query(obj, InfoTarget::Platform, 0, param_name).map(add_extension_with_version))
-                }
+                CL_PLATFORM_EXTENSIONS => Some(
+                    info::query(obj, InfoTarget::Platform, 0, param_name)
+                        .map(|v| add_extension(extensions::filter_list(v))),
+                ),
+                CL_PLATFORM_EXTENSIONS_WITH_VERSION => Some(
+                    info::query(obj, InfoTarget::Platform, 0, param_name)
+                        .map(|v| add_extension_with_version(extensions::filter_name_versions(v))),
+                ),
                 _ => None,
             }
         })
@@ -113,10 +116,7 @@ pub unsafe fn clGetExtensionFunctionAddress(func_name: *const c_char) -> *mut c_
     }
     // SAFETY: a NUL-terminated name per the API contract.
     let name = unsafe { CStr::from_ptr(func_name) };
-    match name.to_bytes() {
-        b"clIcdGetPlatformIDsKHR" => crate::clIcdGetPlatformIDsKHR as *mut c_void,
-        _ => std::ptr::null_mut(),
-    }
+    extensions::function_address(name.to_bytes())
 }
 
 pub unsafe fn clGetExtensionFunctionAddressForPlatform(
@@ -128,6 +128,23 @@ pub unsafe fn clGetExtensionFunctionAddressForPlatform(
     }
     // SAFETY: forwarded.
     unsafe { clGetExtensionFunctionAddress(func_name) }
+}
+
+/// A hint: forwarded, so the driver may free its compiler in the worker.
+pub unsafe fn clUnloadPlatformCompiler(platform: cl_platform_id) -> cl_int {
+    match lookup(platform, Kind::Platform) {
+        Ok(p) => p.conn.call(cloister_ipc::UnloadPlatformCompiler { platform: p.id }).unwrap_or_else(|e| e),
+        Err(e) => e,
+    }
+}
+
+/// OpenCL 1.1's hint, for every platform: always succeeds.
+pub unsafe fn clUnloadCompiler() -> cl_int {
+    for &p in runtime().platforms().iter() {
+        // SAFETY: a platform handle of ours.
+        unsafe { clUnloadPlatformCompiler(p as cl_platform_id) };
+    }
+    CL_SUCCESS
 }
 
 #[cfg(test)]

@@ -2,12 +2,14 @@
 
 use std::ffi::{c_char, c_void, CStr};
 
-use cloister_ipc::cl::*;
-use cloister_ipc::{BuildProgram, CreateProgramWithSource, InfoTarget};
+use std::sync::Arc;
 
-use super::{create, creation, forward_info, ids_of, retain_release, slice};
-use crate::conn::{BuildNotifyFn, Callback};
-use crate::handle::{lookup, Kind, ObjData};
+use cloister_ipc::cl::*;
+use cloister_ipc::*;
+
+use super::{create, creation, ids_of, retain_release, slice};
+use crate::conn::{BuildNotifyFn, Callback, Conn};
+use crate::handle::{lookup, new_handle, Kind, ObjData, Object};
 use crate::info;
 
 pub unsafe fn clCreateProgramWithSource(
@@ -90,7 +92,306 @@ pub unsafe fn clBuildProgram(
     r.unwrap_or_else(|e| e)
 }
 
-forward_info!(clGetProgramInfo, cl_program, Kind::Program, InfoTarget::Program);
+/// A device list argument: `None` for NULL (all devices), ids otherwise.
+///
+/// # Safety
+/// `list` is NULL or holds `n` handles.
+unsafe fn device_list(n: cl_uint, list: *const cl_device_id) -> Result<Option<Vec<ObjectId>>, cl_int> {
+    if (n == 0) != list.is_null() {
+        return Err(CL_INVALID_VALUE);
+    }
+    if list.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: guaranteed by the caller.
+    let devs = unsafe { slice(list, n as usize, CL_INVALID_VALUE)? };
+    Ok(Some(ids_of(devs, Kind::Device, CL_INVALID_DEVICE)?.0))
+}
+
+/// An optional NUL-terminated string argument.
+///
+/// # Safety
+/// `s` is NULL or NUL-terminated.
+unsafe fn c_bytes(s: *const c_char) -> Option<Vec<u8>> {
+    // SAFETY: guaranteed by the caller.
+    (!s.is_null()).then(|| unsafe { CStr::from_ptr(s) }.to_bytes().to_vec())
+}
+
+/// Registers a build-style notification for `program` (the handle the callback gets).
+fn build_notify(
+    conn: &Conn,
+    program: *mut c_void,
+    pfn_notify: *mut c_void,
+    user_data: *mut c_void,
+) -> Result<Option<u64>, cl_int> {
+    if pfn_notify.is_null() {
+        return if user_data.is_null() { Ok(None) } else { Err(CL_INVALID_VALUE) };
+    }
+    // SAFETY: the application passes a function of the pfn_notify type of clBuildProgram,
+    // clCompileProgram and clLinkProgram (all the same).
+    let pfn = unsafe { std::mem::transmute::<*mut c_void, BuildNotifyFn>(pfn_notify) };
+    Ok(Some(conn.register_callback(Callback::Build { pfn, user_data: user_data as usize, program: program as usize })))
+}
+
+pub unsafe fn clCreateProgramWithBinary(
+    context: cl_context,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    lengths: *const usize,
+    binaries: *mut *const c_char,
+    binary_status: *mut cl_int,
+    errcode_ret: *mut cl_int,
+) -> cl_program {
+    let r = (|| {
+        let ctx = lookup(context, Kind::Context)?;
+        if num_devices == 0 || device_list.is_null() || lengths.is_null() || binaries.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: device_list holds num_devices handles.
+        let devs = unsafe { slice(device_list, num_devices as usize, CL_INVALID_VALUE)? };
+        let (devices, _) = ids_of(devs, Kind::Device, CL_INVALID_DEVICE)?;
+        let mut bins = Vec::with_capacity(devices.len());
+        for i in 0..num_devices as usize {
+            // SAFETY: lengths and binaries hold num_devices entries.
+            let (len, bin) = unsafe { (*lengths.add(i), *binaries.add(i)) };
+            if len == 0 || bin.is_null() {
+                return Err(CL_INVALID_VALUE);
+            }
+            // SAFETY: each binary holds `len` bytes.
+            bins.push(unsafe { std::slice::from_raw_parts(bin.cast::<u8>(), len) }.to_vec());
+        }
+        let id = ctx.conn.alloc_id();
+        let reply = ctx.conn.call(CreateProgramWithBinary { id, context: ctx.id, devices, binaries: bins })?;
+        if !binary_status.is_null() {
+            for (i, &st) in reply.statuses.iter().take(num_devices as usize).enumerate() {
+                // SAFETY: binary_status holds num_devices entries.
+                unsafe { *binary_status.add(i) = st };
+            }
+        }
+        match reply.status {
+            CL_SUCCESS => Ok(new_handle(Kind::Program, id, &ctx.conn, ObjData::Program)),
+            e => Err(e),
+        }
+    })();
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(r, errcode_ret) }
+}
+
+pub unsafe fn clCreateProgramWithIL(
+    context: cl_context,
+    il: *const c_void,
+    length: usize,
+    errcode_ret: *mut cl_int,
+) -> cl_program {
+    let r = (|| {
+        let ctx = lookup(context, Kind::Context)?;
+        // SAFETY: il holds `length` bytes.
+        let il = unsafe { slice(il.cast::<u8>(), length, CL_INVALID_VALUE)? }.to_vec();
+        if il.is_empty() {
+            return Err(CL_INVALID_VALUE);
+        }
+        create(&ctx.conn, Kind::Program, ObjData::Program, |id| {
+            ctx.conn.call(CreateProgramWithIl { id, context: ctx.id, il })
+        })
+    })();
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(r, errcode_ret) }
+}
+
+pub unsafe fn clCreateProgramWithBuiltInKernels(
+    context: cl_context,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    kernel_names: *const c_char,
+    errcode_ret: *mut cl_int,
+) -> cl_program {
+    let r = (|| {
+        let ctx = lookup(context, Kind::Context)?;
+        // SAFETY: device_list per the API contract.
+        let devices = unsafe { self::device_list(num_devices, device_list)? }.ok_or(CL_INVALID_VALUE)?;
+        // SAFETY: kernel_names is NUL-terminated.
+        let names = unsafe { c_bytes(kernel_names) }.ok_or(CL_INVALID_VALUE)?;
+        create(&ctx.conn, Kind::Program, ObjData::Program, |id| {
+            ctx.conn.call(CreateProgramWithBuiltInKernels { id, context: ctx.id, devices, names })
+        })
+    })();
+    // SAFETY: errcode_ret per API contract.
+    unsafe { creation(r, errcode_ret) }
+}
+
+pub unsafe fn clCompileProgram(
+    program: cl_program,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    options: *const c_char,
+    num_input_headers: cl_uint,
+    input_headers: *const cl_program,
+    header_include_names: *mut *const c_char,
+    pfn_notify: *mut c_void,
+    user_data: *mut c_void,
+) -> cl_int {
+    let r = (|| {
+        let p = lookup(program, Kind::Program)?;
+        // SAFETY: device_list per the API contract.
+        let devices = unsafe { self::device_list(num_devices, device_list)? };
+        if (num_input_headers == 0) != (input_headers.is_null() || header_include_names.is_null())
+            && !(num_input_headers == 0 && input_headers.is_null() && header_include_names.is_null())
+        {
+            return Err(CL_INVALID_VALUE);
+        }
+        let mut headers = Vec::with_capacity(num_input_headers as usize);
+        for i in 0..num_input_headers as usize {
+            // SAFETY: both arrays hold num_input_headers entries.
+            let (h, name) = unsafe { (*input_headers.add(i), *header_include_names.add(i)) };
+            let hp = lookup(h, Kind::Program).map_err(|_| CL_INVALID_VALUE)?;
+            // SAFETY: include names are NUL-terminated.
+            let name = unsafe { c_bytes(name) }.ok_or(CL_INVALID_VALUE)?;
+            headers.push((hp.id, name));
+        }
+        // SAFETY: options is NULL or NUL-terminated.
+        let options = unsafe { c_bytes(options) };
+        let notify = build_notify(&p.conn, program, pfn_notify, user_data)?;
+        let rc = p.conn.call(CompileProgram { program: p.id, devices, options, headers, notify });
+        if let (Some(token), Err(_)) = (notify, &rc) {
+            p.conn.unregister_callback(token);
+        }
+        rc
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clLinkProgram(
+    context: cl_context,
+    num_devices: cl_uint,
+    device_list: *const cl_device_id,
+    options: *const c_char,
+    num_input_programs: cl_uint,
+    input_programs: *const cl_program,
+    pfn_notify: *mut c_void,
+    user_data: *mut c_void,
+    errcode_ret: *mut cl_int,
+) -> cl_program {
+    let r = (|| {
+        let ctx = lookup(context, Kind::Context)?;
+        // SAFETY: device_list per the API contract.
+        let devices = unsafe { self::device_list(num_devices, device_list)? };
+        if num_input_programs == 0 || input_programs.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: input_programs holds num_input_programs handles.
+        let progs = unsafe { slice(input_programs, num_input_programs as usize, CL_INVALID_VALUE)? };
+        let (inputs, _) = ids_of(progs, Kind::Program, CL_INVALID_PROGRAM)?;
+        // SAFETY: options is NULL or NUL-terminated.
+        let options = unsafe { c_bytes(options) };
+        // The callback names the new program, so its handle exists before the driver links.
+        let id = ctx.conn.alloc_id();
+        let handle = new_handle(Kind::Program, id, &ctx.conn, ObjData::Program);
+        let discard = |e| {
+            crate::handle::release(handle, Kind::Program);
+            Err(e)
+        };
+        let notify = match build_notify(&ctx.conn, handle, pfn_notify, user_data) {
+            Ok(n) => n,
+            Err(e) => return discard(e),
+        };
+        let reply = match ctx.conn.call(LinkProgram { id, context: ctx.id, devices, options, inputs, notify }) {
+            Ok(r) => r,
+            Err(e) => return discard(e),
+        };
+        if !reply.created {
+            if let Some(token) = notify {
+                ctx.conn.unregister_callback(token);
+            }
+            return discard(if reply.status == CL_SUCCESS { CL_OUT_OF_RESOURCES } else { reply.status });
+        }
+        // A program that failed to link still exists (its log says why).
+        Ok((handle, reply.status))
+    })();
+    match r {
+        Ok((h, status)) => {
+            // SAFETY: errcode_ret per API contract.
+            unsafe { super::set_err(errcode_ret, status) };
+            h
+        }
+        // SAFETY: errcode_ret per API contract.
+        Err(e) => unsafe { creation(Err(e), errcode_ret) },
+    }
+}
+
+/// `CL_PROGRAM_BINARIES`: the application passes an array of its own buffers, one per device,
+/// and the bytes go where those pointers say.
+fn program_binaries(p: &Arc<Object>, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
+    let reply = match p.conn.call(GetProgramBinaries { program: p.id }) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if reply.status != CL_SUCCESS {
+        return reply.status;
+    }
+    let need = reply.binaries.len() * std::mem::size_of::<*mut u8>();
+    if !value.is_null() {
+        if size < need {
+            return CL_INVALID_VALUE;
+        }
+        let dsts = value.cast::<*mut u8>();
+        for (i, bin) in reply.binaries.iter().enumerate() {
+            // SAFETY: value holds one pointer per device (size checked); a non-NULL pointer is
+            // the application's buffer of CL_PROGRAM_BINARY_SIZES[i] bytes.
+            unsafe {
+                let dst = *dsts.add(i);
+                if !dst.is_null() {
+                    std::ptr::copy_nonoverlapping(bin.as_ptr(), dst, bin.len());
+                }
+            }
+        }
+    }
+    if !size_ret.is_null() {
+        // SAFETY: checked non-NULL.
+        unsafe { *size_ret = need };
+    }
+    CL_SUCCESS
+}
+
+pub unsafe fn clGetProgramInfo(
+    program: cl_program,
+    param_name: cl_uint,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
+    if param_name == CL_PROGRAM_BINARIES {
+        return match lookup(program, Kind::Program) {
+            Ok(p) => program_binaries(&p, size, value, size_ret),
+            Err(e) => e,
+        };
+    }
+    // SAFETY: forwarded API contract.
+    unsafe { info::get_info(program, Kind::Program, InfoTarget::Program, 0, param_name, size, value, size_ret, |_| None) }
+}
+
+pub unsafe fn clSetProgramSpecializationConstant(
+    program: cl_program,
+    spec_id: cl_uint,
+    spec_size: usize,
+    spec_value: *const c_void,
+) -> cl_int {
+    let r = (|| {
+        let p = lookup(program, Kind::Program)?;
+        // SAFETY: spec_value holds spec_size bytes.
+        let value = unsafe { slice(spec_value.cast::<u8>(), spec_size, CL_INVALID_VALUE)? }.to_vec();
+        if value.is_empty() {
+            return Err(CL_INVALID_VALUE);
+        }
+        p.conn.call(SetProgramSpecializationConstant { program: p.id, spec_id, value })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+/// Deprecated in OpenCL 3.0 but still exported: the shim runs the callback when the program's
+/// last reference goes.
+pub unsafe fn clSetProgramReleaseCallback(program: cl_program, pfn: *mut c_void, user_data: *mut c_void) -> cl_int {
+    super::memory::add_destructor(program, Kind::Program, pfn, user_data)
+}
 
 pub unsafe fn clGetProgramBuildInfo(
     program: cl_program,

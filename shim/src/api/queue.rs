@@ -94,6 +94,20 @@ pub unsafe fn clFinish(queue: cl_command_queue) -> cl_int {
     flush_or_finish(queue, true)
 }
 
+pub unsafe fn clSetDefaultDeviceCommandQueue(
+    context: cl_context,
+    device: cl_device_id,
+    command_queue: cl_command_queue,
+) -> cl_int {
+    let r = (|| {
+        let c = lookup(context, Kind::Context)?;
+        let d = lookup(device, Kind::Device)?;
+        let q = lookup(command_queue, Kind::Queue)?;
+        c.conn.call(cloister_ipc::SetDefaultDeviceCommandQueue { context: c.id, device: d.id, queue: q.id })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
 retain_release! {
     clRetainCommandQueue, clReleaseCommandQueue, cl_command_queue, Kind::Queue;
 }

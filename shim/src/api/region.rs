@@ -1,0 +1,546 @@
+//! Rectangular transfers: images and buffer rectangles. The application's rows, at its own
+//! pitches, travel packed (`image::Strided`), so the wire never carries the gaps between rows
+//! and the driver always sees host pitches of 0.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cloister_ipc::cl::*;
+use cloister_ipc::image::Strided;
+use cloister_ipc::lane::BULK_CAP;
+use cloister_ipc::*;
+
+use super::enqueue::{enqueue_pending, queue_and_mem, SettleAfter};
+use super::{enqueue_sync, finish_enqueue};
+use crate::handle::{ImageMeta, Kind, MapRecord, ObjData, Object};
+use crate::pending::Transfer;
+
+/// Three `size_t`s from an origin or region argument.
+///
+/// # Safety
+/// `p` is NULL or points at three `size_t`s.
+unsafe fn triple(p: *const usize) -> Result<[usize; 3], cl_int> {
+    if p.is_null() {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: guaranteed by the caller.
+    Ok(unsafe { [*p, *p.add(1), *p.add(2)] })
+}
+
+fn wide(v: [usize; 3]) -> [u64; 3] {
+    v.map(|x| x as u64)
+}
+
+fn image_meta(m: &Object) -> Result<ImageMeta, cl_int> {
+    match m.data {
+        ObjData::Mem { image: Some(meta), .. } => Ok(meta),
+        _ => Err(CL_INVALID_MEM_OBJECT),
+    }
+}
+
+/// The application's side of an image transfer: its rows at `row_pitch`, or between the
+/// images of a 1D array at `slice_pitch`, with the spec's defaults for 0.
+fn image_host_shape(meta: ImageMeta, region: [usize; 3], row_pitch: usize, slice_pitch: usize) -> Result<Strided, cl_int> {
+    let row_bytes = region[0].checked_mul(meta.elem).ok_or(CL_INVALID_VALUE)?;
+    let row = if row_pitch == 0 { row_bytes } else { row_pitch };
+    if row < row_bytes {
+        return Err(CL_INVALID_VALUE);
+    }
+    let array_1d = meta.image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY;
+    let slice_default = if array_1d { row } else { row * region[1] };
+    let slice = if slice_pitch == 0 { slice_default } else { slice_pitch };
+    let row_step = if array_1d { slice } else { row };
+    Ok(Strided { row_bytes, rows: region[1], slices: region[2], row_pitch: row_step, slice_pitch: slice })
+}
+
+/// The application's side of a buffer-rectangle transfer, and the byte offset of its origin.
+fn rect_host_shape(
+    origin: [usize; 3],
+    region: [usize; 3],
+    row_pitch: usize,
+    slice_pitch: usize,
+) -> Result<(Strided, usize), cl_int> {
+    let row = if row_pitch == 0 { region[0] } else { row_pitch };
+    let slice = if slice_pitch == 0 { row * region[1] } else { slice_pitch };
+    if row < region[0] || slice < row * region[1] || (slice_pitch != 0 && row != 0 && slice % row != 0) {
+        return Err(CL_INVALID_VALUE);
+    }
+    let offset = origin[2] * slice + origin[1] * row + origin[0];
+    Ok((Strided { row_bytes: region[0], rows: region[1], slices: region[2], row_pitch: row, slice_pitch: slice }, offset))
+}
+
+/// One rectangular read or write. Blocking ones go through the lane (or a segment when the
+/// region is larger than the bulk area); non-blocking ones through a pending segment.
+///
+/// # Safety
+/// `host` describes application memory at `ptr`, readable (write) or writable (read); `event`
+/// is NULL or valid for a write.
+#[allow(clippy::too_many_arguments)]
+unsafe fn transfer(
+    q: &Object,
+    m: &Object,
+    write: bool,
+    blocking: bool,
+    target: RegionTarget,
+    region: [usize; 3],
+    host: Strided,
+    ptr: *mut u8,
+    sync: EnqueueSync,
+    event: *mut cl_event,
+) -> Result<cl_int, cl_int> {
+    let len = host.packed_len();
+    let req = |data, sync| EnqueueRegionTransfer {
+        queue: q.id,
+        mem: m.id,
+        write,
+        blocking,
+        target: target.clone(),
+        region: wide(region),
+        data,
+        sync,
+    };
+    if !blocking || len > BULK_CAP {
+        let segment = q.conn.acquire_segment(len)?;
+        let data = DataRef::Segment { id: segment.id, offset: 0, len: len as u64 };
+        if write {
+            // SAFETY: the application's rows per the caller; the segment holds `len` bytes.
+            unsafe { host.pack(ptr, segment.region.as_ptr()) };
+        }
+        if !blocking {
+            let transfer = if write { Transfer::Write } else { Transfer::Read { dst: ptr as usize, shape: host, mirror: None } };
+            // SAFETY: event per the caller.
+            return unsafe { enqueue_pending(q, &sync, event, segment, transfer, |_, s| req(data, s)) };
+        }
+        let _settled = SettleAfter(q);
+        let rc = q.conn.call(req(data, sync.clone()));
+        if !write && rc == Ok(CL_SUCCESS) {
+            // SAFETY: as above, the other way.
+            unsafe { host.unpack(segment.region.as_ptr(), ptr) };
+        }
+        q.conn.release_segment(segment);
+        // SAFETY: event per the caller.
+        return Ok(unsafe { finish_enqueue(q, &sync, event, rc) });
+    }
+    let _settled = SettleAfter(q);
+    let data = DataRef::Lane { offset: 0, len: len as u64 };
+    let fill = |bulk: *mut u8| {
+        if write {
+            // SAFETY: the application's rows per the caller; the bulk area holds `len` bytes.
+            unsafe { host.pack(ptr, bulk) };
+        }
+        Ok(())
+    };
+    let drain = |rc: &cl_int, bulk: *mut u8| {
+        if !write && *rc == CL_SUCCESS {
+            // SAFETY: as above, the other way.
+            unsafe { host.unpack(bulk, ptr) };
+        }
+    };
+    let rc = q.conn.call_with(req(data, sync.clone()), fill, drain);
+    // SAFETY: event per the caller.
+    Ok(unsafe { finish_enqueue(q, &sync, event, rc) })
+}
+
+/// The shared body of the four rectangular read/write entry points.
+///
+/// # Safety
+/// The arguments follow the entry point's API contract.
+#[allow(clippy::too_many_arguments)]
+unsafe fn read_or_write(
+    queue: cl_command_queue,
+    mem: cl_mem,
+    write: bool,
+    blocking: cl_bool,
+    ptr: *const c_void,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+    shape: impl FnOnce(&Object) -> Result<(RegionTarget, [usize; 3], Strided, usize), cl_int>,
+) -> cl_int {
+    let r = (|| {
+        let (q, m) = queue_and_mem(queue, mem)?;
+        if ptr.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        let (target, region, host, offset) = shape(&m)?;
+        // SAFETY: API contract for the wait list and event.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        // SAFETY: ptr + offset is where the application's box starts (API contract).
+        let base = unsafe { ptr.cast::<u8>().add(offset) }.cast_mut();
+        // SAFETY: forwarded.
+        unsafe { transfer(&q, &m, write, blocking != CL_FALSE, target, region, host, base, sync, event) }
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clEnqueueReadImage(
+    queue: cl_command_queue,
+    image: cl_mem,
+    blocking: cl_bool,
+    origin: *const usize,
+    region: *const usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+    ptr: *mut c_void,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let shape = |m: &Object| {
+        // SAFETY: origin and region hold three values per the API contract.
+        let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
+        let host = image_host_shape(image_meta(m)?, region, row_pitch, slice_pitch)?;
+        Ok((RegionTarget::Image { origin: wide(origin) }, region, host, 0))
+    };
+    // SAFETY: forwarded API contract.
+    unsafe { read_or_write(queue, image, false, blocking, ptr, n, list, event, shape) }
+}
+
+pub unsafe fn clEnqueueWriteImage(
+    queue: cl_command_queue,
+    image: cl_mem,
+    blocking: cl_bool,
+    origin: *const usize,
+    region: *const usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+    ptr: *const c_void,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let shape = |m: &Object| {
+        // SAFETY: origin and region hold three values per the API contract.
+        let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
+        let host = image_host_shape(image_meta(m)?, region, row_pitch, slice_pitch)?;
+        Ok((RegionTarget::Image { origin: wide(origin) }, region, host, 0))
+    };
+    // SAFETY: forwarded API contract.
+    unsafe { read_or_write(queue, image, true, blocking, ptr, n, list, event, shape) }
+}
+
+/// The buffer side and the host side of a `clEnqueueRead/WriteBufferRect`.
+///
+/// # Safety
+/// The three arrays hold three values each or are NULL.
+#[allow(clippy::too_many_arguments)]
+unsafe fn rect_shape(
+    buffer_origin: *const usize,
+    host_origin: *const usize,
+    region: *const usize,
+    buffer_row_pitch: usize,
+    buffer_slice_pitch: usize,
+    host_row_pitch: usize,
+    host_slice_pitch: usize,
+) -> Result<(RegionTarget, [usize; 3], Strided, usize), cl_int> {
+    // SAFETY: guaranteed by the caller.
+    let (b_origin, h_origin, region) = unsafe { (triple(buffer_origin)?, triple(host_origin)?, triple(region)?) };
+    let (host, offset) = rect_host_shape(h_origin, region, host_row_pitch, host_slice_pitch)?;
+    let target =
+        RegionTarget::BufferRect { origin: wide(b_origin), row_pitch: buffer_row_pitch as u64, slice_pitch: buffer_slice_pitch as u64 };
+    Ok((target, region, host, offset))
+}
+
+pub unsafe fn clEnqueueReadBufferRect(
+    queue: cl_command_queue,
+    buffer: cl_mem,
+    blocking: cl_bool,
+    buffer_origin: *const usize,
+    host_origin: *const usize,
+    region: *const usize,
+    buffer_row_pitch: usize,
+    buffer_slice_pitch: usize,
+    host_row_pitch: usize,
+    host_slice_pitch: usize,
+    ptr: *mut c_void,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    // SAFETY: the arrays per the API contract.
+    let shape = |_: &Object| unsafe {
+        rect_shape(buffer_origin, host_origin, region, buffer_row_pitch, buffer_slice_pitch, host_row_pitch, host_slice_pitch)
+    };
+    // SAFETY: forwarded API contract.
+    unsafe { read_or_write(queue, buffer, false, blocking, ptr, n, list, event, shape) }
+}
+
+pub unsafe fn clEnqueueWriteBufferRect(
+    queue: cl_command_queue,
+    buffer: cl_mem,
+    blocking: cl_bool,
+    buffer_origin: *const usize,
+    host_origin: *const usize,
+    region: *const usize,
+    buffer_row_pitch: usize,
+    buffer_slice_pitch: usize,
+    host_row_pitch: usize,
+    host_slice_pitch: usize,
+    ptr: *const c_void,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    // SAFETY: the arrays per the API contract.
+    let shape = |_: &Object| unsafe {
+        rect_shape(buffer_origin, host_origin, region, buffer_row_pitch, buffer_slice_pitch, host_row_pitch, host_slice_pitch)
+    };
+    // SAFETY: forwarded API contract.
+    unsafe { read_or_write(queue, buffer, true, blocking, ptr, n, list, event, shape) }
+}
+
+/// The shared body of the four device-side region copies.
+///
+/// # Safety
+/// Origins and region hold three values each or are NULL; `event` per the API contract.
+#[allow(clippy::too_many_arguments)]
+unsafe fn copy_region(
+    queue: cl_command_queue,
+    src: cl_mem,
+    dst: cl_mem,
+    kind: CopyKind,
+    src_origin: [usize; 3],
+    dst_origin: [usize; 3],
+    region: *const usize,
+    src_pitches: (usize, usize),
+    dst_pitches: (usize, usize),
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let r = (|| {
+        let (q, s) = queue_and_mem(queue, src)?;
+        let (_, d) = queue_and_mem(queue, dst)?;
+        // SAFETY: per the caller.
+        let region = unsafe { triple(region)? };
+        // SAFETY: API contract.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let req = EnqueueCopyRegion {
+            queue: q.id,
+            src: s.id,
+            dst: d.id,
+            kind,
+            src_origin: wide(src_origin),
+            dst_origin: wide(dst_origin),
+            region: wide(region),
+            src_pitches: (src_pitches.0 as u64, src_pitches.1 as u64),
+            dst_pitches: (dst_pitches.0 as u64, dst_pitches.1 as u64),
+            sync: sync.clone(),
+        };
+        // SAFETY: event per API contract.
+        Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+pub unsafe fn clEnqueueCopyBufferRect(
+    queue: cl_command_queue,
+    src: cl_mem,
+    dst: cl_mem,
+    src_origin: *const usize,
+    dst_origin: *const usize,
+    region: *const usize,
+    src_row_pitch: usize,
+    src_slice_pitch: usize,
+    dst_row_pitch: usize,
+    dst_slice_pitch: usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    // SAFETY: the arrays per the API contract.
+    let origins = unsafe { triple(src_origin).and_then(|s| Ok((s, triple(dst_origin)?))) };
+    let Ok((so, d_o)) = origins else { return CL_INVALID_VALUE };
+    let (sp, dp) = ((src_row_pitch, src_slice_pitch), (dst_row_pitch, dst_slice_pitch));
+    // SAFETY: forwarded API contract.
+    unsafe { copy_region(queue, src, dst, CopyKind::BufferRect, so, d_o, region, sp, dp, n, list, event) }
+}
+
+pub unsafe fn clEnqueueCopyImage(
+    queue: cl_command_queue,
+    src: cl_mem,
+    dst: cl_mem,
+    src_origin: *const usize,
+    dst_origin: *const usize,
+    region: *const usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    // SAFETY: the arrays per the API contract.
+    let origins = unsafe { triple(src_origin).and_then(|s| Ok((s, triple(dst_origin)?))) };
+    let Ok((so, d_o)) = origins else { return CL_INVALID_VALUE };
+    // SAFETY: forwarded API contract.
+    unsafe { copy_region(queue, src, dst, CopyKind::Image, so, d_o, region, (0, 0), (0, 0), n, list, event) }
+}
+
+pub unsafe fn clEnqueueCopyImageToBuffer(
+    queue: cl_command_queue,
+    src_image: cl_mem,
+    dst_buffer: cl_mem,
+    src_origin: *const usize,
+    region: *const usize,
+    dst_offset: usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    // SAFETY: the array per the API contract.
+    let Ok(so) = (unsafe { triple(src_origin) }) else { return CL_INVALID_VALUE };
+    let d_o = [dst_offset, 0, 0];
+    // SAFETY: forwarded API contract.
+    unsafe { copy_region(queue, src_image, dst_buffer, CopyKind::ImageToBuffer, so, d_o, region, (0, 0), (0, 0), n, list, event) }
+}
+
+pub unsafe fn clEnqueueCopyBufferToImage(
+    queue: cl_command_queue,
+    src_buffer: cl_mem,
+    dst_image: cl_mem,
+    src_offset: usize,
+    dst_origin: *const usize,
+    region: *const usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    // SAFETY: the array per the API contract.
+    let Ok(d_o) = (unsafe { triple(dst_origin) }) else { return CL_INVALID_VALUE };
+    let so = [src_offset, 0, 0];
+    // SAFETY: forwarded API contract.
+    unsafe { copy_region(queue, src_buffer, dst_image, CopyKind::BufferToImage, so, d_o, region, (0, 0), (0, 0), n, list, event) }
+}
+
+pub unsafe fn clEnqueueFillImage(
+    queue: cl_command_queue,
+    image: cl_mem,
+    fill_color: *const c_void,
+    origin: *const usize,
+    region: *const usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let r = (|| {
+        let (q, m) = queue_and_mem(queue, image)?;
+        if fill_color.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: the colour is a cl_float4, cl_int4 or cl_uint4: 16 bytes.
+        let color = unsafe { std::slice::from_raw_parts(fill_color.cast::<u8>(), 16) }.to_vec();
+        // SAFETY: origin and region hold three values per the API contract.
+        let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
+        // SAFETY: API contract.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let req = EnqueueFillImage {
+            queue: q.id,
+            mem: m.id,
+            color,
+            origin: wide(origin),
+            region: wide(region),
+            sync: sync.clone(),
+        };
+        // SAFETY: event per API contract.
+        Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
+    })();
+    r.unwrap_or_else(|e| e)
+}
+
+/// Maps into a segment holding the region's rows packed; the application gets the segment and
+/// packed pitches. Unmapped by `clEnqueueUnmapMemObject` like a buffer mapping.
+pub unsafe fn clEnqueueMapImage(
+    queue: cl_command_queue,
+    image: cl_mem,
+    _blocking_map: cl_bool,
+    map_flags: cl_bitfield,
+    origin: *const usize,
+    region: *const usize,
+    image_row_pitch: *mut usize,
+    image_slice_pitch: *mut usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+    errcode_ret: *mut cl_int,
+) -> *mut c_void {
+    let r = (|| {
+        let (q, m) = queue_and_mem(queue, image)?;
+        let meta = image_meta(&m)?;
+        if image_row_pitch.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        let needs_slice = matches!(
+            meta.image_type,
+            CL_MEM_OBJECT_IMAGE3D | CL_MEM_OBJECT_IMAGE1D_ARRAY | CL_MEM_OBJECT_IMAGE2D_ARRAY
+        );
+        if needs_slice && image_slice_pitch.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: origin and region hold three values per the API contract.
+        let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
+        let size = Strided::packed(region[0] * meta.elem, region[1], region[2]).packed_len();
+        // SAFETY: API contract.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let segment = q.conn.acquire_segment(size)?;
+        let req = EnqueueMapImage {
+            queue: q.id,
+            mem: m.id,
+            flags: map_flags,
+            origin: wide(origin),
+            region: wide(region),
+            segment: segment.id,
+            sync: sync.clone(),
+        };
+        let reply = match q.conn.call(req) {
+            Ok(r) if r.status == CL_SUCCESS => r,
+            other => {
+                q.conn.release_segment(segment);
+                return Err(other.map_or_else(|e| e, |r| r.status));
+            }
+        };
+        // SAFETY: event per API contract.
+        unsafe { finish_enqueue(&q, &sync, event, Ok(CL_SUCCESS)) };
+        // SAFETY: checked non-NULL above (row) or NULL-checked here (slice).
+        unsafe {
+            *image_row_pitch = reply.row_pitch as usize;
+            if !image_slice_pitch.is_null() {
+                *image_slice_pitch = reply.slice_pitch as usize;
+            }
+        }
+        let ptr = segment.region.as_ptr() as usize;
+        if let ObjData::Mem { maps, .. } = &m.data {
+            let record = MapRecord { segment, size, flags: map_flags };
+            maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
+        }
+        Ok(ptr as *mut c_void)
+    })();
+    // SAFETY: errcode_ret per API contract.
+    unsafe { super::creation(r, errcode_ret) }
+}
+
+pub unsafe fn clEnqueueMigrateMemObjects(
+    queue: cl_command_queue,
+    num_mem_objects: cl_uint,
+    mem_objects: *const cl_mem,
+    flags: cl_bitfield,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> cl_int {
+    let r = (|| {
+        let q = crate::handle::lookup(queue, Kind::Queue)?;
+        if num_mem_objects == 0 || mem_objects.is_null() {
+            return Err(CL_INVALID_VALUE);
+        }
+        // SAFETY: mem_objects holds num_mem_objects handles.
+        let handles = unsafe { super::slice(mem_objects, num_mem_objects as usize, CL_INVALID_VALUE)? };
+        let (mems, conn) = super::ids_of(handles, Kind::Mem, CL_INVALID_MEM_OBJECT)?;
+        if conn.is_some_and(|c| !Arc::ptr_eq(&c, &q.conn)) {
+            return Err(CL_INVALID_CONTEXT);
+        }
+        // SAFETY: API contract.
+        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let req = EnqueueMigrateMemObjects { queue: q.id, mems, flags, sync: sync.clone() };
+        // SAFETY: event per API contract.
+        Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
+    })();
+    r.unwrap_or_else(|e| e)
+}
