@@ -17,6 +17,21 @@ fn api_smoke_passes_directly_and_caged() {
     assert_eq!(timers(&text(&d)), timers(&out), "direct:\n{}\ncaged:\n{out}", text(&d));
 }
 
+/// Images, samplers, sub-buffers, rectangles, binaries, compile/link, sub-devices, destructor
+/// callbacks: the same checks pass directly and caged, with the same findings, except that the
+/// cage does not advertise native kernels or SVM (it does not forward them).
+#[test]
+fn api_full_passes_directly_and_caged_with_the_same_results() {
+    let exe = c_client("api_full");
+    let d = direct(&exe, &[], &[]);
+    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
+    let c = caged(&[], &exe, &[], &[]);
+    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
+    let findings = |t: &str| t.lines().filter(|l| !l.starts_with("native kernels")).map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(findings(&text(&d)), findings(&text(&c)));
+    assert!(text(&c).contains("native kernels no, svm no"), "{}", text(&c));
+}
+
 #[test]
 fn drop_in_mode_validates_garbage_and_released_handles() {
     let exe = c_client("api_smoke");
