@@ -1,6 +1,7 @@
 //! cloister's IPC layer: wire types, the postcard codec, socket framing with fd passing, the
 //! shared-memory lanes and the version handshake. No OpenCL calls and no processes here.
 
+pub mod advertised;
 pub mod api_table;
 pub mod channel;
 pub mod cl;
