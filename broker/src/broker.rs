@@ -56,7 +56,26 @@ pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
 /// What the broker says of a worker's death, once it has written the report.
 pub type DeathNote = Arc<std::sync::Mutex<Option<String>>>;
 
-type SpawnRequest = (Driver, std::sync::mpsc::Sender<std::io::Result<(OwnedFd, DeathNote)>>);
+type SpawnRequest = (Driver, Option<AppStdio>, std::sync::mpsc::Sender<std::io::Result<(OwnedFd, DeathNote)>>);
+
+/// The application's stdout and stderr, sent with its hello: a worker writes there (kernel
+/// `printf`, driver messages) even when this broker serves many applications.
+pub struct AppStdio {
+    out: OwnedFd,
+    err: OwnedFd,
+}
+
+impl AppStdio {
+    /// The two descriptors a shim's hello carries, if it carried them.
+    fn from_hello(fds: Vec<OwnedFd>) -> Option<Self> {
+        let mut fds = fds.into_iter();
+        Some(AppStdio { out: fds.next()?, err: fds.next()? })
+    }
+
+    fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(AppStdio { out: self.out.try_clone()?, err: self.err.try_clone()? })
+    }
+}
 
 /// Workers die with the thread that forked them (`PR_SET_PDEATHSIG` follows the parent
 /// *thread*), so all of them are started by one thread that lives as long as the broker.
@@ -65,8 +84,8 @@ fn spawner(options: WorkerOptions) -> std::sync::mpsc::Sender<SpawnRequest> {
     std::thread::Builder::new()
         .name("worker-spawner".into())
         .spawn(move || {
-            for (driver, reply) in rx {
-                let _ = reply.send(spawn_worker(&options, &driver));
+            for (driver, stdio, reply) in rx {
+                let _ = reply.send(spawn_worker(&options, &driver, stdio));
             }
         })
         .expect("cannot start the worker-spawner thread");
@@ -130,15 +149,16 @@ fn serve_client(
         let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
-    let (BrokerRequest::Hello(hello), _) = channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())? else {
+    let (BrokerRequest::Hello(hello), fds) = channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())? else {
         return Err("the first message must be a hello".into());
     };
+    let stdio = AppStdio::from_hello(fds);
     if let Err(reason) = hello.check() {
         let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
     let mut notes: Vec<(String, DeathNote)> = Vec::new();
-    grant(client, &config.drivers, spawn, &mut notes)?;
+    grant(client, &config.drivers, spawn, &mut notes, stdio.as_ref())?;
     // The connection stays open: the shim asks here for replacements of workers that died.
     loop {
         let request = match channel::recv::<BrokerRequest>(client) {
@@ -154,7 +174,7 @@ fn serve_client(
                     channel::send(client, &BrokerReply::Refused { reason }, &[]).map_err(|e| e.to_string())?;
                     continue;
                 }
-                grant(client, &wanted, spawn, &mut notes)?;
+                grant(client, &wanted, spawn, &mut notes, stdio.as_ref())?;
             }
             BrokerRequest::WhyDied { driver } => {
                 let note = notes.iter().rev().find(|(d, _)| *d == driver).map(|(_, n)| n.clone());
@@ -180,13 +200,16 @@ fn grant(
     drivers: &[Driver],
     spawn: &std::sync::mpsc::Sender<SpawnRequest>,
     notes: &mut Vec<(String, DeathNote)>,
+    stdio: Option<&AppStdio>,
 ) -> Result<(), String> {
     let mut grants = Vec::new();
     let mut fds = Vec::new();
     let mut errors = Vec::new();
     for d in drivers {
         let (tx, rx) = std::sync::mpsc::channel();
-        spawn.send((d.clone(), tx)).map_err(|_| "worker spawner is gone")?;
+        let stdio =
+            stdio.map(AppStdio::try_clone).transpose().map_err(|e| format!("dup of the application's stdio: {e}"))?;
+        spawn.send((d.clone(), stdio, tx)).map_err(|_| "worker spawner is gone")?;
         let spawned = rx.recv().map_err(|_| "worker spawner is gone")?;
         match spawned {
             Ok((fd, note)) => {
@@ -228,7 +251,11 @@ pub fn cache_dir(driver: &Driver) -> PathBuf {
 
 /// Starts a worker for `driver`; returns the shim's end of its channel. A thread waits for the
 /// worker and, if it dies, writes a crash report naming the cause.
-pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result<(OwnedFd, DeathNote)> {
+pub fn spawn_worker(
+    options: &WorkerOptions,
+    driver: &Driver,
+    stdio: Option<AppStdio>,
+) -> std::io::Result<(OwnedFd, DeathNote)> {
     let (ours, theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
     let recorder = FlightRecorder::create().map_err(|e| std::io::Error::other(e.to_string()))?;
     let cache = cache_dir(driver);
@@ -254,6 +281,9 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result
     // (or, learning, observe every call).
     let (sup_ours, sup_theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
     let sup_raw = sup_theirs.as_raw_fd();
+    // Not the application's folder (the driver may not read it): relative paths the driver opens,
+    // like a build's `-I.`, resolve in its own cache, and the application's headers come staged.
+    cmd.current_dir(&cache);
     cmd.env_clear();
     for key in cloister_sandbox_policy::ENV_PASSTHROUGH.iter().chain(WORKER_CLOISTER_VARS.iter()) {
         if let Some(v) = std::env::var_os(key) {
@@ -262,6 +292,9 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver) -> std::io::Result
     }
     cmd.env("HOME", &cache).env("XDG_CACHE_HOME", &cache).env("TMPDIR", &tmp);
     cmd.stdin(Stdio::null());
+    if let Some(AppStdio { out, err }) = stdio {
+        cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+    }
     // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {

@@ -91,7 +91,10 @@ pub fn device_value(param: u32, v: Vec<u8>) -> Vec<u8> {
 pub fn rewrites_device_param(param: u32) -> bool {
     matches!(
         param,
-        CL_DEVICE_EXTENSIONS | CL_DEVICE_EXTENSIONS_WITH_VERSION | CL_DEVICE_SVM_CAPABILITIES | CL_DEVICE_EXECUTION_CAPABILITIES
+        CL_DEVICE_EXTENSIONS
+            | CL_DEVICE_EXTENSIONS_WITH_VERSION
+            | CL_DEVICE_SVM_CAPABILITIES
+            | CL_DEVICE_EXECUTION_CAPABILITIES
     )
 }
 

@@ -178,6 +178,15 @@ pub enum RegionTarget {
     BufferRect { origin: [u64; 3], row_pitch: u64, slice_pitch: u64 },
 }
 
+/// The application's headers a build needs (the worker cannot read the application's files):
+/// the `-I` folders in order (the application's working folder last), and each header found,
+/// by its absolute path.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct AppIncludes {
+    pub dirs: Vec<String>,
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
 /// Which of the four region copies: `src_origin[0]` / `dst_origin[0]` are the buffer offsets
 /// of the image-buffer copies; the pitches are used by buffer-rect copies only.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,8 +344,10 @@ wire_calls! {
     CreateProgramWithSource(create_program_with_source) {
         id: ObjectId, context: ObjectId, sources: Vec<Vec<u8>>,
     } -> i32;
+    /// With `includes`, `options` has lost its `-I` folders: the worker adds its copies.
     BuildProgram(build_program) {
-        program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>, notify: Option<u64>,
+        program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
+        includes: Option<AppIncludes>, notify: Option<u64>,
     } -> i32;
     CreateProgramWithBinary(create_program_with_binary) {
         id: ObjectId, context: ObjectId, devices: Vec<ObjectId>, binaries: Vec<Vec<u8>>,
@@ -349,7 +360,7 @@ wire_calls! {
     /// `headers` pairs each header program with its include name.
     CompileProgram(compile_program) {
         program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
-        headers: Vec<(ObjectId, Vec<u8>)>, notify: Option<u64>,
+        headers: Vec<(ObjectId, Vec<u8>)>, includes: Option<AppIncludes>, notify: Option<u64>,
     } -> i32;
     LinkProgram(link_program) {
         id: ObjectId, context: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,

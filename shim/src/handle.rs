@@ -102,7 +102,10 @@ pub enum ObjData {
         maps: Mutex<HashMap<usize, Vec<MapRecord>>>,
     },
     Program,
-    Kernel { num_args: u32, args: Mutex<KernelArgs> },
+    Kernel {
+        num_args: u32,
+        args: Mutex<KernelArgs>,
+    },
     Event,
     Sampler,
 }

@@ -11,6 +11,7 @@
 mod api;
 mod conn;
 mod handle;
+mod includes;
 mod info;
 mod pending;
 mod runtime;

@@ -237,7 +237,13 @@ fn connect() -> Result<Runtime, String> {
         }
     };
     let _ = path;
-    channel::send(&sock, &BrokerRequest::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
+    // Our stdout and stderr go with the hello: the worker writes kernel printf output and driver
+    // messages there, wherever the broker itself writes. (An application that closed either
+    // sends neither: its worker inherits the broker's.)
+    // SAFETY: F_GETFD on any integer is harmless; it only reports whether the fd is open.
+    let open = |fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+    let stdio: &[i32] = if open(1) && open(2) { &[1, 2] } else { &[] };
+    channel::send(&sock, &BrokerRequest::Hello(Hello::new()), stdio).map_err(|e| e.to_string())?;
     let (reply, fds) = channel::recv::<BrokerReply>(&sock).map_err(|e| format!("broker: {e}"))?;
     let (grants, errors) = match reply {
         BrokerReply::Workers { version, grants, errors } => {

@@ -27,7 +27,8 @@ fn api_full_passes_directly_and_caged_with_the_same_results() {
     assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
     let c = caged(&[], &exe, &[], &[]);
     assert!(c.status.success(), "caged run failed:\n{}", text(&c));
-    let findings = |t: &str| t.lines().filter(|l| !l.starts_with("native kernels")).map(str::to_string).collect::<Vec<_>>();
+    let findings =
+        |t: &str| t.lines().filter(|l| !l.starts_with("native kernels")).map(str::to_string).collect::<Vec<_>>();
     assert_eq!(findings(&text(&d)), findings(&text(&c)));
     assert!(text(&c).contains("native kernels no, svm no"), "{}", text(&c));
 }

@@ -212,6 +212,21 @@ fn terminated(v: &Option<Vec<u64>>) -> Option<Vec<u64>> {
     })
 }
 
+/// Build options as the driver gets them: NUL-terminated, with the application's headers
+/// staged (kept until the returned guard drops) and `-I` pointing at them.
+fn build_options(
+    includes: &Option<AppIncludes>,
+    options: Option<Vec<u8>>,
+) -> Result<(Option<crate::includes::Staged>, Option<Vec<u8>>), cl_int> {
+    match includes {
+        Some(inc) => {
+            let (staged, opts) = crate::includes::stage(inc, options.as_deref())?;
+            Ok((Some(staged), Some(nul_terminated(&opts))))
+        }
+        None => Ok((None, options.as_deref().map(nul_terminated))),
+    }
+}
+
 fn nul_terminated(s: &[u8]) -> Vec<u8> {
     let mut v = s.to_vec();
     v.push(0);
@@ -435,15 +450,8 @@ impl Handler for LaneServer<'_> {
             rec.build_options.set(r.options.as_deref().unwrap_or_default());
         }
         let p = tri!(self.obj(r.program, Kind::Program));
-        let devs = match &r.devices {
-            Some(ids) => Some(tri!(self.objs(ids, Kind::Device, CL_INVALID_DEVICE))),
-            None => None,
-        };
-        let options = r.options.as_ref().map(|o| {
-            let mut o = o.clone();
-            o.push(0);
-            o
-        });
+        let devs = tri!(self.opt_devices(&r.devices));
+        let (_staged, options) = tri!(build_options(&r.includes, r.options));
         let (cb, token) = notify_pair(r.notify, notify::on_build_done as *mut c_void);
         let f = driver_fn!(p, clBuildProgram);
         // SAFETY: live program and devices; options NUL-terminated.
@@ -749,9 +757,15 @@ impl Handler for LaneServer<'_> {
         // whole host extent in shared memory (checked above).
         let m = unsafe {
             match terminated(&r.properties) {
-                Some(props) => {
-                    driver_fn!(ctx, clCreateImageWithProperties)(ctx as _, props.as_ptr(), r.flags, fmt, dsc, host.cast(), &mut rc)
-                }
+                Some(props) => driver_fn!(ctx, clCreateImageWithProperties)(
+                    ctx as _,
+                    props.as_ptr(),
+                    r.flags,
+                    fmt,
+                    dsc,
+                    host.cast(),
+                    &mut rc,
+                ),
                 None => driver_fn!(ctx, clCreateImage)(ctx as _, r.flags, fmt, dsc, host.cast(), &mut rc),
             }
         };
@@ -762,7 +776,8 @@ impl Handler for LaneServer<'_> {
         let ctx = tri!(self.obj(r.context, Kind::Context));
         let mut rc = CL_SUCCESS;
         // SAFETY: a live context; no properties.
-        let m = unsafe { driver_fn!(ctx, clCreatePipe)(ctx as _, r.flags, r.packet_size, r.max_packets, null(), &mut rc) };
+        let m =
+            unsafe { driver_fn!(ctx, clCreatePipe)(ctx as _, r.flags, r.packet_size, r.max_packets, null(), &mut rc) };
         self.adopt(r.id, Kind::Mem, m, rc)
     }
 
@@ -832,22 +847,72 @@ impl Handler for LaneServer<'_> {
             match (r.target, r.write) {
                 (RegionTarget::Image { origin }, false) => {
                     let o = origin.map(|x| x as usize);
-                    driver_fn!(q, clEnqueueReadImage)(q as _, m as _, blocking, o.as_ptr(), region.as_ptr(), 0, 0, host_m, n, w, e)
+                    driver_fn!(q, clEnqueueReadImage)(
+                        q as _,
+                        m as _,
+                        blocking,
+                        o.as_ptr(),
+                        region.as_ptr(),
+                        0,
+                        0,
+                        host_m,
+                        n,
+                        w,
+                        e,
+                    )
                 }
                 (RegionTarget::Image { origin }, true) => {
                     let o = origin.map(|x| x as usize);
-                    driver_fn!(q, clEnqueueWriteImage)(q as _, m as _, blocking, o.as_ptr(), region.as_ptr(), 0, 0, host_c, n, w, e)
+                    driver_fn!(q, clEnqueueWriteImage)(
+                        q as _,
+                        m as _,
+                        blocking,
+                        o.as_ptr(),
+                        region.as_ptr(),
+                        0,
+                        0,
+                        host_c,
+                        n,
+                        w,
+                        e,
+                    )
                 }
                 (RegionTarget::BufferRect { origin, row_pitch, slice_pitch }, write) => {
                     let o = origin.map(|x| x as usize);
                     let (rp, sp) = (row_pitch as usize, slice_pitch as usize);
                     if write {
                         driver_fn!(q, clEnqueueWriteBufferRect)(
-                            q as _, m as _, blocking, o.as_ptr(), zero.as_ptr(), region.as_ptr(), rp, sp, 0, 0, host_c, n, w, e,
+                            q as _,
+                            m as _,
+                            blocking,
+                            o.as_ptr(),
+                            zero.as_ptr(),
+                            region.as_ptr(),
+                            rp,
+                            sp,
+                            0,
+                            0,
+                            host_c,
+                            n,
+                            w,
+                            e,
                         )
                     } else {
                         driver_fn!(q, clEnqueueReadBufferRect)(
-                            q as _, m as _, blocking, o.as_ptr(), zero.as_ptr(), region.as_ptr(), rp, sp, 0, 0, host_m, n, w, e,
+                            q as _,
+                            m as _,
+                            blocking,
+                            o.as_ptr(),
+                            zero.as_ptr(),
+                            region.as_ptr(),
+                            rp,
+                            sp,
+                            0,
+                            0,
+                            host_m,
+                            n,
+                            w,
+                            e,
                         )
                     }
                 }
@@ -859,16 +924,17 @@ impl Handler for LaneServer<'_> {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let s = tri!(self.obj(r.src, Kind::Mem));
         let d = tri!(self.obj(r.dst, Kind::Mem));
-        let (so, d_o, region) = (r.src_origin.map(|x| x as usize), r.dst_origin.map(|x| x as usize), r.region.map(|x| x as usize));
+        let (so, d_o, region) =
+            (r.src_origin.map(|x| x as usize), r.dst_origin.map(|x| x as usize), r.region.map(|x| x as usize));
         let (srp, ssp) = (r.src_pitches.0 as usize, r.src_pitches.1 as usize);
         let (drp, dsp) = (r.dst_pitches.0 as usize, r.dst_pitches.1 as usize);
         // SAFETY (all arms): live queue and memory objects; origin/region arrays of three.
         self.enqueue(&r.sync, |n, w, e| unsafe {
             let (sp, dp, rp) = (so.as_ptr(), d_o.as_ptr(), region.as_ptr());
             match r.kind {
-                CopyKind::BufferRect => {
-                    driver_fn!(q, clEnqueueCopyBufferRect)(q as _, s as _, d as _, sp, dp, rp, srp, ssp, drp, dsp, n, w, e)
-                }
+                CopyKind::BufferRect => driver_fn!(q, clEnqueueCopyBufferRect)(
+                    q as _, s as _, d as _, sp, dp, rp, srp, ssp, drp, dsp, n, w, e,
+                ),
                 CopyKind::Image => driver_fn!(q, clEnqueueCopyImage)(q as _, s as _, d as _, sp, dp, rp, n, w, e),
                 CopyKind::ImageToBuffer => {
                     driver_fn!(q, clEnqueueCopyImageToBuffer)(q as _, s as _, d as _, sp, rp, d_o[0], n, w, e)
@@ -913,7 +979,20 @@ impl Handler for LaneServer<'_> {
         let rc = self.enqueue(&r.sync, |n, w, e| {
             let mut rc = CL_SUCCESS;
             p = unsafe {
-                f(q as _, m as _, CL_TRUE, r.flags, origin.as_ptr(), region.as_ptr(), &mut row_pitch, &mut slice_pitch, n, w, e, &mut rc)
+                f(
+                    q as _,
+                    m as _,
+                    CL_TRUE,
+                    r.flags,
+                    origin.as_ptr(),
+                    region.as_ptr(),
+                    &mut row_pitch,
+                    &mut slice_pitch,
+                    n,
+                    w,
+                    e,
+                    &mut rc,
+                )
             };
             rc
         });
@@ -961,7 +1040,15 @@ impl Handler for LaneServer<'_> {
         let mut rc = CL_SUCCESS;
         // SAFETY: devs, lens, ptrs and statuses all hold devs.len() entries, alive for the call.
         let p = unsafe {
-            f(ctx as _, devs.len() as u32, devs.as_ptr(), lens.as_ptr(), ptrs.as_ptr() as *mut _, statuses.as_mut_ptr(), &mut rc)
+            f(
+                ctx as _,
+                devs.len() as u32,
+                devs.as_ptr(),
+                lens.as_ptr(),
+                ptrs.as_ptr() as *mut _,
+                statuses.as_mut_ptr(),
+                &mut rc,
+            )
         };
         let status = self.adopt(r.id, Kind::Program, p, rc);
         StatusesReply { status, statuses }
@@ -992,7 +1079,7 @@ impl Handler for LaneServer<'_> {
         }
         let p = tri!(self.obj(r.program, Kind::Program));
         let devs = tri!(self.opt_devices(&r.devices));
-        let options = r.options.as_deref().map(nul_terminated);
+        let (_staged, options) = tri!(build_options(&r.includes, r.options));
         let header_ids: Vec<ObjectId> = r.headers.iter().map(|h| h.0).collect();
         let headers = tri!(self.objs(&header_ids, Kind::Program, CL_INVALID_VALUE));
         let names: Vec<Vec<u8>> = r.headers.iter().map(|h| nul_terminated(&h.1)).collect();
@@ -1107,7 +1194,9 @@ impl Handler for LaneServer<'_> {
         let value_status = if size == 0 {
             CL_SUCCESS
         } else {
-            unsafe { f(k as _, d as _, r.param, r.input.len(), input.cast(), size, value.as_mut_ptr().cast(), null_mut()) }
+            unsafe {
+                f(k as _, d as _, r.param, r.input.len(), input.cast(), size, value.as_mut_ptr().cast(), null_mut())
+            }
         };
         InfoReply { status, value_status, value }
     }

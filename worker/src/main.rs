@@ -6,6 +6,7 @@
 
 mod driver;
 mod handler;
+mod includes;
 mod notify;
 mod objects;
 mod segments;

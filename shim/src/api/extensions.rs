@@ -18,4 +18,3 @@ pub fn function_address(name: &[u8]) -> *mut c_void {
         _ => std::ptr::null_mut(),
     }
 }
-

@@ -83,13 +83,24 @@ pub unsafe fn clBuildProgram(
                 program: program as usize,
             }))
         };
-        let rc = p.conn.call(BuildProgram { program: p.id, devices, options, notify });
+        let (options, includes) = with_includes(&p, options);
+        let rc = p.conn.call(BuildProgram { program: p.id, devices, options, includes, notify });
         if let (Some(token), Err(_)) = (notify, &rc) {
             p.conn.unregister_callback(token);
         }
         rc
     })();
     r.unwrap_or_else(|e| e)
+}
+
+/// A build's options, with the application's headers it needs gathered for the worker (which
+/// cannot read them itself).
+fn with_includes(p: &Object, options: Option<Vec<u8>>) -> (Option<Vec<u8>>, Option<AppIncludes>) {
+    let source = info::query(p, InfoTarget::Program, 0, CL_PROGRAM_SOURCE).unwrap_or_default();
+    match crate::includes::gather(&source, options.as_deref()) {
+        Some((includes, rest)) => (Some(rest), Some(includes)),
+        None => (options, None),
+    }
 }
 
 /// A device list argument: `None` for NULL (all devices), ids otherwise.
@@ -251,7 +262,8 @@ pub unsafe fn clCompileProgram(
         // SAFETY: options is NULL or NUL-terminated.
         let options = unsafe { c_bytes(options) };
         let notify = build_notify(&p.conn, program, pfn_notify, user_data)?;
-        let rc = p.conn.call(CompileProgram { program: p.id, devices, options, headers, notify });
+        let (options, includes) = with_includes(&p, options);
+        let rc = p.conn.call(CompileProgram { program: p.id, devices, options, headers, includes, notify });
         if let (Some(token), Err(_)) = (notify, &rc) {
             p.conn.unregister_callback(token);
         }
@@ -366,7 +378,9 @@ pub unsafe fn clGetProgramInfo(
         };
     }
     // SAFETY: forwarded API contract.
-    unsafe { info::get_info(program, Kind::Program, InfoTarget::Program, 0, param_name, size, value, size_ret, |_| None) }
+    unsafe {
+        info::get_info(program, Kind::Program, InfoTarget::Program, 0, param_name, size, value, size_ret, |_| None)
+    }
 }
 
 pub unsafe fn clSetProgramSpecializationConstant(

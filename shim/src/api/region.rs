@@ -40,7 +40,12 @@ fn image_meta(m: &Object) -> Result<ImageMeta, cl_int> {
 
 /// The application's side of an image transfer: its rows at `row_pitch`, or between the
 /// images of a 1D array at `slice_pitch`, with the spec's defaults for 0.
-fn image_host_shape(meta: ImageMeta, region: [usize; 3], row_pitch: usize, slice_pitch: usize) -> Result<Strided, cl_int> {
+fn image_host_shape(
+    meta: ImageMeta,
+    region: [usize; 3],
+    row_pitch: usize,
+    slice_pitch: usize,
+) -> Result<Strided, cl_int> {
     let row_bytes = region[0].checked_mul(meta.elem).ok_or(CL_INVALID_VALUE)?;
     let row = if row_pitch == 0 { row_bytes } else { row_pitch };
     if row < row_bytes {
@@ -66,7 +71,10 @@ fn rect_host_shape(
         return Err(CL_INVALID_VALUE);
     }
     let offset = origin[2] * slice + origin[1] * row + origin[0];
-    Ok((Strided { row_bytes: region[0], rows: region[1], slices: region[2], row_pitch: row, slice_pitch: slice }, offset))
+    Ok((
+        Strided { row_bytes: region[0], rows: region[1], slices: region[2], row_pitch: row, slice_pitch: slice },
+        offset,
+    ))
 }
 
 /// One rectangular read or write. Blocking ones go through the lane (or a segment when the
@@ -107,7 +115,8 @@ unsafe fn transfer(
             unsafe { host.pack(ptr, segment.region.as_ptr()) };
         }
         if !blocking {
-            let transfer = if write { Transfer::Write } else { Transfer::Read { dst: ptr as usize, shape: host, mirror: None } };
+            let transfer =
+                if write { Transfer::Write } else { Transfer::Read { dst: ptr as usize, shape: host, mirror: None } };
             // SAFETY: event per the caller.
             return unsafe { enqueue_pending(q, &sync, event, segment, transfer, |_, s| req(data, s)) };
         }
@@ -236,8 +245,11 @@ unsafe fn rect_shape(
     // SAFETY: guaranteed by the caller.
     let (b_origin, h_origin, region) = unsafe { (triple(buffer_origin)?, triple(host_origin)?, triple(region)?) };
     let (host, offset) = rect_host_shape(h_origin, region, host_row_pitch, host_slice_pitch)?;
-    let target =
-        RegionTarget::BufferRect { origin: wide(b_origin), row_pitch: buffer_row_pitch as u64, slice_pitch: buffer_slice_pitch as u64 };
+    let target = RegionTarget::BufferRect {
+        origin: wide(b_origin),
+        row_pitch: buffer_row_pitch as u64,
+        slice_pitch: buffer_slice_pitch as u64,
+    };
     Ok((target, region, host, offset))
 }
 
@@ -259,7 +271,15 @@ pub unsafe fn clEnqueueReadBufferRect(
 ) -> cl_int {
     // SAFETY: the arrays per the API contract.
     let shape = |_: &Object| unsafe {
-        rect_shape(buffer_origin, host_origin, region, buffer_row_pitch, buffer_slice_pitch, host_row_pitch, host_slice_pitch)
+        rect_shape(
+            buffer_origin,
+            host_origin,
+            region,
+            buffer_row_pitch,
+            buffer_slice_pitch,
+            host_row_pitch,
+            host_slice_pitch,
+        )
     };
     // SAFETY: forwarded API contract.
     unsafe { read_or_write(queue, buffer, false, blocking, ptr, n, list, event, shape) }
@@ -283,7 +303,15 @@ pub unsafe fn clEnqueueWriteBufferRect(
 ) -> cl_int {
     // SAFETY: the arrays per the API contract.
     let shape = |_: &Object| unsafe {
-        rect_shape(buffer_origin, host_origin, region, buffer_row_pitch, buffer_slice_pitch, host_row_pitch, host_slice_pitch)
+        rect_shape(
+            buffer_origin,
+            host_origin,
+            region,
+            buffer_row_pitch,
+            buffer_slice_pitch,
+            host_row_pitch,
+            host_slice_pitch,
+        )
     };
     // SAFETY: forwarded API contract.
     unsafe { read_or_write(queue, buffer, true, blocking, ptr, n, list, event, shape) }
@@ -389,7 +417,22 @@ pub unsafe fn clEnqueueCopyImageToBuffer(
     let Ok(so) = (unsafe { triple(src_origin) }) else { return CL_INVALID_VALUE };
     let d_o = [dst_offset, 0, 0];
     // SAFETY: forwarded API contract.
-    unsafe { copy_region(queue, src_image, dst_buffer, CopyKind::ImageToBuffer, so, d_o, region, (0, 0), (0, 0), n, list, event) }
+    unsafe {
+        copy_region(
+            queue,
+            src_image,
+            dst_buffer,
+            CopyKind::ImageToBuffer,
+            so,
+            d_o,
+            region,
+            (0, 0),
+            (0, 0),
+            n,
+            list,
+            event,
+        )
+    }
 }
 
 pub unsafe fn clEnqueueCopyBufferToImage(
@@ -407,7 +450,22 @@ pub unsafe fn clEnqueueCopyBufferToImage(
     let Ok(d_o) = (unsafe { triple(dst_origin) }) else { return CL_INVALID_VALUE };
     let so = [src_offset, 0, 0];
     // SAFETY: forwarded API contract.
-    unsafe { copy_region(queue, src_buffer, dst_image, CopyKind::BufferToImage, so, d_o, region, (0, 0), (0, 0), n, list, event) }
+    unsafe {
+        copy_region(
+            queue,
+            src_buffer,
+            dst_image,
+            CopyKind::BufferToImage,
+            so,
+            d_o,
+            region,
+            (0, 0),
+            (0, 0),
+            n,
+            list,
+            event,
+        )
+    }
 }
 
 pub unsafe fn clEnqueueFillImage(

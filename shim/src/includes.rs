@@ -1,0 +1,130 @@
+//! `#include` and `-I` for a driver that cannot see the application's files. The worker's
+//! landlock rules keep the driver out of the application's directories, so the shim finds the
+//! headers a build needs (following `#include` lines from the source through the search path
+//! the driver would use: the including file's folder, the `-I` folders, the working folder),
+//! ships them with the build, and the worker lays them out under the same paths in a private
+//! folder and points the `-I` options there. Both branches of a conditional include are
+//! shipped; an include named by a macro is not found (the build log says so, as it would for a
+//! missing file).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use cloister_ipc::AppIncludes;
+
+/// Limits on what one build ships: headers are small, and a runaway search must not copy a disk.
+const MAX_FILE: u64 = 16 << 20;
+const MAX_TOTAL: u64 = 64 << 20;
+const MAX_FILES: usize = 4096;
+
+/// Splits build options into the `-I` folders (absolute) and everything else.
+fn split_options(options: &str, cwd: &Path) -> (Vec<PathBuf>, String) {
+    let mut dirs = Vec::new();
+    let mut rest = Vec::new();
+    let mut words = options.split_whitespace();
+    while let Some(w) = words.next() {
+        let dir = if w == "-I" {
+            words.next()
+        } else if let Some(d) = w.strip_prefix("-I") {
+            Some(d)
+        } else {
+            rest.push(w);
+            continue;
+        };
+        if let Some(d) = dir {
+            dirs.push(cwd.join(d.trim_matches('"')));
+        }
+    }
+    (dirs, rest.join(" "))
+}
+
+/// The names in the `#include` lines of `text`, with whether they were quoted.
+fn include_names(text: &[u8]) -> Vec<(String, bool)> {
+    let mut names = Vec::new();
+    for line in text.split(|&b| b == b'\n') {
+        let line = String::from_utf8_lossy(line);
+        let Some(rest) = line.trim_start().strip_prefix('#') else { continue };
+        let Some(rest) = rest.trim_start().strip_prefix("include") else { continue };
+        let rest = rest.trim_start();
+        let (close, quoted) = match rest.chars().next() {
+            Some('"') => ('"', true),
+            Some('<') => ('>', false),
+            _ => continue,
+        };
+        if let Some(end) = rest[1..].find(close) {
+            names.push((rest[1..1 + end].to_string(), quoted));
+        }
+    }
+    names
+}
+
+/// What a build of `sources` with `options` needs from the application's files; `None` when
+/// the build needs nothing (no `-I` and no `#include`).
+pub fn gather(sources: &[u8], options: Option<&[u8]>) -> Option<(AppIncludes, Vec<u8>)> {
+    let options = String::from_utf8_lossy(options.unwrap_or_default()).into_owned();
+    if !options.contains("-I") && !sources.windows(8).any(|w| w == b"#include") {
+        return None;
+    }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let (dirs, rest) = split_options(&options, &cwd);
+    let mut search = dirs.clone();
+    search.push(cwd.clone());
+    let mut seen = HashSet::new();
+    let mut files = Vec::new();
+    let mut total = 0u64;
+    let mut work: Vec<(Vec<u8>, Option<PathBuf>)> = vec![(sources.to_vec(), None)];
+    while let Some((text, folder)) = work.pop() {
+        for (name, quoted) in include_names(&text) {
+            let here = folder.iter().filter(|_| quoted);
+            let found = here.chain(search.iter()).map(|d| d.join(&name)).find(|p| p.is_file());
+            let Some(path) = found else { continue };
+            if !seen.insert(path.clone()) || files.len() >= MAX_FILES {
+                continue;
+            }
+            let len = path.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+            if len > MAX_FILE || total + len > MAX_TOTAL {
+                continue;
+            }
+            let Ok(bytes) = std::fs::read(&path) else { continue };
+            total += len;
+            work.push((bytes.clone(), path.parent().map(Path::to_path_buf)));
+            files.push((path.to_string_lossy().into_owned(), bytes));
+        }
+    }
+    let mut dirs: Vec<String> = dirs.iter().map(|d| d.to_string_lossy().into_owned()).collect();
+    dirs.push(cwd.to_string_lossy().into_owned());
+    Some((AppIncludes { dirs, files }, rest.into_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn include_dirs_are_split_out_and_made_absolute() {
+        let (dirs, rest) = split_options("-DX=1 -I inc -I/abs -cl-fast-relaxed-math", Path::new("/w"));
+        assert_eq!(dirs, [PathBuf::from("/w/inc"), PathBuf::from("/abs")]);
+        assert_eq!(rest, "-DX=1 -cl-fast-relaxed-math");
+    }
+
+    #[test]
+    fn include_lines_are_found() {
+        let src = b"  #  include \"a.h\"\n#include <b/c.h>\n// #include \"no\"\n#define X\n";
+        assert_eq!(include_names(src), [("a.h".into(), true), ("b/c.h".into(), false)]);
+    }
+
+    #[test]
+    fn nested_headers_are_gathered_once() {
+        let dir = std::env::temp_dir().join(format!("cloister-includes-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("a.h"), "#include \"sub/b.h\"\n#include \"a.h\"\n").unwrap();
+        std::fs::write(dir.join("sub/b.h"), "#define B 1\n").unwrap();
+        let opts = format!("-I {}", dir.display());
+        let (inc, rest) = gather(b"#include \"a.h\"\n", Some(opts.as_bytes())).unwrap();
+        let names: Vec<&str> = inc.files.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names[1].ends_with("sub/b.h"));
+        assert!(rest.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

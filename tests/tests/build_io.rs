@@ -1,0 +1,77 @@
+//! What a build reads and what a kernel prints: `#include` and `-I` find the application's own
+//! headers (which the caged driver cannot open), and kernel `printf` output reaches the
+//! application's stdout in order with its own, whichever broker started the worker.
+
+use cloister_tests::*;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn header_dir(tag: &str, val: u32) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cloister-inc-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("inc")).unwrap();
+    std::fs::write(dir.join("inc/inc.h"), format!("#define VAL {val}\n")).unwrap();
+    dir
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run the client");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn includes_resolve_to_the_applications_files_and_printf_keeps_its_order() {
+    let exe = c_client("printf_include");
+    let dir = header_dir("run", 7);
+    for (cwd, opts) in
+        [(dir.clone(), "-I inc"), (dir.join("inc"), ""), (PathBuf::from("/"), &*format!("-I{}/inc", dir.display()))]
+    {
+        let direct = run(Command::new(&exe).current_dir(&cwd).env("OPTS", opts));
+        let caged = run(Command::new(cloister()).arg("run").arg("--").arg(&exe).current_dir(&cwd).env("OPTS", opts));
+        assert!(direct.contains("kernel line 27"), "direct, in {}: {direct}", cwd.display());
+        assert_eq!(direct, caged, "in {} with {opts:?}", cwd.display());
+    }
+    // A header the application edits between builds is read afresh.
+    std::fs::write(dir.join("inc/inc.h"), "#define VAL 8\n").unwrap();
+    let caged = run(Command::new(cloister()).args(["run", "--"]).arg(&exe).current_dir(&dir).env("OPTS", "-I inc"));
+    assert!(caged.contains("kernel line 28"), "{caged}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn printf_reaches_the_application_through_a_shared_broker() {
+    let exe = c_client("printf_include");
+    let dir = header_dir("broker", 7);
+    let runtime = std::env::temp_dir().join(format!("cloister-rt-printf-{}", std::process::id()));
+    std::fs::create_dir_all(&runtime).unwrap();
+    // The broker's own output goes nowhere: the worker must write to the application's.
+    let mut broker = Command::new(cloister())
+        .arg("broker")
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start cloister broker");
+    let socket = runtime.join("cloister/broker.sock");
+    for _ in 0..100 {
+        if socket.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
+    let out = run(Command::new(&exe)
+        .current_dir(&dir)
+        .env("OPTS", "-I inc")
+        .env("OCL_ICD_VENDORS", &vendors)
+        .env("XDG_RUNTIME_DIR", &runtime));
+    let _ = broker.kill();
+    let _ = broker.wait();
+    let lines: Vec<&str> = out.lines().collect();
+    let want = ["host before 0", "kernel line 7", "host after 0", "host before 1", "kernel line 17", "host after 1"];
+    assert_eq!(&lines[..want.len()], want, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&runtime);
+}
