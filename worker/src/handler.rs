@@ -212,6 +212,13 @@ fn terminated(v: &Option<Vec<u64>>) -> Option<Vec<u64>> {
     })
 }
 
+/// The flight recorder keeps the last build's options for the crash report.
+fn record_build_options(options: &Option<Vec<u8>>) {
+    if let Some(rec) = crate::RECORDER.get() {
+        rec.build_options.set(options.as_deref().unwrap_or_default());
+    }
+}
+
 /// Build options as the driver gets them: NUL-terminated, with the application's headers
 /// staged (kept until the returned guard drops) and `-I` pointing at them.
 fn build_options(
@@ -446,9 +453,7 @@ impl Handler for LaneServer<'_> {
     }
 
     fn build_program(&self, r: BuildProgram) -> i32 {
-        if let Some(rec) = crate::RECORDER.get() {
-            rec.build_options.set(r.options.as_deref().unwrap_or_default());
-        }
+        record_build_options(&r.options);
         let p = tri!(self.obj(r.program, Kind::Program));
         let devs = tri!(self.opt_devices(&r.devices));
         let (_staged, options) = tri!(build_options(&r.includes, r.options));
@@ -1074,9 +1079,7 @@ impl Handler for LaneServer<'_> {
     }
 
     fn compile_program(&self, r: CompileProgram) -> i32 {
-        if let Some(rec) = crate::RECORDER.get() {
-            rec.build_options.set(r.options.as_deref().unwrap_or_default());
-        }
+        record_build_options(&r.options);
         let p = tri!(self.obj(r.program, Kind::Program));
         let devs = tri!(self.opt_devices(&r.devices));
         let (_staged, options) = tri!(build_options(&r.includes, r.options));
@@ -1104,9 +1107,7 @@ impl Handler for LaneServer<'_> {
     }
 
     fn link_program(&self, r: LinkProgram) -> CreatedReply {
-        if let Some(rec) = crate::RECORDER.get() {
-            rec.build_options.set(r.options.as_deref().unwrap_or_default());
-        }
+        record_build_options(&r.options);
         let ctx = tri!(self.obj(r.context, Kind::Context));
         let devs = tri!(self.opt_devices(&r.devices));
         let inputs = tri!(self.objs(&r.inputs, Kind::Program, CL_INVALID_PROGRAM));

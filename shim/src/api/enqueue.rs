@@ -12,7 +12,7 @@ use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::*;
 
 use super::kernel::{restore_dirty_args, take_dirty_args};
-use super::{enqueue_sync, finish_enqueue, slice};
+use super::{enqueue_call, enqueue_sync, finish_enqueue, slice};
 use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
 use crate::pending::{settle, PendingOp, Transfer};
@@ -254,19 +254,17 @@ pub unsafe fn clEnqueueCopyBuffer(
     let r = (|| {
         let (q, s) = queue_and_mem(queue, src)?;
         let (_, d) = queue_and_mem(queue, dst)?;
-        // SAFETY: API contract.
-        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let req = EnqueueCopyBuffer {
+        let make = |sync| EnqueueCopyBuffer {
             queue: q.id,
             src: s.id,
             dst: d.id,
             src_offset: src_offset as u64,
             dst_offset: dst_offset as u64,
             size: size as u64,
-            sync: sync.clone(),
+            sync,
         };
-        // SAFETY: event per API contract.
-        Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
+        // SAFETY: the wait list and event per API contract.
+        unsafe { enqueue_call(&q, n, list, event, make) }
     })();
     r.unwrap_or_else(|e| e)
 }
@@ -289,18 +287,16 @@ pub unsafe fn clEnqueueFillBuffer(
         }
         // SAFETY: pattern holds pattern_size bytes.
         let pattern = unsafe { slice(pattern.cast::<u8>(), pattern_size, CL_INVALID_VALUE)? }.to_vec();
-        // SAFETY: API contract.
-        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let req = EnqueueFillBuffer {
+        let make = |sync| EnqueueFillBuffer {
             queue: q.id,
             mem: m.id,
             pattern,
             offset: offset as u64,
             size: size as u64,
-            sync: sync.clone(),
+            sync,
         };
-        // SAFETY: event per API contract.
-        Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
+        // SAFETY: the wait list and event per API contract.
+        unsafe { enqueue_call(&q, n, list, event, make) }
     })();
     r.unwrap_or_else(|e| e)
 }
@@ -473,11 +469,8 @@ fn marker_or_barrier(
 ) -> cl_int {
     let r = (|| {
         let q = lookup(queue, Kind::Queue)?;
-        // SAFETY: API contract.
-        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let rc = q.conn.call(EnqueueMarkerOrBarrier { queue: q.id, barrier, sync: sync.clone() });
-        // SAFETY: event per API contract.
-        Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
+        // SAFETY: the wait list and event per API contract.
+        unsafe { enqueue_call(&q, n, list, event, |sync| EnqueueMarkerOrBarrier { queue: q.id, barrier, sync }) }
     })();
     r.unwrap_or_else(|e| e)
 }

@@ -141,6 +141,25 @@ pub unsafe fn finish_enqueue(
     rc
 }
 
+/// An enqueue whose data stays in the worker: validates the wait list, makes the call that
+/// `make` builds around the resulting `EnqueueSync`, and hands out the event.
+///
+/// # Safety
+/// `list` holds `n` events or is NULL; `event` is NULL or valid for a write.
+pub unsafe fn enqueue_call<C: cloister_ipc::Call<Reply = cl_int>>(
+    queue: &Object,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+    make: impl FnOnce(EnqueueSync) -> C,
+) -> Result<cl_int, cl_int> {
+    // SAFETY: forwarded from the caller.
+    let sync = unsafe { enqueue_sync(queue, n, list, event)? };
+    let rc = queue.conn.call(make(sync.clone()));
+    // SAFETY: forwarded from the caller.
+    Ok(unsafe { finish_enqueue(queue, &sync, event, rc) })
+}
+
 /// Creates an object on the worker under a fresh id and returns its new handle.
 pub fn create(
     conn: &Arc<Conn>,

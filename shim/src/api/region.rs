@@ -11,7 +11,7 @@ use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::*;
 
 use super::enqueue::{enqueue_pending, queue_and_mem, SettleAfter};
-use super::{enqueue_sync, finish_enqueue};
+use super::{enqueue_call, enqueue_sync, finish_enqueue};
 use crate::handle::{ImageMeta, Kind, MapRecord, ObjData, Object};
 use crate::pending::Transfer;
 
@@ -341,9 +341,7 @@ unsafe fn copy_region(
         let (_, d) = queue_and_mem(queue, dst)?;
         // SAFETY: per the caller.
         let region = unsafe { triple(region)? };
-        // SAFETY: API contract.
-        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let req = EnqueueCopyRegion {
+        let make = |sync| EnqueueCopyRegion {
             queue: q.id,
             src: s.id,
             dst: d.id,
@@ -353,10 +351,10 @@ unsafe fn copy_region(
             region: wide(region),
             src_pitches: (src_pitches.0 as u64, src_pitches.1 as u64),
             dst_pitches: (dst_pitches.0 as u64, dst_pitches.1 as u64),
-            sync: sync.clone(),
+            sync,
         };
-        // SAFETY: event per API contract.
-        Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
+        // SAFETY: the wait list and event per API contract.
+        unsafe { enqueue_call(&q, n, list, event, make) }
     })();
     r.unwrap_or_else(|e| e)
 }
@@ -487,18 +485,10 @@ pub unsafe fn clEnqueueFillImage(
         let color = unsafe { std::slice::from_raw_parts(fill_color.cast::<u8>(), 16) }.to_vec();
         // SAFETY: origin and region hold three values per the API contract.
         let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
-        // SAFETY: API contract.
-        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let req = EnqueueFillImage {
-            queue: q.id,
-            mem: m.id,
-            color,
-            origin: wide(origin),
-            region: wide(region),
-            sync: sync.clone(),
-        };
-        // SAFETY: event per API contract.
-        Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
+        let make =
+            |sync| EnqueueFillImage { queue: q.id, mem: m.id, color, origin: wide(origin), region: wide(region), sync };
+        // SAFETY: the wait list and event per API contract.
+        unsafe { enqueue_call(&q, n, list, event, make) }
     })();
     r.unwrap_or_else(|e| e)
 }
@@ -594,11 +584,9 @@ pub unsafe fn clEnqueueMigrateMemObjects(
         if conn.is_some_and(|c| !Arc::ptr_eq(&c, &q.conn)) {
             return Err(CL_INVALID_CONTEXT);
         }
-        // SAFETY: API contract.
-        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let req = EnqueueMigrateMemObjects { queue: q.id, mems, flags, sync: sync.clone() };
-        // SAFETY: event per API contract.
-        Ok(unsafe { finish_enqueue(&q, &sync, event, q.conn.call(req)) })
+        let make = |sync| EnqueueMigrateMemObjects { queue: q.id, mems, flags, sync };
+        // SAFETY: the wait list and event per API contract.
+        unsafe { enqueue_call(&q, n, list, event, make) }
     })();
     r.unwrap_or_else(|e| e)
 }

@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# Runs pyopencl's own test suite twice, directly on the system's pocl and through
+# `cloister run`, and fails if any test that passes directly does not pass caged.
+#
+#   bash scripts/pyopencl-suite.sh PATH/TO/cloister [pytest args...]
+#
+# Installs Debian 12's python3-pyopencl and python3-pytest when missing, downloads the sdist of
+# the installed pyopencl version from PyPI once (cached under
+# ${XDG_CACHE_HOME:-~/.cache}/cloister/pyopencl-VERSION/) and runs its test/ folder from a
+# temporary copy, so that pyopencl itself is the system's. Tests that fail directly do not count.
+#
+# Environment: PYOPENCL_SUITE_TIMEOUT (seconds per run, default 1500), PYOPENCL_SUITE_OUT (where
+# the junit xml, logs and per-test records go, default ${TMPDIR:-/tmp}/cloister-pyopencl-suite),
+# PYOPENCL_SUITE_NICE (default 10), PYOPENCL_TEST (platform to test, default "portable": pocl).
+set -euo pipefail
+
+if [ "$#" -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
+    echo "usage: bash $0 PATH/TO/cloister [pytest args...]" >&2
+    exit 2
+fi
+CLOISTER="$(realpath "$1")"
+shift
+[ -x "$CLOISTER" ] || { echo "pyopencl-suite: $CLOISTER is not an executable" >&2; exit 2; }
+
+PY=/usr/bin/python3
+RUN_TIMEOUT="${PYOPENCL_SUITE_TIMEOUT:-1500}"
+NICE="${PYOPENCL_SUITE_NICE:-10}"
+OUT="${PYOPENCL_SUITE_OUT:-${TMPDIR:-/tmp}/cloister-pyopencl-suite}"
+export PYOPENCL_TEST="${PYOPENCL_TEST:-portable}"
+export PYOPENCL_CTX="${PYOPENCL_CTX:-$PYOPENCL_TEST}"
+# pyopencl's binary cache would make the caged run load what the direct run built (and the
+# reverse on the next run): each run compiles from source.
+export PYOPENCL_NO_CACHE=1
+export PYTHONDONTWRITEBYTECODE=1
+
+# --- what the suite needs ----------------------------------------------------------------------
+missing=()
+for p in python3-pyopencl python3-pytest; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ] || ! "$PY" -c 'import pyopencl, pytest' 2>/dev/null; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "pyopencl-suite: installing python3-pyopencl python3-pytest" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-pyopencl python3-pytest
+fi
+VERSION="$("$PY" -c 'import pyopencl; print(pyopencl.VERSION_TEXT)')"
+DEB_VERSION="$(dpkg-query -W -f='${Version}' python3-pyopencl 2>/dev/null || true)"
+echo "pyopencl-suite: pyopencl $VERSION (Debian package ${DEB_VERSION:-none}), $("$PY" -m pytest --version 2>&1)"
+
+# --- the sdist's test folder ---------------------------------------------------------------------
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cloister/pyopencl-$VERSION"
+SDIST="$CACHE/pyopencl-$VERSION.tar.gz"
+if [ ! -s "$SDIST" ]; then
+    mkdir -p "$CACHE"
+    echo "pyopencl-suite: downloading the pyopencl $VERSION sdist from PyPI" >&2
+    "$PY" - "$VERSION" "$SDIST" <<'EOF'
+import hashlib, json, os, sys, urllib.request
+version, dest = sys.argv[1], sys.argv[2]
+errors = []
+def files():
+    # The per-version document first; some mirrors only serve the project's document.
+    for url, per_version in ((f"https://pypi.org/pypi/pyopencl/{version}/json", True),
+                             ("https://pypi.org/pypi/pyopencl/json", False)):
+        try:
+            with urllib.request.urlopen(url, timeout=60) as r:
+                doc = json.load(r)
+        except Exception as e:
+            errors.append(f"{url}: {e}")
+            continue
+        found = doc.get("urls", []) if per_version else doc.get("releases", {}).get(version, [])
+        if found:
+            return found
+    sys.exit(f"pyopencl-suite: PyPI lists no files for pyopencl {version}: " + "; ".join(errors))
+sdists = [f for f in files() if f.get("packagetype") == "sdist"]
+if not sdists:
+    sys.exit(f"pyopencl-suite: PyPI has no sdist of pyopencl {version}")
+f = sdists[0]
+with urllib.request.urlopen(f["url"], timeout=300) as r:
+    data = r.read()
+want = f.get("digests", {}).get("sha256")
+if want and hashlib.sha256(data).hexdigest() != want:
+    sys.exit(f"pyopencl-suite: {f['url']}: sha256 mismatch")
+with open(dest + ".part", "wb") as out:
+    out.write(data)
+os.replace(dest + ".part", dest)
+EOF
+fi
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/cloister-pyopencl.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+"$PY" - "$SDIST" "$WORK/test" <<'EOF'
+import os, sys, tarfile
+src, dest = sys.argv[1], sys.argv[2]
+with tarfile.open(src) as tar:
+    members = []
+    for m in tar.getmembers():
+        parts = m.name.split("/")
+        if len(parts) > 2 and parts[1] == "test" and (m.isfile() or m.isdir()) and ".." not in parts:
+            m.name = "/".join(parts[2:])
+            members.append(m)
+    if not members:
+        sys.exit(f"pyopencl-suite: {src} has no test/ folder")
+    os.makedirs(dest)
+    tar.extractall(dest, members=members)
+EOF
+
+# A pytest plugin that records every test as it goes (so a hang or crash still leaves the
+# results so far, and names the test in flight).
+mkdir -p "$WORK/plugin"
+cat >"$WORK/plugin/cloister_suite_log.py" <<'EOF'
+import json, os
+
+_log = None
+
+
+def _write(**rec):
+    if _log is not None:
+        _log.write(json.dumps(rec) + "\n")
+        _log.flush()
+
+
+def _first_line(report):
+    lr = report.longrepr
+    if lr is None:
+        return ""
+    if isinstance(lr, tuple):  # a skip: (path, line, reason)
+        text = str(lr[2])
+    else:
+        crash = getattr(lr, "reprcrash", None)
+        text = crash.message if crash is not None else str(lr)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def pytest_configure(config):
+    global _log
+    path = os.environ.get("CLOISTER_SUITE_LOG")
+    if path:
+        _log = open(path, "w")
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _write(id=report.nodeid or "<collection>", phase="collect", outcome="failed", msg=_first_line(report))
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _write(id=nodeid, phase="start")
+
+
+def pytest_runtest_logreport(report):
+    _write(id=report.nodeid, phase=report.when, outcome=report.outcome,
+           msg="" if report.passed else _first_line(report))
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    _write(id=nodeid, phase="finish")
+EOF
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+
+# run_suite NAME [PREFIX...]: runs the tests with PREFIX before python3, records in $OUT/NAME.*
+run_suite() {
+    local name="$1"
+    shift
+    cp -r "$WORK/test" "$WORK/$name"
+    local start rc=0
+    start=$(date +%s)
+    (
+        cd "$WORK/$name"
+        CLOISTER_SUITE_LOG="$OUT/$name.jsonl" PYTHONPATH="$WORK/plugin${PYTHONPATH:+:$PYTHONPATH}" \
+            timeout -k 30 "$RUN_TIMEOUT" nice -n "$NICE" "$@" "$PY" -m pytest \
+            -p no:cacheprovider -p cloister_suite_log -q -rA --junitxml="$OUT/$name.xml" \
+            "${PYTEST_ARGS[@]}" >"$OUT/$name.log" 2>&1
+    ) || rc=$?
+    echo "$rc $(($(date +%s) - start))" >"$OUT/$name.rc"
+    echo "pyopencl-suite: $name run: pytest exit status $rc after $(($(date +%s) - start)) s (log: $OUT/$name.log)"
+}
+
+PYTEST_ARGS=("$@")
+run_suite direct env -u CLOISTER_SOCKET
+run_suite caged "$CLOISTER" run --
+
+status=0
+"$PY" - "$OUT" "$RUN_TIMEOUT" <<'EOF' || status=$?
+import json, re, sys
+out, run_timeout = sys.argv[1], sys.argv[2]
+
+
+def load(name):
+    """nodeid -> (outcome, message) and a line on how the run ended when it ended badly."""
+    rc, seconds = (int(x) for x in open(f"{out}/{name}.rc").read().split())
+    tests, started = {}, None
+    try:
+        lines = open(f"{out}/{name}.jsonl").read().splitlines()
+    except FileNotFoundError:
+        lines = []
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue  # the last line of a killed run
+        tid, phase = r["id"], r["phase"]
+        if phase == "start":
+            started = tid
+            tests.setdefault(tid, ["passed", ""])
+        elif phase == "finish":
+            started = None
+        elif phase == "collect":
+            tests[tid] = ["failed", "collection: " + r["msg"]]
+        else:
+            t = tests.setdefault(tid, ["passed", ""])
+            if r["outcome"] == "failed" and t[0] != "failed":
+                t[:] = ["failed", (f"[{phase}] " if phase != "call" else "") + r["msg"]]
+            elif r["outcome"] == "skipped" and t[0] == "passed":
+                t[:] = ["skipped", r["msg"]]
+    problem = None
+    if rc in (124, 137):
+        problem = f"timed out after {run_timeout} s"
+    elif rc > 128:
+        problem = f"pytest died of signal {rc - 128}"
+    elif rc not in (0, 1):
+        problem = f"pytest exited with status {rc}"
+    if problem and started is not None:
+        tests[started] = ["failed", f"{problem} while running this test"]
+        problem += f" while running {started}"
+    return tests, problem, seconds
+
+
+def counts(tests):
+    return {o: sum(1 for t in tests.values() if t[0] == o) for o in ("passed", "failed", "skipped")}
+
+
+def short(tid):
+    return re.sub(r"<context factory for <pyopencl\.Device '[^']*' on '[^']*'>>", "ctx", tid)
+
+
+direct, dproblem, dsec = load("direct")
+caged, cproblem, csec = load("caged")
+d, c = counts(direct), counts(caged)
+print(f"pyopencl suite: direct {d['passed']} passed, {d['failed']} failed, {d['skipped']} skipped; "
+      f"caged {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped "
+      f"(direct {dsec} s, caged {csec} s)")
+failed = False
+for name, problem in (("direct", dproblem), ("caged", cproblem)):
+    if problem:
+        print(f"pyopencl suite: the {name} run did not finish: {problem} (log: {out}/{name}.log)")
+        failed = True
+regressions = [(tid, caged.get(tid)) for tid, t in direct.items() if t[0] == "passed" and caged.get(tid, [""])[0] != "passed"]
+not_run = [tid for tid, t in regressions if t is None]
+listed = [(tid, t) for tid, t in regressions if t is not None]
+if regressions:
+    failed = True
+    print(f"pyopencl suite: {len(regressions)} tests pass directly but not caged:")
+    for tid, (outcome, msg) in listed:
+        print(f"  {short(tid)}: {outcome}: {msg}")
+    if not_run:
+        print(f"  ... and {len(not_run)} more the caged run never reached, from {short(not_run[0])}")
+else:
+    print("pyopencl suite: every test that passes directly passes caged")
+sys.exit(1 if failed else 0)
+EOF
+exit "$status"
