@@ -407,9 +407,13 @@ wire_calls! {
         queue: ObjectId, mem: ObjectId, pattern: Vec<u8>, offset: u64, size: u64, sync: EnqueueSync,
     } -> i32;
     /// Maps and copies the region into `segment`, which the application sees as the mapping.
+    /// A non-blocking map returns at once; `FillMapping` copies once its event is complete.
     EnqueueMapBuffer(enqueue_map_buffer) {
-        queue: ObjectId, mem: ObjectId, flags: u64, offset: u64, size: u64, segment: u64, sync: EnqueueSync,
+        queue: ObjectId, mem: ObjectId, blocking: bool, flags: u64, offset: u64, size: u64, segment: u64,
+        sync: EnqueueSync,
     } -> i32;
+    /// A non-blocking map has completed: copy the mapped region into its segment now.
+    FillMapping(fill_mapping) { segment: u64 } -> i32;
     /// Copies `segment` back (if `write_back`), unmaps and forgets the segment.
     EnqueueUnmapMemObject(enqueue_unmap_mem_object) {
         queue: ObjectId, mem: ObjectId, segment: u64, write_back: bool, sync: EnqueueSync,
@@ -429,8 +433,8 @@ wire_calls! {
     } -> i32;
     /// Maps the region and copies it, packed, into `segment`; unmapped by `EnqueueUnmapMemObject`.
     EnqueueMapImage(enqueue_map_image) {
-        queue: ObjectId, mem: ObjectId, flags: u64, origin: [u64; 3], region: [u64; 3], segment: u64,
-        sync: EnqueueSync,
+        queue: ObjectId, mem: ObjectId, blocking: bool, flags: u64, origin: [u64; 3], region: [u64; 3],
+        segment: u64, sync: EnqueueSync,
     } -> MapImageReply;
     EnqueueMigrateMemObjects(enqueue_migrate_mem_objects) {
         queue: ObjectId, mems: Vec<ObjectId>, flags: u64, sync: EnqueueSync,

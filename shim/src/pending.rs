@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
-use cloister_ipc::{GetInfo, InfoTarget, ObjectId, Release};
+use cloister_ipc::{FillMapping, GetInfo, InfoTarget, ObjectId, Release};
 
 use crate::conn::{Conn, Segment};
 use crate::handle::{self, Kind};
@@ -18,6 +18,10 @@ pub enum Transfer {
     Read { dst: usize, shape: Strided, mirror: Option<usize> },
     /// The segment only has to outlive the driver's read of it.
     Write,
+    /// A non-blocking map: have the worker fill the mapping's `segment` (mapped at `region`),
+    /// then copy its `len` bytes to `mirror`, a `CL_MEM_USE_HOST_PTR` buffer's memory. The
+    /// segment belongs to the mapping, not to this operation.
+    Map { segment: u64, region: usize, len: usize, mirror: Option<usize> },
 }
 
 pub struct PendingOp {
@@ -26,7 +30,8 @@ pub struct PendingOp {
     /// The application's handle for `event`, retained while pending; `None` for an event the
     /// shim made for itself (released on the worker when settled).
     pub app_event: Option<usize>,
-    pub segment: Segment,
+    /// The segment the operation owns, released when it completes.
+    pub segment: Option<Segment>,
     pub transfer: Transfer,
 }
 
@@ -40,6 +45,23 @@ pub struct Pending {
 impl Pending {
     pub fn push(&self, op: PendingOp) {
         self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(op);
+    }
+
+    /// Drops a non-blocking map's pending fill: the application unmapped it (the worker fills
+    /// the segment itself before writing it back).
+    pub fn forget_map(&self, conn: &Conn, segment_id: u64) {
+        let _one = self.settling.lock().unwrap_or_else(|e| e.into_inner());
+        let taken: Vec<PendingOp> = {
+            let mut ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
+            let (taken, rest) = std::mem::take(&mut *ops)
+                .into_iter()
+                .partition(|op| matches!(op.transfer, Transfer::Map { segment, .. } if segment == segment_id));
+            *ops = rest;
+            taken
+        };
+        for op in taken {
+            complete(conn, op, CL_QUEUED);
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -88,16 +110,29 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
 }
 
 fn complete(conn: &Conn, op: PendingOp, status: cl_int) {
-    if let (Transfer::Read { dst, shape, mirror }, CL_COMPLETE) = (&op.transfer, status) {
-        // SAFETY: dst is the application's memory covering `shape`, which it must keep valid
-        // until the read completes; the segment holds the packed rows.
-        unsafe { shape.unpack(op.segment.region.as_ptr(), *dst as *mut u8) };
-        if let Some(m) = mirror {
-            // SAFETY: the buffer's host memory covers the read range.
-            unsafe { std::ptr::copy(op.segment.region.as_ptr(), *m as *mut u8, shape.packed_len()) };
+    match (&op.transfer, &op.segment, status) {
+        (Transfer::Read { dst, shape, mirror }, Some(seg), CL_COMPLETE) => {
+            // SAFETY: dst is the application's memory covering `shape`, which it must keep valid
+            // until the read completes; the segment holds the packed rows.
+            unsafe { shape.unpack(seg.region.as_ptr(), *dst as *mut u8) };
+            if let Some(m) = mirror {
+                // SAFETY: the buffer's host memory covers the read range.
+                unsafe { std::ptr::copy(seg.region.as_ptr(), *m as *mut u8, shape.packed_len()) };
+            }
         }
+        (Transfer::Map { segment, region, len, mirror }, _, CL_COMPLETE) => {
+            let filled = conn.call(FillMapping { segment: *segment }) == Ok(CL_SUCCESS);
+            if let (true, Some(m)) = (filled, mirror) {
+                // SAFETY: the mapping's segment (still mapped: it is unmapped only after this
+                // operation is taken out) holds `len` bytes; the buffer's host memory covers them.
+                unsafe { std::ptr::copy(*region as *const u8, *m as *mut u8, *len) };
+            }
+        }
+        _ => {}
     }
-    conn.release_segment(op.segment);
+    if let Some(seg) = op.segment {
+        conn.release_segment(seg);
+    }
     match op.app_event {
         Some(h) => {
             handle::release(h as *mut _, Kind::Event);

@@ -163,6 +163,43 @@ int main(void) {
   EXPECT(back[7 * RP + 13] == host[7 * PITCH + 13], "non-blocking image read");
   printf("nonblocking image ok\n");
 
+  /* Non-blocking maps gated by a user event: nothing blocks, and the data is there once the
+   * map's event completes (plain buffer, USE_HOST_PTR buffer, image). */
+  int *hostmem = malloc(256 * 4); for (int i = 0; i < 256; i++) hostmem[i] = 7 * i;
+  cl_mem ub = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, 256 * 4, hostmem, &err); CHECK(err);
+  cl_mem pb = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 256 * 4, hostmem, &err); CHECK(err);
+  int minus = -1; CHECK(clEnqueueFillBuffer(q, ub, &minus, 4, 16, 16, 0, NULL, NULL)); CHECK(clFinish(q));
+  cl_event gate2 = clCreateUserEvent(ctx, &err); CHECK(err);
+  cl_event me[3];
+  int *mu = clEnqueueMapBuffer(q, ub, CL_FALSE, CL_MAP_READ | CL_MAP_WRITE, 0, 256 * 4, 1, &gate2, &me[0], &err); CHECK(err);
+  int *mpb = clEnqueueMapBuffer(q, pb, CL_FALSE, CL_MAP_READ, 4, 64, 1, &gate2, &me[1], &err); CHECK(err);
+  size_t mrow = 0;
+  unsigned char *mi = clEnqueueMapImage(q, img, CL_FALSE, CL_MAP_READ, origin, region, &mrow, NULL, 1, &gate2, &me[2], &err); CHECK(err);
+  cl_int st = 0; CHECK(clGetEventInfo(me[0], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL));
+  EXPECT(st != CL_COMPLETE, "a map gated by a user event completed early");
+  EXPECT(mu == hostmem, "non-blocking USE_HOST_PTR map returned %p not %p", (void *)mu, (void *)hostmem);
+  CHECK(clSetUserEventStatus(gate2, CL_COMPLETE));
+  CHECK(clWaitForEvents(3, me));
+  EXPECT(mu[4] == -1 && mu[3] == 21 && mu[255] == 7 * 255, "non-blocking USE_HOST_PTR map data %d %d", mu[4], mu[3]);
+  EXPECT(mpb[0] == 7 && mpb[15] == 7 * 16, "non-blocking map data %d %d", mpb[0], mpb[15]);
+  EXPECT(mi[5 * mrow + 9] == host[5 * PITCH + 9], "non-blocking image map data");
+  mu[100] = 4242;
+  CHECK(clEnqueueUnmapMemObject(q, ub, mu, 0, NULL, NULL));
+  CHECK(clEnqueueUnmapMemObject(q, pb, mpb, 0, NULL, NULL));
+  CHECK(clEnqueueUnmapMemObject(q, img, mi, 0, NULL, NULL));
+  int check = 0; CHECK(clEnqueueReadBuffer(q, ub, CL_TRUE, 400, 4, &check, 0, NULL, NULL));
+  EXPECT(check == 4242, "write through a non-blocking map: %d", check);
+  /* Unmapped before the map was waited for: the buffer keeps its contents. */
+  cl_event gate3 = clCreateUserEvent(ctx, &err); CHECK(err);
+  int *early = clEnqueueMapBuffer(q, pb, CL_FALSE, CL_MAP_WRITE, 0, 256 * 4, 1, &gate3, NULL, &err); CHECK(err);
+  CHECK(clEnqueueUnmapMemObject(q, pb, early, 0, NULL, NULL));
+  CHECK(clSetUserEventStatus(gate3, CL_COMPLETE));
+  CHECK(clFinish(q));
+  CHECK(clEnqueueReadBuffer(q, pb, CL_TRUE, 40, 4, &check, 0, NULL, NULL));
+  EXPECT(check == 70, "early unmap changed the buffer: %d", check);
+  for (int i = 0; i < 3; i++) CHECK(clReleaseEvent(me[i]));
+  printf("nonblocking maps ok\n");
+
   /* Sub-buffers, and rectangular reads/writes/copies with pitches on both sides. */
   int *ints = malloc(64 * 4); for (int i = 0; i < 64; i++) ints[i] = i;
   cl_mem big = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, 64 * 4, ints, &err); CHECK(err);

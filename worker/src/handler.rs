@@ -25,6 +25,34 @@ struct Mapping {
     ptr: usize,
     shape: Strided,
     segment: Arc<SharedRegion>,
+    /// Whether the segment must receive the mapped bytes (not for `CL_MAP_WRITE_INVALIDATE_REGION`).
+    wants_fill: bool,
+    /// A non-blocking map's event (retained), until the segment is filled.
+    pending: Option<usize>,
+}
+
+impl Mapping {
+    /// Copies the mapped rows into the segment once the map is done (at once if it was
+    /// blocking, else after waiting for its event).
+    fn fill(&mut self) -> cl_int {
+        if let Some(ev) = self.pending.take() {
+            let evp = ev as *mut c_void;
+            // SAFETY: `ev` is the map's event, retained when the map was enqueued.
+            let rc = unsafe { driver_fn!(ev, clWaitForEvents)(1, &evp) };
+            // SAFETY: as above; this drops our reference.
+            unsafe { driver_fn!(ev, clReleaseEvent)(evp) };
+            if rc != CL_SUCCESS {
+                return rc;
+            }
+        }
+        if self.wants_fill && self.ptr != 0 && self.shape.packed_len() > 0 {
+            // SAFETY: the driver mapped the shape's rows at ptr and the map is complete; the
+            // segment holds the packed rows (checked when mapped).
+            unsafe { self.shape.pack(self.ptr as *const u8, self.segment.as_ptr()) };
+            self.wants_fill = false;
+        }
+        CL_SUCCESS
+    }
 }
 
 /// State shared by all lanes of one worker.
@@ -191,6 +219,27 @@ impl LaneServer<'_> {
         Ok(Some(out))
     }
 
+    /// Records a new mapping: filled now if the map was blocking, else when `FillMapping` (or
+    /// the unmap) says its event is complete.
+    fn map_done(&self, sync: &EnqueueSync, blocking: bool, segment: u64, mut mapping: Mapping) -> cl_int {
+        if !blocking {
+            // The shim always asks a non-blocking map for an event, to know when it is done.
+            let Some(ev) = sync.event.and_then(|id| self.worker.objects.get(id, Kind::Event)) else {
+                return CL_INVALID_EVENT;
+            };
+            // SAFETY: a live event; the reference is dropped in `Mapping::fill`.
+            unsafe { driver_fn!(ev, clRetainEvent)(ev as *mut c_void) };
+            mapping.pending = Some(ev);
+        } else {
+            let rc = mapping.fill();
+            if rc != CL_SUCCESS {
+                return rc;
+            }
+        }
+        self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(segment, mapping);
+        CL_SUCCESS
+    }
+
     fn opt_devices(&self, ids: &Option<Vec<ObjectId>>) -> Result<Option<Vec<*mut c_void>>, cl_int> {
         ids.as_ref().map(|ids| self.objs(ids, Kind::Device, CL_INVALID_DEVICE)).transpose()
     }
@@ -258,6 +307,16 @@ fn image_element_size(m: usize) -> Result<usize, cl_int> {
 
 fn mem_type(m: usize) -> Result<u32, cl_int> {
     mem_info::<u32>(m, false, CL_MEM_TYPE)
+}
+
+/// An event's execution status, without waiting.
+fn event_status(ev: usize) -> Result<cl_int, cl_int> {
+    let mut st: cl_int = CL_QUEUED;
+    let (size, ptr) = (std::mem::size_of::<cl_int>(), (&mut st as *mut cl_int).cast());
+    match info_call(InfoTarget::Event, ev, 0, CL_EVENT_COMMAND_EXECUTION_STATUS, size, ptr, null_mut()) {
+        CL_SUCCESS => Ok(st),
+        e => Err(e),
+    }
 }
 
 fn opt_ptr<T>(v: &Option<Vec<T>>) -> *const T {
@@ -593,36 +652,62 @@ impl Handler for LaneServer<'_> {
         }
         let f = driver_fn!(q, clEnqueueMapBuffer);
         let (flags, offset, size) = (r.flags, r.offset as usize, r.size as usize);
+        let blocking = if r.blocking { CL_TRUE } else { CL_FALSE };
         let mut p = null_mut();
-        // SAFETY: live objects; blocking, so the pointer is valid on return.
+        // SAFETY: live objects; the pointer is valid on return, its bytes once the map completes.
         let rc = self.enqueue(&r.sync, |n, w, e| {
             let mut rc = CL_SUCCESS;
-            p = unsafe { f(q as _, m as _, CL_TRUE, flags, offset, size, n, w, e, &mut rc) };
+            p = unsafe { f(q as _, m as _, blocking, flags, offset, size, n, w, e, &mut rc) };
             rc
         });
         if rc != CL_SUCCESS {
             return rc;
         }
-        if flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 && size > 0 && !p.is_null() {
-            // SAFETY: the driver mapped `size` readable bytes at p; the segment holds at least
-            // `size` bytes (checked above).
-            unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), segment.as_ptr(), size) };
+        self.map_done(
+            &r.sync,
+            r.blocking,
+            r.segment,
+            Mapping {
+                mem: m,
+                ptr: p as usize,
+                shape: Strided::linear(size),
+                segment,
+                wants_fill: flags & CL_MAP_WRITE_INVALIDATE_REGION == 0,
+                pending: None,
+            },
+        )
+    }
+
+    fn fill_mapping(&self, r: FillMapping) -> i32 {
+        let mut mappings = self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner());
+        match mappings.get_mut(&r.segment) {
+            Some(m) => m.fill(),
+            None => CL_INVALID_VALUE,
         }
-        let mapping = Mapping { mem: m, ptr: p as usize, shape: Strided::linear(size), segment };
-        self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
-        rc
     }
 
     fn enqueue_unmap_mem_object(&self, r: EnqueueUnmapMemObject) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let mapping = self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.segment);
-        let Some(mapping) = mapping else { return CL_INVALID_VALUE };
+        let Some(mut mapping) = mapping else { return CL_INVALID_VALUE };
         if mapping.mem != m {
             self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
             return CL_INVALID_VALUE;
         }
-        if r.write_back && mapping.shape.packed_len() > 0 && mapping.ptr != 0 {
+        // Unmapped before its non-blocking map was seen complete: fill the segment first if the
+        // map is done by now; if it is not, the application cannot have written through the
+        // mapping, and nothing is written back (waiting here could wait forever on a user
+        // event the application sets later).
+        let complete = mapping.pending.is_none_or(|ev| event_status(ev) == Ok(CL_COMPLETE));
+        let write_back = r.write_back && complete && mapping.fill() == CL_SUCCESS;
+        if !complete {
+            if let Some(ev) = mapping.pending.take() {
+                // SAFETY: our reference on the map's event, taken when it was enqueued.
+                unsafe { driver_fn!(ev, clReleaseEvent)(ev as *mut c_void) };
+            }
+        }
+        if write_back && mapping.shape.packed_len() > 0 && mapping.ptr != 0 {
             // SAFETY: the driver's mapping covers the shape's rows, writable; the segment holds
             // the packed rows (checked when mapped).
             unsafe { mapping.shape.unpack(mapping.segment.as_ptr(), mapping.ptr as *mut u8) };
@@ -980,14 +1065,16 @@ impl Handler for LaneServer<'_> {
         let f = driver_fn!(q, clEnqueueMapImage);
         let (mut row_pitch, mut slice_pitch) = (0usize, 0usize);
         let mut p = null_mut();
-        // SAFETY: live objects; blocking, so the pointer is valid on return.
+        let blocking = if r.blocking { CL_TRUE } else { CL_FALSE };
+        // SAFETY: live objects; the pointer and pitches are valid on return, the bytes once the
+        // map completes.
         let rc = self.enqueue(&r.sync, |n, w, e| {
             let mut rc = CL_SUCCESS;
             p = unsafe {
                 f(
                     q as _,
                     m as _,
-                    CL_TRUE,
+                    blocking,
                     r.flags,
                     origin.as_ptr(),
                     region.as_ptr(),
@@ -1007,13 +1094,12 @@ impl Handler for LaneServer<'_> {
         // In a 1D array the rows are the array's images, a slice pitch apart.
         let row_step = if image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY { slice_pitch } else { row_pitch };
         let shape = Strided { row_pitch: row_step, slice_pitch, ..packed };
-        if r.flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 && !p.is_null() {
-            // SAFETY: the driver mapped the region's rows at p with these pitches; the segment
-            // holds the packed rows (checked above).
-            unsafe { shape.pack(p.cast::<u8>(), segment.as_ptr()) };
+        let wants_fill = r.flags & CL_MAP_WRITE_INVALIDATE_REGION == 0;
+        let mapping = Mapping { mem: m, ptr: p as usize, shape, segment, wants_fill, pending: None };
+        let rc = self.map_done(&r.sync, r.blocking, r.segment, mapping);
+        if rc != CL_SUCCESS {
+            return rc.into();
         }
-        let mapping = Mapping { mem: m, ptr: p as usize, shape, segment };
-        self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
         // The application sees packed rows, with the pitches the spec gives each image type.
         let row = packed.row_bytes as u64;
         let slice = match image_type {

@@ -77,8 +77,40 @@ unsafe fn chunked(
     Ok(CL_SUCCESS)
 }
 
+/// An enqueue the shim must finish itself when it completes always gets an event (the
+/// application's, or the shim's own): returns the sync to send and that event's id.
+pub(super) fn with_own_event(q: &Object, sync: &EnqueueSync) -> (EnqueueSync, ObjectId) {
+    let mut own = sync.clone();
+    let id = *own.event.get_or_insert_with(|| q.conn.alloc_id());
+    (own, id)
+}
+
+/// After a successful enqueue the shim finishes later: hands the application its event and
+/// records the operation as pending (see `pending`).
+///
+/// # Safety
+/// `event` is NULL or valid for a write.
+pub(super) unsafe fn track(
+    q: &Object,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+    event_id: ObjectId,
+    segment: Option<Segment>,
+    transfer: Transfer,
+) -> cl_int {
+    // SAFETY: forwarded.
+    let rc = unsafe { finish_enqueue(q, sync, event, Ok(CL_SUCCESS)) };
+    let app_event = (!event.is_null()).then(|| {
+        // SAFETY: finish_enqueue stored a fresh handle there.
+        let h = unsafe { *event };
+        crate::handle::retain(h, Kind::Event);
+        h as usize
+    });
+    q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer });
+    rc
+}
+
 /// Enqueues a transfer through `segment` without waiting for it, and records it as pending.
-/// It always gets an event, the application's or the shim's own, to know when it is done.
 ///
 /// # Safety
 /// `event` is NULL or valid for a write.
@@ -90,23 +122,14 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32>>(
     transfer: Transfer,
     make: impl FnOnce(u64, EnqueueSync) -> C,
 ) -> Result<cl_int, cl_int> {
-    let mut own = sync.clone();
-    let event_id = *own.event.get_or_insert_with(|| q.conn.alloc_id());
+    let (own, event_id) = with_own_event(q, sync);
     let rc = q.conn.call(make(segment.id, own));
     if rc != Ok(CL_SUCCESS) {
         q.conn.release_segment(segment);
         return rc;
     }
     // SAFETY: forwarded.
-    let rc = unsafe { finish_enqueue(q, sync, event, Ok(CL_SUCCESS)) };
-    let app_event = (!event.is_null()).then(|| {
-        // SAFETY: finish_enqueue stored a fresh handle there.
-        let h = unsafe { *event };
-        crate::handle::retain(h, Kind::Event);
-        h as usize
-    });
-    q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer });
-    Ok(rc)
+    Ok(unsafe { track(q, sync, event, event_id, Some(segment), transfer) })
 }
 
 fn use_host_ptr(m: &Object) -> Option<usize> {
@@ -304,7 +327,7 @@ pub unsafe fn clEnqueueFillBuffer(
 pub unsafe fn clEnqueueMapBuffer(
     queue: cl_command_queue,
     buffer: cl_mem,
-    _blocking_map: cl_uint,
+    blocking_map: cl_uint,
     map_flags: cl_bitfield,
     offset: usize,
     size: usize,
@@ -317,35 +340,42 @@ pub unsafe fn clEnqueueMapBuffer(
         let (q, m) = queue_and_mem(queue, buffer)?;
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let blocking = blocking_map != CL_FALSE;
+        let (wire_sync, event_id) = if blocking { (sync.clone(), 0) } else { with_own_event(&q, &sync) };
         let segment = q.conn.acquire_segment(size)?;
         let req = EnqueueMapBuffer {
             queue: q.id,
             mem: m.id,
+            blocking,
             flags: map_flags,
             offset: offset as u64,
             size: size as u64,
             segment: segment.id,
-            sync: sync.clone(),
+            sync: wire_sync,
         };
         let rc = q.conn.call(req);
         if rc != Ok(CL_SUCCESS) {
             q.conn.release_segment(segment);
             return Err(rc.unwrap_or_else(|e| e));
         }
-        // SAFETY: event per API contract.
-        unsafe { finish_enqueue(&q, &sync, event, Ok(CL_SUCCESS)) };
-        let ptr = match use_host_ptr(&m) {
-            // CL_MEM_USE_HOST_PTR: the spec requires the application's own pointer.
-            Some(host) => {
-                let p = host + offset;
-                if map_flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 {
-                    // SAFETY: host_ptr covers the buffer; the driver accepted offset+size.
-                    unsafe { std::ptr::copy(segment.region.as_ptr(), p as *mut u8, size) };
-                }
-                p
+        let region = segment.region.as_ptr() as usize;
+        // CL_MEM_USE_HOST_PTR: the spec requires the application's own pointer, holding the
+        // device's data once the map is complete.
+        let host = use_host_ptr(&m).map(|h| h + offset);
+        let mirror = host.filter(|_| map_flags & CL_MAP_WRITE_INVALIDATE_REGION == 0);
+        if blocking {
+            if let Some(p) = mirror {
+                // SAFETY: host_ptr covers the buffer; the driver accepted offset+size.
+                unsafe { std::ptr::copy(region as *const u8, p as *mut u8, size) };
             }
-            None => segment.region.as_ptr() as usize,
-        };
+            // SAFETY: event per API contract.
+            unsafe { finish_enqueue(&q, &sync, event, Ok(CL_SUCCESS)) };
+        } else {
+            let transfer = Transfer::Map { segment: segment.id, region, len: size, mirror };
+            // SAFETY: event per API contract.
+            unsafe { track(&q, &sync, event, event_id, None, transfer) };
+        }
+        let ptr = host.unwrap_or(region);
         if let ObjData::Mem { maps, .. } = &m.data {
             let record = MapRecord { segment, size, flags: map_flags };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
@@ -380,6 +410,8 @@ pub unsafe fn clEnqueueUnmapMemObject(
             }
             rec
         };
+        // A non-blocking map not yet seen complete needs no filling any more.
+        q.conn.pending().forget_map(&q.conn, record.segment.id);
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
         if write_back && use_host_ptr(&m).is_some() {
             // SAFETY: mapped_ptr is the application's host_ptr+offset with `size` bytes.

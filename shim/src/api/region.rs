@@ -10,7 +10,7 @@ use cloister_ipc::image::Strided;
 use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::*;
 
-use super::enqueue::{enqueue_pending, queue_and_mem, SettleAfter};
+use super::enqueue::{enqueue_pending, queue_and_mem, track, with_own_event, SettleAfter};
 use super::{enqueue_call, enqueue_sync, finish_enqueue};
 use crate::handle::{ImageMeta, Kind, MapRecord, ObjData, Object};
 use crate::pending::Transfer;
@@ -498,7 +498,7 @@ pub unsafe fn clEnqueueFillImage(
 pub unsafe fn clEnqueueMapImage(
     queue: cl_command_queue,
     image: cl_mem,
-    _blocking_map: cl_bool,
+    blocking_map: cl_bool,
     map_flags: cl_bitfield,
     origin: *const usize,
     region: *const usize,
@@ -527,15 +527,18 @@ pub unsafe fn clEnqueueMapImage(
         let size = Strided::packed(region[0] * meta.elem, region[1], region[2]).packed_len();
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let blocking = blocking_map != CL_FALSE;
+        let (wire_sync, event_id) = if blocking { (sync.clone(), 0) } else { with_own_event(&q, &sync) };
         let segment = q.conn.acquire_segment(size)?;
         let req = EnqueueMapImage {
             queue: q.id,
             mem: m.id,
+            blocking,
             flags: map_flags,
             origin: wide(origin),
             region: wide(region),
             segment: segment.id,
-            sync: sync.clone(),
+            sync: wire_sync,
         };
         let reply = match q.conn.call(req) {
             Ok(r) if r.status == CL_SUCCESS => r,
@@ -544,8 +547,15 @@ pub unsafe fn clEnqueueMapImage(
                 return Err(other.map_or_else(|e| e, |r| r.status));
             }
         };
-        // SAFETY: event per API contract.
-        unsafe { finish_enqueue(&q, &sync, event, Ok(CL_SUCCESS)) };
+        let ptr = segment.region.as_ptr() as usize;
+        if blocking {
+            // SAFETY: event per API contract.
+            unsafe { finish_enqueue(&q, &sync, event, Ok(CL_SUCCESS)) };
+        } else {
+            let transfer = Transfer::Map { segment: segment.id, region: ptr, len: size, mirror: None };
+            // SAFETY: event per API contract.
+            unsafe { track(&q, &sync, event, event_id, None, transfer) };
+        }
         // SAFETY: checked non-NULL above (row) or NULL-checked here (slice).
         unsafe {
             *image_row_pitch = reply.row_pitch as usize;
@@ -553,7 +563,6 @@ pub unsafe fn clEnqueueMapImage(
                 *image_slice_pitch = reply.slice_pitch as usize;
             }
         }
-        let ptr = segment.region.as_ptr() as usize;
         if let ObjData::Mem { maps, .. } = &m.data {
             let record = MapRecord { segment, size, flags: map_flags };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
