@@ -141,6 +141,11 @@ def pytest_configure(config):
         _log = open(path, "w")
 
 
+def pytest_unconfigure(config):
+    if _log is not None:
+        _log.close()
+
+
 def pytest_collectreport(report):
     if report.failed:
         _write(id=report.nodeid or "<collection>", phase="collect", outcome="failed", msg=_first_line(report))
@@ -159,8 +164,8 @@ def pytest_runtest_logfinish(nodeid, location):
     _write(id=nodeid, phase="finish")
 EOF
 
-rm -rf "$OUT"
 mkdir -p "$OUT"
+for name in direct caged; do rm -f "$OUT/$name".{xml,log,jsonl,rc}; done
 
 # run_suite NAME [PREFIX...]: runs the tests with PREFIX before python3, records in $OUT/NAME.*
 run_suite() {
@@ -226,7 +231,7 @@ def load(name):
         problem = f"pytest exited with status {rc}"
     if problem and started is not None:
         tests[started] = ["failed", f"{problem} while running this test"]
-        problem += f" while running {started}"
+        problem += f" while running {short(started)}"
     return tests, problem, seconds
 
 

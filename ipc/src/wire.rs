@@ -181,7 +181,7 @@ pub enum RegionTarget {
 /// The application's headers a build needs (the worker cannot read the application's files):
 /// the `-I` folders in order (the application's working folder last), and each header found,
 /// by its absolute path.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct AppIncludes {
     pub dirs: Vec<String>,
     pub files: Vec<(String, Vec<u8>)>,

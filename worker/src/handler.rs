@@ -269,17 +269,11 @@ fn record_build_options(options: &Option<Vec<u8>>) {
 }
 
 /// Build options as the driver gets them: NUL-terminated, with the application's headers
-/// staged (kept until the returned guard drops) and `-I` pointing at them.
-fn build_options(
-    includes: &Option<AppIncludes>,
-    options: Option<Vec<u8>>,
-) -> Result<(Option<crate::includes::Staged>, Option<Vec<u8>>), cl_int> {
+/// staged and `-I` pointing at them.
+fn build_options(includes: &Option<AppIncludes>, options: Option<Vec<u8>>) -> Result<Option<Vec<u8>>, cl_int> {
     match includes {
-        Some(inc) => {
-            let (staged, opts) = crate::includes::stage(inc, options.as_deref())?;
-            Ok((Some(staged), Some(nul_terminated(&opts))))
-        }
-        None => Ok((None, options.as_deref().map(nul_terminated))),
+        Some(inc) => Ok(Some(nul_terminated(&crate::includes::stage(inc, options.as_deref())?))),
+        None => Ok(options.as_deref().map(nul_terminated)),
     }
 }
 
@@ -515,7 +509,7 @@ impl Handler for LaneServer<'_> {
         record_build_options(&r.options);
         let p = tri!(self.obj(r.program, Kind::Program));
         let devs = tri!(self.opt_devices(&r.devices));
-        let (_staged, options) = tri!(build_options(&r.includes, r.options));
+        let options = tri!(build_options(&r.includes, r.options));
         let (cb, token) = notify_pair(r.notify, notify::on_build_done as *mut c_void);
         let f = driver_fn!(p, clBuildProgram);
         // SAFETY: live program and devices; options NUL-terminated.
@@ -1168,7 +1162,7 @@ impl Handler for LaneServer<'_> {
         record_build_options(&r.options);
         let p = tri!(self.obj(r.program, Kind::Program));
         let devs = tri!(self.opt_devices(&r.devices));
-        let (_staged, options) = tri!(build_options(&r.includes, r.options));
+        let options = tri!(build_options(&r.includes, r.options));
         let header_ids: Vec<ObjectId> = r.headers.iter().map(|h| h.0).collect();
         let headers = tri!(self.objs(&header_ids, Kind::Program, CL_INVALID_VALUE));
         let names: Vec<Vec<u8>> = r.headers.iter().map(|h| nul_terminated(&h.1)).collect();
