@@ -7,7 +7,9 @@
 # Installs Debian 12's python3-pyopencl and python3-pytest when missing, downloads the sdist of
 # the installed pyopencl version from PyPI once (cached under
 # ${XDG_CACHE_HOME:-~/.cache}/cloister/pyopencl-VERSION/) and runs its test/ folder from a
-# temporary copy, so that pyopencl itself is the system's. Tests that fail directly do not count.
+# temporary copy, so that pyopencl itself is the system's. Tests that fail directly do not count;
+# tests pyopencl skips caged because the cage does not advertise SVM are listed as the one
+# documented difference.
 #
 # Environment: PYOPENCL_SUITE_TIMEOUT (seconds per run, default 1500), PYOPENCL_SUITE_OUT (where
 # the junit xml, logs and per-test records go, default ${TMPDIR:-/tmp}/cloister-pyopencl-suite),
@@ -255,6 +257,15 @@ for name, problem in (("direct", dproblem), ("caged", cproblem)):
         print(f"pyopencl suite: the {name} run did not finish: {problem} (log: {out}/{name}.log)")
         failed = True
 regressions = [(tid, caged.get(tid)) for tid, t in direct.items() if t[0] == "passed" and caged.get(tid, [""])[0] != "passed"]
+# The one documented difference (README, "What differs from running directly"): the cage does
+# not advertise SVM, which it does not forward, so pyopencl skips its SVM tests there.
+documented = [(tid, t) for tid, t in regressions if t is not None and t[0] == "skipped" and re.search(r"\bSVM\b", t[1])]
+regressions = [r for r in regressions if r not in documented]
+if documented:
+    print(f"pyopencl suite: {len(documented)} tests pass directly and are skipped caged because the cage "
+          "does not advertise SVM (documented):")
+    for tid, (_, msg) in documented:
+        print(f"  {short(tid)}: {msg}")
 not_run = [tid for tid, t in regressions if t is None]
 listed = [(tid, t) for tid, t in regressions if t is not None]
 if regressions:
@@ -265,7 +276,8 @@ if regressions:
     if not_run:
         print(f"  ... and {len(not_run)} more the caged run never reached, from {short(not_run[0])}")
 else:
-    print("pyopencl suite: every test that passes directly passes caged")
+    print("pyopencl suite: every test that passes directly passes caged"
+          + (" (but for the SVM tests above)" if documented else ""))
 sys.exit(1 if failed else 0)
 EOF
 exit "$status"
