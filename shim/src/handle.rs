@@ -71,8 +71,10 @@ fn quarantine(h: usize) {
 /// A mapping the application holds: where it points, and the segment behind it.
 pub struct MapRecord {
     pub segment: crate::conn::Segment,
-    pub size: usize,
     pub flags: u64,
+    /// For a `CL_MEM_USE_HOST_PTR` object: the application's rows the mapping points at, packed
+    /// back into the segment when a writing map is unmapped.
+    pub mirror: Option<crate::pending::Mirror>,
 }
 
 #[derive(Default)]
@@ -81,11 +83,20 @@ pub struct KernelArgs {
     pub dirty: Vec<u32>,
 }
 
-/// What the shim needs to pack an image's rows: the pixel size and the image type.
+/// What the shim needs to pack an image's rows: the pixel size and the image type, and for a
+/// `CL_MEM_USE_HOST_PTR` image the application's memory and its pitches.
 #[derive(Clone, Copy, Debug)]
 pub struct ImageMeta {
     pub elem: usize,
     pub image_type: u32,
+    pub host: Option<HostImage>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct HostImage {
+    pub ptr: usize,
+    pub row_pitch: usize,
+    pub slice_pitch: usize,
 }
 
 pub enum ObjData {

@@ -13,15 +13,44 @@ use crate::conn::{Conn, Segment};
 use crate::handle::{self, Kind};
 
 pub enum Transfer {
-    /// Unpack the segment's rows into the box `shape` at `dst` (and copy them to `mirror`, a
-    /// `CL_MEM_USE_HOST_PTR` buffer's memory, for linear reads).
-    Read { dst: usize, shape: Strided, mirror: Option<usize> },
+    /// Unpack the segment's rows into the box `shape` at `dst` (and into `mirror`, the same
+    /// rows of a `CL_MEM_USE_HOST_PTR` object's memory).
+    Read { dst: usize, shape: Strided, mirror: Option<Mirror> },
     /// The segment only has to outlive the driver's read of it.
     Write,
     /// A non-blocking map: have the worker fill the mapping's `segment` (mapped at `region`),
-    /// then copy its `len` bytes to `mirror`, a `CL_MEM_USE_HOST_PTR` buffer's memory. The
-    /// segment belongs to the mapping, not to this operation.
-    Map { segment: u64, region: usize, len: usize, mirror: Option<usize> },
+    /// then unpack it into `mirror`, a `CL_MEM_USE_HOST_PTR` object's memory. The segment
+    /// belongs to the mapping, not to this operation.
+    Map { segment: u64, region: usize, mirror: Option<Mirror> },
+}
+
+/// Rows of a `CL_MEM_USE_HOST_PTR` object's memory the shim keeps in step with the device:
+/// the box `shape` at `at`.
+#[derive(Clone, Copy, Debug)]
+pub struct Mirror {
+    pub at: usize,
+    pub shape: Strided,
+}
+
+impl Mirror {
+    /// Unpacks packed rows at `src` into the application's memory.
+    ///
+    /// # Safety
+    /// `src` holds `shape.packed_len()` bytes; the application's memory covers the box (it
+    /// created the object over it).
+    pub unsafe fn fill_from(&self, src: *const u8) {
+        // SAFETY: guaranteed by the caller.
+        unsafe { self.shape.unpack(src, self.at as *mut u8) };
+    }
+
+    /// Packs the application's rows into `dst`.
+    ///
+    /// # Safety
+    /// `dst` holds `shape.packed_len()` writable bytes; the application's memory covers the box.
+    pub unsafe fn pack_into(&self, dst: *mut u8) {
+        // SAFETY: guaranteed by the caller.
+        unsafe { self.shape.pack(self.at as *const u8, dst) };
+    }
 }
 
 pub struct PendingOp {
@@ -116,16 +145,16 @@ fn complete(conn: &Conn, op: PendingOp, status: cl_int) {
             // until the read completes; the segment holds the packed rows.
             unsafe { shape.unpack(seg.region.as_ptr(), *dst as *mut u8) };
             if let Some(m) = mirror {
-                // SAFETY: the buffer's host memory covers the read range.
-                unsafe { std::ptr::copy(seg.region.as_ptr(), *m as *mut u8, shape.packed_len()) };
+                // SAFETY: the segment holds the packed rows; the object's memory covers the box.
+                unsafe { m.fill_from(seg.region.as_ptr()) };
             }
         }
-        (Transfer::Map { segment, region, len, mirror }, _, CL_COMPLETE) => {
+        (Transfer::Map { segment, region, mirror }, _, CL_COMPLETE) => {
             let filled = conn.call(FillMapping { segment: *segment }) == Ok(CL_SUCCESS);
             if let (true, Some(m)) = (filled, mirror) {
                 // SAFETY: the mapping's segment (still mapped: it is unmapped only after this
-                // operation is taken out) holds `len` bytes; the buffer's host memory covers them.
-                unsafe { std::ptr::copy(*region as *const u8, *m as *mut u8, *len) };
+                // operation is taken out) holds the packed rows; the object's memory covers them.
+                unsafe { m.fill_from(*region as *const u8) };
             }
         }
         _ => {}

@@ -106,6 +106,26 @@ int main(void) {
   EXPECT(pix[0] == 111 && pix[1] == host[2 * PITCH + 41], "unmap wrote back %d %d", pix[0], pix[1]);
   printf("image copies ok\n");
 
+  /* A CL_MEM_USE_HOST_PTR image: a map returns the application's own memory, at its pitch,
+   * holding what a kernel wrote; what is written through the map reaches the device. */
+  unsigned char *uhost = calloc(PITCH * H, 1);
+  cl_mem uimg = clCreateImage(ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, &f, &desc, uhost, &err); CHECK(err);
+  CHECK(clSetKernelArg(kd, 0, sizeof img, &img)); CHECK(clSetKernelArg(kd, 1, sizeof uimg, &uimg));
+  CHECK(clEnqueueNDRangeKernel(q, kd, 2, NULL, gws, NULL, 0, NULL, NULL));
+  size_t uo[3] = { 2, 3, 0 }, ur[3] = { 4, 5, 1 }, urow = 0;
+  unsigned char *um = clEnqueueMapImage(q, uimg, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, uo, ur, &urow, NULL, 0, NULL, NULL, &err); CHECK(err);
+  EXPECT(um == uhost + 3 * PITCH + 2 * 4 && urow == PITCH, "USE_HOST_PTR image map %p (row pitch %zu), want %p", (void *)um, urow, (void *)(uhost + 3 * PITCH + 8));
+  { int t = host[4 * PITCH + 9] * 2; EXPECT(um[PITCH + 1] == (t > 255 ? 255 : t), "USE_HOST_PTR image holds the kernel's result"); }
+  um[2 * PITCH + 3] = 77;
+  CHECK(clEnqueueUnmapMemObject(q, uimg, um, 0, NULL, NULL));
+  size_t upx[3] = { 2, 5, 0 };
+  CHECK(clEnqueueReadImage(q, uimg, CL_TRUE, upx, one, 0, 0, pix, 0, NULL, NULL));
+  EXPECT(pix[3] == 77, "write through a USE_HOST_PTR image map: %d", pix[3]);
+  void *uhp = NULL; CHECK(clGetMemObjectInfo(uimg, CL_MEM_HOST_PTR, sizeof uhp, &uhp, NULL));
+  EXPECT(uhp == uhost, "USE_HOST_PTR image host ptr %p", uhp);
+  CHECK(clReleaseMemObject(uimg));
+  printf("use_host_ptr image ok\n");
+
   /* A sampler as a kernel argument (both create calls). */
   cl_sampler s1 = clCreateSampler(ctx, CL_FALSE, CL_ADDRESS_CLAMP_TO_EDGE, CL_FILTER_NEAREST, &err); CHECK(err);
   cl_sampler_properties sp[] = { CL_SAMPLER_NORMALIZED_COORDS, CL_FALSE, CL_SAMPLER_FILTER_MODE, CL_FILTER_NEAREST, 0 };

@@ -15,7 +15,7 @@ use super::kernel::{restore_dirty_args, take_dirty_args};
 use super::{enqueue_call, enqueue_sync, finish_enqueue, slice};
 use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
-use crate::pending::{settle, PendingOp, Transfer};
+use crate::pending::{settle, Mirror, PendingOp, Transfer};
 
 pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
     let q = lookup(queue, Kind::Queue)?;
@@ -110,6 +110,37 @@ pub(super) unsafe fn track(
     rc
 }
 
+/// After a successful map: a blocking one fills the application's memory of a
+/// `CL_MEM_USE_HOST_PTR` object now, a non-blocking one is recorded to be filled when done.
+///
+/// # Safety
+/// `event` is NULL or valid for a write; `mirror` is within the object's host memory.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn map_done(
+    q: &Object,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+    event_id: ObjectId,
+    blocking: bool,
+    segment: &Segment,
+    flags: u64,
+    mirror: Option<Mirror>,
+) {
+    let mirror = mirror.filter(|_| flags & CL_MAP_WRITE_INVALIDATE_REGION == 0);
+    if blocking {
+        if let Some(m) = mirror {
+            // SAFETY: the segment holds the mapped rows, packed.
+            unsafe { m.fill_from(segment.region.as_ptr()) };
+        }
+        // SAFETY: forwarded.
+        unsafe { finish_enqueue(q, sync, event, Ok(CL_SUCCESS)) };
+    } else {
+        let transfer = Transfer::Map { segment: segment.id, region: segment.region.as_ptr() as usize, mirror };
+        // SAFETY: forwarded.
+        unsafe { track(q, sync, event, event_id, None, transfer) };
+    }
+}
+
 /// Enqueues a transfer through `segment` without waiting for it, and records it as pending.
 ///
 /// # Safety
@@ -160,7 +191,8 @@ pub unsafe fn clEnqueueReadBuffer(
         let mirror = use_host_ptr(&m);
         if blocking_read == CL_FALSE {
             let shape = Strided::linear(size);
-            let transfer = Transfer::Read { dst: ptr as usize, shape, mirror: mirror.map(|h| h + offset) };
+            let mirror = mirror.map(|h| Mirror { at: h + offset, shape });
+            let transfer = Transfer::Read { dst: ptr as usize, shape, mirror };
             let segment = q.conn.acquire_segment(size)?;
             let make = |segment, sync| EnqueueReadBuffer {
                 queue: q.id,
@@ -361,23 +393,12 @@ pub unsafe fn clEnqueueMapBuffer(
         let region = segment.region.as_ptr() as usize;
         // CL_MEM_USE_HOST_PTR: the spec requires the application's own pointer, holding the
         // device's data once the map is complete.
-        let host = use_host_ptr(&m).map(|h| h + offset);
-        let mirror = host.filter(|_| map_flags & CL_MAP_WRITE_INVALIDATE_REGION == 0);
-        if blocking {
-            if let Some(p) = mirror {
-                // SAFETY: host_ptr covers the buffer; the driver accepted offset+size.
-                unsafe { std::ptr::copy(region as *const u8, p as *mut u8, size) };
-            }
-            // SAFETY: event per API contract.
-            unsafe { finish_enqueue(&q, &sync, event, Ok(CL_SUCCESS)) };
-        } else {
-            let transfer = Transfer::Map { segment: segment.id, region, len: size, mirror };
-            // SAFETY: event per API contract.
-            unsafe { track(&q, &sync, event, event_id, None, transfer) };
-        }
-        let ptr = host.unwrap_or(region);
+        let mirror = use_host_ptr(&m).map(|h| Mirror { at: h + offset, shape: Strided::linear(size) });
+        // SAFETY: event per API contract; the mirror covers part of the buffer's host memory.
+        unsafe { map_done(&q, &sync, event, event_id, blocking, &segment, map_flags, mirror) };
+        let ptr = mirror.map_or(region, |m| m.at);
         if let ObjData::Mem { maps, .. } = &m.data {
-            let record = MapRecord { segment, size, flags: map_flags };
+            let record = MapRecord { segment, flags: map_flags, mirror };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
         }
         Ok(ptr as *mut c_void)
@@ -413,9 +434,10 @@ pub unsafe fn clEnqueueUnmapMemObject(
         // A non-blocking map not yet seen complete needs no filling any more.
         q.conn.pending().forget_map(&q.conn, record.segment.id);
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
-        if write_back && use_host_ptr(&m).is_some() {
-            // SAFETY: mapped_ptr is the application's host_ptr+offset with `size` bytes.
-            unsafe { std::ptr::copy(mapped_ptr.cast::<u8>(), record.segment.region.as_ptr(), record.size) };
+        if let (true, Some(m)) = (write_back, record.mirror) {
+            // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
+            // holds the packed rows.
+            unsafe { m.pack_into(record.segment.region.as_ptr()) };
         }
         let req = EnqueueUnmapMemObject {
             queue: q.id,

@@ -12,7 +12,7 @@ use cloister_ipc::{Call, CreateBuffer, CreateImage, CreatePipe, CreateSubBuffer,
 
 use super::{create, creation, forward_info, retain_release};
 use crate::conn::Conn;
-use crate::handle::{lookup, DestructorFn, ImageMeta, Kind, ObjData, Object};
+use crate::handle::{lookup, DestructorFn, HostImage, ImageMeta, Kind, ObjData, Object};
 use crate::info;
 
 /// A zero-terminated list of 64-bit property words (`cl_mem_properties`,
@@ -219,15 +219,17 @@ unsafe fn create_image(
         num_samples: d.num_samples,
         buffer,
     };
-    let len = if host_ptr.is_null() {
-        0
+    let (len, host) = if host_ptr.is_null() {
+        (0, None)
     } else {
-        let (_, _, total) = host_extent(elem, &wire_desc).ok_or(CL_INVALID_IMAGE_DESCRIPTOR)?;
-        usize::try_from(total).map_err(|_| CL_INVALID_IMAGE_SIZE)?
+        let (row, slice, total) = host_extent(elem, &wire_desc).ok_or(CL_INVALID_IMAGE_DESCRIPTOR)?;
+        let size = |v: u64| usize::try_from(v).map_err(|_| CL_INVALID_IMAGE_SIZE);
+        let host = HostImage { ptr: host_ptr as usize, row_pitch: size(row)?, slice_pitch: size(slice)? };
+        (size(total)?, Some(host).filter(|_| flags & CL_MEM_USE_HOST_PTR != 0))
     };
-    let meta = ImageMeta { elem: elem as usize, image_type: d.image_type };
-    // USE_HOST_PTR images are copied, not mirrored (see README, Limits).
-    let data = ObjData::mem(flags, 0, Some(meta));
+    let meta = ImageMeta { elem: elem as usize, image_type: d.image_type, host };
+    let mirror = host.map_or(0, |h| h.ptr);
+    let data = ObjData::mem(flags, mirror, Some(meta));
     let conn = ctx.conn.clone();
     create(&conn, Kind::Mem, data, |id| {
         with_host_data(&conn, host_ptr, len, |host_data| CreateImage {

@@ -10,10 +10,10 @@ use cloister_ipc::image::Strided;
 use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::*;
 
-use super::enqueue::{enqueue_pending, queue_and_mem, track, with_own_event, SettleAfter};
+use super::enqueue::{enqueue_pending, map_done, queue_and_mem, with_own_event, SettleAfter};
 use super::{enqueue_call, enqueue_sync, finish_enqueue};
 use crate::handle::{ImageMeta, Kind, MapRecord, ObjData, Object};
-use crate::pending::Transfer;
+use crate::pending::{Mirror, Transfer};
 
 /// Three `size_t`s from an origin or region argument.
 ///
@@ -36,6 +36,31 @@ fn image_meta(m: &Object) -> Result<ImageMeta, cl_int> {
         ObjData::Mem { image: Some(meta), .. } => Ok(meta),
         _ => Err(CL_INVALID_MEM_OBJECT),
     }
+}
+
+/// Both sides of a rectangular transfer: the device side, the region, the application's box at
+/// `ptr + offset`, and the rows of a `CL_MEM_USE_HOST_PTR` object's own memory to keep in step.
+struct Shape {
+    target: RegionTarget,
+    region: [usize; 3],
+    host: Strided,
+    offset: usize,
+    mirror: Option<Mirror>,
+}
+
+/// The rows of a `CL_MEM_USE_HOST_PTR` image's memory that `origin` and `region` cover.
+fn image_mirror(meta: ImageMeta, origin: [usize; 3], region: [usize; 3]) -> Option<Mirror> {
+    let h = meta.host?;
+    let row_step = if meta.image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY { h.slice_pitch } else { h.row_pitch };
+    let at = h.ptr + origin[0] * meta.elem + origin[1] * row_step + origin[2] * h.slice_pitch;
+    let shape = Strided {
+        row_bytes: region[0] * meta.elem,
+        rows: region[1],
+        slices: region[2],
+        row_pitch: row_step,
+        slice_pitch: h.slice_pitch,
+    };
+    Some(Mirror { at, shape })
 }
 
 /// The application's side of an image transfer: its rows at `row_pitch`, or between the
@@ -93,10 +118,12 @@ unsafe fn transfer(
     region: [usize; 3],
     host: Strided,
     ptr: *mut u8,
+    mirror: Option<Mirror>,
     sync: EnqueueSync,
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
     let len = host.packed_len();
+    let mirror = mirror.filter(|_| !write);
     let req = |data, sync| EnqueueRegionTransfer {
         queue: q.id,
         mem: m.id,
@@ -116,15 +143,20 @@ unsafe fn transfer(
         }
         if !blocking {
             let transfer =
-                if write { Transfer::Write } else { Transfer::Read { dst: ptr as usize, shape: host, mirror: None } };
+                if write { Transfer::Write } else { Transfer::Read { dst: ptr as usize, shape: host, mirror } };
             // SAFETY: event per the caller.
             return unsafe { enqueue_pending(q, &sync, event, segment, transfer, |_, s| req(data, s)) };
         }
         let _settled = SettleAfter(q);
         let rc = q.conn.call(req(data, sync.clone()));
         if !write && rc == Ok(CL_SUCCESS) {
-            // SAFETY: as above, the other way.
-            unsafe { host.unpack(segment.region.as_ptr(), ptr) };
+            // SAFETY: as above, the other way; the mirror is within the object's host memory.
+            unsafe {
+                host.unpack(segment.region.as_ptr(), ptr);
+                if let Some(m) = mirror {
+                    m.fill_from(segment.region.as_ptr());
+                }
+            }
         }
         q.conn.release_segment(segment);
         // SAFETY: event per the caller.
@@ -141,8 +173,13 @@ unsafe fn transfer(
     };
     let drain = |rc: &cl_int, bulk: *mut u8| {
         if !write && *rc == CL_SUCCESS {
-            // SAFETY: as above, the other way.
-            unsafe { host.unpack(bulk, ptr) };
+            // SAFETY: as above, the other way; the mirror is within the object's host memory.
+            unsafe {
+                host.unpack(bulk, ptr);
+                if let Some(m) = mirror {
+                    m.fill_from(bulk);
+                }
+            }
         }
     };
     let rc = q.conn.call_with(req(data, sync.clone()), fill, drain);
@@ -164,20 +201,20 @@ unsafe fn read_or_write(
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
-    shape: impl FnOnce(&Object) -> Result<(RegionTarget, [usize; 3], Strided, usize), cl_int>,
+    shape: impl FnOnce(&Object) -> Result<Shape, cl_int>,
 ) -> cl_int {
     let r = (|| {
         let (q, m) = queue_and_mem(queue, mem)?;
         if ptr.is_null() {
             return Err(CL_INVALID_VALUE);
         }
-        let (target, region, host, offset) = shape(&m)?;
+        let Shape { target, region, host, offset, mirror } = shape(&m)?;
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         // SAFETY: ptr + offset is where the application's box starts (API contract).
         let base = unsafe { ptr.cast::<u8>().add(offset) }.cast_mut();
         // SAFETY: forwarded.
-        unsafe { transfer(&q, &m, write, blocking != CL_FALSE, target, region, host, base, sync, event) }
+        unsafe { transfer(&q, &m, write, blocking != CL_FALSE, target, region, host, base, mirror, sync, event) }
     })();
     r.unwrap_or_else(|e| e)
 }
@@ -198,8 +235,10 @@ pub unsafe fn clEnqueueReadImage(
     let shape = |m: &Object| {
         // SAFETY: origin and region hold three values per the API contract.
         let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
-        let host = image_host_shape(image_meta(m)?, region, row_pitch, slice_pitch)?;
-        Ok((RegionTarget::Image { origin: wide(origin) }, region, host, 0))
+        let meta = image_meta(m)?;
+        let host = image_host_shape(meta, region, row_pitch, slice_pitch)?;
+        let mirror = image_mirror(meta, origin, region);
+        Ok(Shape { target: RegionTarget::Image { origin: wide(origin) }, region, host, offset: 0, mirror })
     };
     // SAFETY: forwarded API contract.
     unsafe { read_or_write(queue, image, false, blocking, ptr, n, list, event, shape) }
@@ -221,8 +260,10 @@ pub unsafe fn clEnqueueWriteImage(
     let shape = |m: &Object| {
         // SAFETY: origin and region hold three values per the API contract.
         let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
-        let host = image_host_shape(image_meta(m)?, region, row_pitch, slice_pitch)?;
-        Ok((RegionTarget::Image { origin: wide(origin) }, region, host, 0))
+        let meta = image_meta(m)?;
+        let host = image_host_shape(meta, region, row_pitch, slice_pitch)?;
+        let mirror = image_mirror(meta, origin, region);
+        Ok(Shape { target: RegionTarget::Image { origin: wide(origin) }, region, host, offset: 0, mirror })
     };
     // SAFETY: forwarded API contract.
     unsafe { read_or_write(queue, image, true, blocking, ptr, n, list, event, shape) }
@@ -234,6 +275,7 @@ pub unsafe fn clEnqueueWriteImage(
 /// The three arrays hold three values each or are NULL.
 #[allow(clippy::too_many_arguments)]
 unsafe fn rect_shape(
+    buffer: &Object,
     buffer_origin: *const usize,
     host_origin: *const usize,
     region: *const usize,
@@ -241,16 +283,24 @@ unsafe fn rect_shape(
     buffer_slice_pitch: usize,
     host_row_pitch: usize,
     host_slice_pitch: usize,
-) -> Result<(RegionTarget, [usize; 3], Strided, usize), cl_int> {
+) -> Result<Shape, cl_int> {
     // SAFETY: guaranteed by the caller.
     let (b_origin, h_origin, region) = unsafe { (triple(buffer_origin)?, triple(host_origin)?, triple(region)?) };
     let (host, offset) = rect_host_shape(h_origin, region, host_row_pitch, host_slice_pitch)?;
+    // A CL_MEM_USE_HOST_PTR buffer's memory: the same box at the buffer's origin and pitches.
+    let mirror = match buffer.data {
+        ObjData::Mem { host_ptr, image: None, .. } if host_ptr != 0 => {
+            let (shape, at) = rect_host_shape(b_origin, region, buffer_row_pitch, buffer_slice_pitch)?;
+            Some(Mirror { at: host_ptr + at, shape })
+        }
+        _ => None,
+    };
     let target = RegionTarget::BufferRect {
         origin: wide(b_origin),
         row_pitch: buffer_row_pitch as u64,
         slice_pitch: buffer_slice_pitch as u64,
     };
-    Ok((target, region, host, offset))
+    Ok(Shape { target, region, host, offset, mirror })
 }
 
 pub unsafe fn clEnqueueReadBufferRect(
@@ -270,8 +320,9 @@ pub unsafe fn clEnqueueReadBufferRect(
     event: *mut cl_event,
 ) -> cl_int {
     // SAFETY: the arrays per the API contract.
-    let shape = |_: &Object| unsafe {
+    let shape = |b: &Object| unsafe {
         rect_shape(
+            b,
             buffer_origin,
             host_origin,
             region,
@@ -302,8 +353,9 @@ pub unsafe fn clEnqueueWriteBufferRect(
     event: *mut cl_event,
 ) -> cl_int {
     // SAFETY: the arrays per the API contract.
-    let shape = |_: &Object| unsafe {
+    let shape = |b: &Object| unsafe {
         rect_shape(
+            b,
             buffer_origin,
             host_origin,
             region,
@@ -547,24 +599,24 @@ pub unsafe fn clEnqueueMapImage(
                 return Err(other.map_or_else(|e| e, |r| r.status));
             }
         };
-        let ptr = segment.region.as_ptr() as usize;
-        if blocking {
-            // SAFETY: event per API contract.
-            unsafe { finish_enqueue(&q, &sync, event, Ok(CL_SUCCESS)) };
-        } else {
-            let transfer = Transfer::Map { segment: segment.id, region: ptr, len: size, mirror: None };
-            // SAFETY: event per API contract.
-            unsafe { track(&q, &sync, event, event_id, None, transfer) };
-        }
+        // CL_MEM_USE_HOST_PTR: the application's own memory, at its own pitches, as the spec
+        // requires; otherwise the packed segment.
+        let mirror = image_mirror(meta, origin, region);
+        // SAFETY: event per API contract; the mirror is within the image's host memory.
+        unsafe { map_done(&q, &sync, event, event_id, blocking, &segment, map_flags, mirror) };
+        let (ptr, row_pitch, slice_pitch) = match (mirror, meta.host) {
+            (Some(m), Some(h)) => (m.at, h.row_pitch, if needs_slice { h.slice_pitch } else { 0 }),
+            _ => (segment.region.as_ptr() as usize, reply.row_pitch as usize, reply.slice_pitch as usize),
+        };
         // SAFETY: checked non-NULL above (row) or NULL-checked here (slice).
         unsafe {
-            *image_row_pitch = reply.row_pitch as usize;
+            *image_row_pitch = row_pitch;
             if !image_slice_pitch.is_null() {
-                *image_slice_pitch = reply.slice_pitch as usize;
+                *image_slice_pitch = slice_pitch;
             }
         }
         if let ObjData::Mem { maps, .. } = &m.data {
-            let record = MapRecord { segment, size, flags: map_flags };
+            let record = MapRecord { segment, flags: map_flags, mirror };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
         }
         Ok(ptr as *mut c_void)
