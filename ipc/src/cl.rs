@@ -232,3 +232,10 @@ pub struct cl_buffer_region {
     pub size: usize,
 }
 pub const CL_INVALID_IMAGE_DESCRIPTOR: cl_int = -65;
+
+// cl_khr_command_buffer
+pub type cl_sync_point_khr = u32;
+pub const CL_INVALID_COMMAND_BUFFER_KHR: cl_int = -1138;
+pub const CL_INVALID_SYNC_POINT_WAIT_LIST_KHR: cl_int = -1139;
+pub const CL_COMMAND_BUFFER_QUEUES_KHR: cl_uint = 0x1294;
+pub const CL_COMMAND_BUFFER_REFERENCE_COUNT_KHR: cl_uint = 0x1296;

@@ -25,6 +25,39 @@ macro_rules! define_dispatch {
 
 crate::for_each_cl_entry_point!(define_dispatch);
 
+macro_rules! define_extension_fns {
+    ($( ($ext:ident, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty, $err:ident); )*) => {
+        /// A driver's extension entry points (those of `extension_table.rs`), found by name.
+        pub struct ExtensionFns {
+            $( pub $name: Option<unsafe extern "C" fn($($ty),*) -> $ret>, )*
+        }
+
+        impl ExtensionFns {
+            /// `lookup` gets each NUL-terminated name and returns the driver's address or NULL.
+            ///
+            /// # Safety
+            /// A non-NULL address `lookup` returns for a name must be that entry point, with the
+            /// signature the extension table gives it.
+            pub unsafe fn resolve(mut lookup: impl FnMut(&'static str) -> *mut c_void) -> Self {
+                Self {
+                    $( $name: {
+                        let p = lookup(concat!(stringify!($name), "\0"));
+                        // SAFETY: guaranteed by the caller.
+                        (!p.is_null()).then(|| unsafe {
+                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> $ret>(p)
+                        })
+                    }, )*
+                }
+            }
+        }
+
+        /// The forwarded extension entry points, with their extension.
+        pub const EXTENSION_ENTRY_POINTS: &[(&str, &str)] = &[ $( (stringify!($ext), stringify!($name)) ),* ];
+    };
+}
+
+crate::for_each_extension_entry_point!(define_extension_fns);
+
 const _: () = assert!(std::mem::size_of::<IcdDispatch>() == crate::api_table::DISPATCH_SLOTS * 8);
 
 // SAFETY: the table holds only function pointers and, for Windows-only slots, pointers that are
@@ -51,6 +84,13 @@ pub fn coverage_markdown() -> String {
     }
     let forwarded = ENTRY_POINTS.iter().filter(|(_, s)| *s == "forwarded").count();
     out.push_str(&format!("\n{forwarded} of {} entry points forwarded.\n", ENTRY_POINTS.len()));
+    out.push_str("\nExtension entry points without a dispatch slot, reached through ");
+    out.push_str(
+        "`clGetExtensionFunctionAddress[ForPlatform]`:\n\n| extension | entry point | status |\n| --- | --- | --- |\n",
+    );
+    for (ext, name) in EXTENSION_ENTRY_POINTS {
+        out.push_str(&format!("| `{ext}` | `{name}` | {} |\n", status_meaning("forwarded")));
+    }
     out
 }
 

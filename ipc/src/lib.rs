@@ -7,6 +7,7 @@ pub mod channel;
 pub mod cl;
 pub mod deadlines;
 pub mod dispatch;
+pub mod extension_table;
 pub mod fuzzing;
 pub mod handshake;
 pub mod image;

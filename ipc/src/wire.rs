@@ -32,6 +32,7 @@ pub enum InfoTarget {
     Event,
     EventProfiling,
     Pipe,
+    CommandBuffer,
 }
 
 /// How a handle-valued info result is laid out.
@@ -58,6 +59,7 @@ pub fn handle_layout(t: InfoTarget, param: u32) -> Option<HandleLayout> {
         (Program, 0x1163) => HandleLayout::Array,
         (Kernel, 0x1193) | (Kernel, 0x1194) => HandleLayout::One,
         (Event, 0x11D0) | (Event, 0x11D4) => HandleLayout::One,
+        (CommandBuffer, 0x1294) => HandleLayout::Array,
         _ => return None,
     })
 }
@@ -195,6 +197,59 @@ pub enum CopyKind {
     Image,
     ImageToBuffer,
     BufferToImage,
+}
+
+/// A command recorded into a command buffer (cl_khr_command_buffer): the arguments of the
+/// matching `clCommand*KHR` call, minus the buffer, queue and sync points.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum RecordedCommand {
+    Barrier,
+    CopyBuffer {
+        src: ObjectId,
+        dst: ObjectId,
+        src_offset: u64,
+        dst_offset: u64,
+        size: u64,
+    },
+    /// As `EnqueueCopyRegion`.
+    CopyRegion {
+        src: ObjectId,
+        dst: ObjectId,
+        kind: CopyKind,
+        src_origin: [u64; 3],
+        dst_origin: [u64; 3],
+        region: [u64; 3],
+        src_pitches: (u64, u64),
+        dst_pitches: (u64, u64),
+    },
+    FillBuffer {
+        mem: ObjectId,
+        pattern: Vec<u8>,
+        offset: u64,
+        size: u64,
+    },
+    FillImage {
+        mem: ObjectId,
+        color: Vec<u8>,
+        origin: [u64; 3],
+        region: [u64; 3],
+    },
+    /// `args` as for `EnqueueNdRange`: the driver's kernel holds them when the command is recorded.
+    NdRange {
+        kernel: ObjectId,
+        args: Vec<(u32, ArgValue)>,
+        properties: Option<Vec<u64>>,
+        work_dim: u32,
+        offset: Option<Vec<u64>>,
+        global: Option<Vec<u64>>,
+        local: Option<Vec<u64>>,
+    },
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SyncPointReply {
+    pub status: i32,
+    pub sync_point: u32,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -450,6 +505,14 @@ wire_calls! {
     GetTimers(get_timers) { device: ObjectId, with_device: bool } -> TimersReply;
     /// The shim no longer uses this shared segment.
     DropSegment(drop_segment) { segment: u64 } -> i32;
+    /// cl_khr_command_buffer; the worker refuses drivers whose version has other signatures.
+    CreateCommandBuffer(create_command_buffer) { id: ObjectId, queues: Vec<ObjectId>, properties: Option<Vec<u64>> } -> i32;
+    FinalizeCommandBuffer(finalize_command_buffer) { buffer: ObjectId } -> i32;
+    /// `clCommand*KHR`: `queue` is the call's (NULL: the buffer's own); `wait` its sync points.
+    RecordCommand(record_command) {
+        buffer: ObjectId, queue: Option<ObjectId>, command: RecordedCommand, wait: Vec<u32>,
+    } -> SyncPointReply;
+    EnqueueCommandBuffer(enqueue_command_buffer) { queues: Vec<ObjectId>, buffer: ObjectId, sync: EnqueueSync } -> i32;
 }
 
 /// Messages on the socket from the shim to its worker.
@@ -556,5 +619,6 @@ status_only!(
     CreatedReply { created },
     BinariesReply { binaries },
     FormatsReply { formats },
-    MapImageReply { row_pitch, slice_pitch }
+    MapImageReply { row_pitch, slice_pitch },
+    SyncPointReply { sync_point }
 );

@@ -25,6 +25,7 @@ pub enum Kind {
     Kernel,
     Event,
     Sampler,
+    CommandBuffer,
 }
 
 impl Kind {
@@ -39,6 +40,7 @@ impl Kind {
             Kind::Kernel => CL_INVALID_KERNEL,
             Kind::Event => CL_INVALID_EVENT,
             Kind::Sampler => CL_INVALID_SAMPLER,
+            Kind::CommandBuffer => CL_INVALID_COMMAND_BUFFER_KHR,
         }
     }
 }
@@ -119,6 +121,7 @@ pub enum ObjData {
     },
     Event,
     Sampler,
+    CommandBuffer,
 }
 
 impl ObjData {
@@ -147,6 +150,14 @@ pub struct Object {
 impl Object {
     pub fn ref_count(&self) -> u32 {
         self.refs.load(Ordering::Acquire)
+    }
+
+    /// `other`, if it lives in the same worker as `self` (ids mean nothing across workers).
+    pub fn same_worker(&self, other: Arc<Object>) -> Result<Arc<Object>, cl_int> {
+        match Arc::ptr_eq(&self.conn, &other.conn) {
+            true => Ok(other),
+            false => Err(CL_INVALID_CONTEXT),
+        }
     }
 
     pub fn add_destructor(&self, f: DestructorFn, user_data: usize) {

@@ -91,6 +91,7 @@ pub fn ref_count_param(kind: Kind) -> Option<u32> {
         Kind::Kernel => CL_KERNEL_REFERENCE_COUNT,
         Kind::Event => CL_EVENT_REFERENCE_COUNT,
         Kind::Sampler => CL_SAMPLER_REFERENCE_COUNT,
+        Kind::CommandBuffer => CL_COMMAND_BUFFER_REFERENCE_COUNT_KHR,
         _ => return None,
     })
 }

@@ -118,6 +118,33 @@ macro_rules! define_entry_points {
 
 cloister_ipc::for_each_cl_entry_point!(define_entry_points);
 
+macro_rules! define_extension_entry_points {
+    ($( ($ext:ident, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty, $err:ident); )*) => {
+        /// The forwarded extension entry points without a dispatch slot, guarded like the rest.
+        mod extension_entry_points {
+            #![allow(unused_imports, clippy::unused_unit)]
+            use super::*;
+            $(
+                pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                    entry_body!(forwarded, $name, ($($arg),*), $ret, $err)
+                }
+            )*
+        }
+
+        /// One of them, by name, for `clGetExtensionFunctionAddress*`.
+        fn extension_entry_point(name: &[u8]) -> *mut c_void {
+            $(
+                if name == stringify!($name).as_bytes() {
+                    return extension_entry_points::$name as *mut c_void;
+                }
+            )*
+            std::ptr::null_mut()
+        }
+    };
+}
+
+cloister_ipc::for_each_extension_entry_point!(define_extension_entry_points);
+
 /// The ICD loader's way in (cl_khr_icd).
 #[no_mangle]
 pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(

@@ -92,3 +92,18 @@ fn unknown_driver_is_a_clear_error() {
     assert_eq!(c.status.code(), Some(125));
     assert!(text(&c).contains("no driver named no-such-driver"), "{}", text(&c));
 }
+
+/// cl_khr_command_buffer through `clGetExtensionFunctionAddressForPlatform`: recorded fills,
+/// kernels, copies (buffer, rect, image), barriers and sync points, run twice; the same lines
+/// directly and caged. Caged, misuse that crashes pocl directly gets the error code instead.
+#[test]
+fn command_buffers_run_directly_and_caged_with_the_same_results() {
+    let exe = c_client("command_buffer");
+    let d = direct(&exe, &[], &[]);
+    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
+    let c = caged(&[], &exe, &[], &[]);
+    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
+    assert_eq!(text(&d), text(&c));
+    let g = caged(&[], &exe, &[], &[("GARBAGE", "1")]);
+    assert!(g.status.success() && text(&g).contains("PASS"), "caged run with garbage handles failed:\n{}", text(&g));
+}

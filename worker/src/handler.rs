@@ -13,10 +13,11 @@ use cloister_ipc::shm::SharedRegion;
 use cloister_ipc::wire::{handle_layout, map_handles, HandleLayout};
 use cloister_ipc::*;
 
-use crate::driver_fn;
+use crate::command_buffer;
 use crate::notify;
 use crate::objects::{Kind, ObjectTable};
 use crate::segments::Segments;
+use crate::{driver_fn, ext_fn};
 
 /// A live mapping: the driver's pointer, the shape of the mapped memory behind it, and the
 /// segment the application sees instead (holding the same rows, packed).
@@ -80,6 +81,7 @@ fn invalid(kind: Kind) -> cl_int {
         Kind::Kernel => CL_INVALID_KERNEL,
         Kind::Event => CL_INVALID_EVENT,
         Kind::Sampler => CL_INVALID_SAMPLER,
+        Kind::CommandBuffer => CL_INVALID_COMMAND_BUFFER_KHR,
     }
 }
 
@@ -94,12 +96,13 @@ fn target_kind(t: InfoTarget) -> Kind {
         InfoTarget::Program | InfoTarget::ProgramBuild => Kind::Program,
         InfoTarget::Kernel | InfoTarget::KernelWorkGroup | InfoTarget::KernelArg => Kind::Kernel,
         InfoTarget::Event | InfoTarget::EventProfiling => Kind::Event,
+        InfoTarget::CommandBuffer => Kind::CommandBuffer,
     }
 }
 
 /// One `clGet*Info` call on the driver.
 #[allow(clippy::too_many_arguments)]
-fn info_call(
+pub(crate) fn info_call(
     t: InfoTarget,
     h: usize,
     aux: usize,
@@ -129,6 +132,7 @@ fn info_call(
             InfoTarget::KernelArg => driver_fn!(h, clGetKernelArgInfo)(h_, aux as u32, param, size, value, size_ret),
             InfoTarget::Event => driver_fn!(h, clGetEventInfo)(h_, param, size, value, size_ret),
             InfoTarget::EventProfiling => driver_fn!(h, clGetEventProfilingInfo)(h_, param, size, value, size_ret),
+            InfoTarget::CommandBuffer => ext_fn!(clGetCommandBufferInfoKHR)(h_, param, size, value, size_ret),
         }
     }
 }
@@ -136,11 +140,11 @@ fn info_call(
 const HANDLE: usize = std::mem::size_of::<usize>();
 
 impl LaneServer<'_> {
-    fn obj(&self, id: ObjectId, kind: Kind) -> Result<usize, cl_int> {
+    pub(crate) fn obj(&self, id: ObjectId, kind: Kind) -> Result<usize, cl_int> {
         self.worker.objects.get(id, kind).ok_or(invalid(kind))
     }
 
-    fn objs(&self, ids: &[ObjectId], kind: Kind, err: cl_int) -> Result<Vec<*mut c_void>, cl_int> {
+    pub(crate) fn objs(&self, ids: &[ObjectId], kind: Kind, err: cl_int) -> Result<Vec<*mut c_void>, cl_int> {
         ids.iter().map(|&id| self.worker.objects.get(id, kind).map(|h| h as *mut c_void).ok_or(err)).collect()
     }
 
@@ -163,7 +167,7 @@ impl LaneServer<'_> {
     }
 
     /// Records a new driver object under the id the shim chose.
-    fn adopt(&self, id: ObjectId, kind: Kind, handle: *mut c_void, rc: cl_int) -> cl_int {
+    pub(crate) fn adopt(&self, id: ObjectId, kind: Kind, handle: *mut c_void, rc: cl_int) -> cl_int {
         if rc == CL_SUCCESS && !handle.is_null() {
             self.worker.objects.insert(id, kind, handle as usize);
         }
@@ -172,7 +176,7 @@ impl LaneServer<'_> {
 
     /// Runs an enqueue with the call's wait list and event: `call(count, wait_list, event_out)`,
     /// then records the event the driver returned under the id the shim chose.
-    fn enqueue(
+    pub(crate) fn enqueue(
         &self,
         sync: &EnqueueSync,
         call: impl FnOnce(u32, *const *mut c_void, *mut *mut c_void) -> cl_int,
@@ -245,13 +249,38 @@ impl LaneServer<'_> {
     }
 
     /// Any handle of the context's platform, for calls whose first argument is not an object.
-    fn some_platform(&self) -> Option<usize> {
+    pub(crate) fn some_platform(&self) -> Option<usize> {
         self.worker.objects.get(WORKER_ID_BIT, Kind::Platform)
+    }
+
+    /// Sets the kernel arguments the shim recorded since the kernel was last used.
+    pub(crate) fn set_args(&self, k: usize, args: &[(u32, ArgValue)]) -> Result<(), cl_int> {
+        // SAFETY: k is a live kernel handle from the object table.
+        let set_arg = unsafe { crate::driver::dispatch(k) }.clSetKernelArg.ok_or(CL_INVALID_OPERATION)?;
+        for (index, arg) in args {
+            // SAFETY: live kernel; each value pointer is valid for the size passed.
+            let rc = unsafe {
+                match arg {
+                    ArgValue::Bytes(b) => set_arg(k as _, *index, b.len(), b.as_ptr().cast()),
+                    ArgValue::Local(n) => set_arg(k as _, *index, *n as usize, null()),
+                    ArgValue::Object(id) => match self.worker.objects.get_any(*id) {
+                        Some((Kind::Mem | Kind::Sampler, h)) => {
+                            set_arg(k as _, *index, HANDLE, (&h as *const usize).cast())
+                        }
+                        _ => CL_INVALID_ARG_VALUE,
+                    },
+                }
+            };
+            if rc != CL_SUCCESS {
+                return Err(rc);
+            }
+        }
+        Ok(())
     }
 }
 
 /// A property list as the driver wants it: zero-terminated, or NULL for `None`.
-fn terminated(v: &Option<Vec<u64>>) -> Option<Vec<u64>> {
+pub(crate) fn terminated(v: &Option<Vec<u64>>) -> Option<Vec<u64>> {
     v.as_ref().map(|v| {
         let mut v = v.clone();
         if v.last() != Some(&0) {
@@ -313,11 +342,11 @@ fn event_status(ev: usize) -> Result<cl_int, cl_int> {
     }
 }
 
-fn opt_ptr<T>(v: &Option<Vec<T>>) -> *const T {
+pub(crate) fn opt_ptr<T>(v: &Option<Vec<T>>) -> *const T {
     v.as_ref().map_or(null(), |v| v.as_ptr())
 }
 
-fn sizes(v: &Option<Vec<u64>>) -> Option<Vec<usize>> {
+pub(crate) fn sizes(v: &Option<Vec<u64>>) -> Option<Vec<usize>> {
     v.as_ref().map(|v| v.iter().map(|&x| x as usize).collect())
 }
 
@@ -401,6 +430,7 @@ impl Handler for LaneServer<'_> {
                 Kind::Kernel => driver_fn!(h, clReleaseKernel)(hp),
                 Kind::Event => driver_fn!(h, clReleaseEvent)(hp),
                 Kind::Sampler => driver_fn!(h, clReleaseSampler)(hp),
+                Kind::CommandBuffer => ext_fn!(clReleaseCommandBufferKHR)(hp),
             }
         }
     }
@@ -564,25 +594,7 @@ impl Handler for LaneServer<'_> {
     fn enqueue_nd_range(&self, r: EnqueueNdRange) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let k = tri!(self.obj(r.kernel, Kind::Kernel));
-        let set_arg = driver_fn!(k, clSetKernelArg);
-        for (index, arg) in &r.args {
-            // SAFETY: live kernel; each value pointer is valid for the size passed.
-            let rc = unsafe {
-                match arg {
-                    ArgValue::Bytes(b) => set_arg(k as _, *index, b.len(), b.as_ptr().cast()),
-                    ArgValue::Local(n) => set_arg(k as _, *index, *n as usize, null()),
-                    ArgValue::Object(id) => match self.worker.objects.get_any(*id) {
-                        Some((Kind::Mem | Kind::Sampler, h)) => {
-                            set_arg(k as _, *index, HANDLE, (&h as *const usize).cast())
-                        }
-                        _ => CL_INVALID_ARG_VALUE,
-                    },
-                }
-            };
-            if rc != CL_SUCCESS {
-                return rc;
-            }
-        }
+        tri!(self.set_args(k, &r.args));
         let (offset, global, local) = (sizes(&r.offset), sizes(&r.global), sizes(&r.local));
         let f = driver_fn!(q, clEnqueueNDRangeKernel);
         // SAFETY: live queue and kernel; size arrays hold work_dim entries or are NULL (the driver
@@ -1308,6 +1320,22 @@ impl Handler for LaneServer<'_> {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         // SAFETY: live context, device and queue.
         unsafe { driver_fn!(ctx, clSetDefaultDeviceCommandQueue)(ctx as _, d as _, q as _) }
+    }
+
+    fn create_command_buffer(&self, r: CreateCommandBuffer) -> i32 {
+        command_buffer::create(self, r).unwrap_or_else(|e| e)
+    }
+
+    fn finalize_command_buffer(&self, r: FinalizeCommandBuffer) -> i32 {
+        command_buffer::finalize(self, r).unwrap_or_else(|e| e)
+    }
+
+    fn record_command(&self, r: RecordCommand) -> SyncPointReply {
+        command_buffer::record(self, r).unwrap_or_else(SyncPointReply::from)
+    }
+
+    fn enqueue_command_buffer(&self, r: EnqueueCommandBuffer) -> i32 {
+        command_buffer::enqueue(self, r).unwrap_or_else(|e| e)
     }
 
     fn drop_segment(&self, r: DropSegment) -> i32 {

@@ -16,6 +16,7 @@ pub enum Kind {
     Kernel,
     Event,
     Sampler,
+    CommandBuffer,
 }
 
 #[derive(Default)]

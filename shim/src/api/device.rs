@@ -82,7 +82,12 @@ pub unsafe fn clGetDeviceInfo(
                     Some(Ok(obj.ref_count().to_ne_bytes().to_vec()))
                 }
                 p if extensions::rewrites_device_param(p) => {
-                    Some(info::query(obj, InfoTarget::Device, 0, p).map(|v| extensions::device_value(p, v)))
+                    Some(info::query(obj, InfoTarget::Device, 0, p).map(|v| {
+                        // Versioned masking needs the versions; a 1.2 device has none.
+                        let versions = info::query(obj, InfoTarget::Device, 0, CL_DEVICE_EXTENSIONS_WITH_VERSION)
+                            .unwrap_or_default();
+                        extensions::device_value(p, v, &versions)
+                    }))
                 }
                 _ => None,
             }

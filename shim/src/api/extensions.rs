@@ -15,6 +15,7 @@ pub fn function_address(name: &[u8]) -> *mut c_void {
         b"clCreateCommandQueueWithPropertiesKHR" => crate::guarded::clCreateCommandQueueWithProperties as *mut c_void,
         // cl_khr_subgroups
         b"clGetKernelSubGroupInfoKHR" => crate::guarded::clGetKernelSubGroupInfoKHR as *mut c_void,
-        _ => std::ptr::null_mut(),
+        // cl_khr_command_buffer, and any other entry point of the extension table
+        _ => crate::extension_entry_point(name),
     }
 }

@@ -1,6 +1,7 @@
 //! The forwarded entry points, one module per API object (as in rusticl). Each validates its
 //! handles and arguments, then calls safe Rust that talks to the worker.
 
+pub mod command_buffer;
 pub mod context;
 pub mod device;
 pub mod enqueue;
@@ -14,6 +15,7 @@ pub mod queue;
 pub mod region;
 pub mod sampler;
 
+pub use command_buffer::*;
 pub use context::*;
 pub use device::*;
 pub use enqueue::*;

@@ -73,7 +73,7 @@ pub unsafe fn clGetPlatformInfo(
             match param_name {
                 CL_PLATFORM_EXTENSIONS => Some(
                     info::query(obj, InfoTarget::Platform, 0, param_name)
-                        .map(|v| add_extension(extensions::filter_list(v))),
+                        .map(|v| add_extension(extensions::filter_list(v, &[]))),
                 ),
                 CL_PLATFORM_EXTENSIONS_WITH_VERSION => Some(
                     info::query(obj, InfoTarget::Platform, 0, param_name)

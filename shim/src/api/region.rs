@@ -19,7 +19,7 @@ use crate::pending::{Mirror, Transfer};
 ///
 /// # Safety
 /// `p` is NULL or points at three `size_t`s.
-unsafe fn triple(p: *const usize) -> Result<[usize; 3], cl_int> {
+pub(super) unsafe fn triple(p: *const usize) -> Result<[usize; 3], cl_int> {
     if p.is_null() {
         return Err(CL_INVALID_VALUE);
     }
@@ -27,7 +27,7 @@ unsafe fn triple(p: *const usize) -> Result<[usize; 3], cl_int> {
     Ok(unsafe { [*p, *p.add(1), *p.add(2)] })
 }
 
-fn wide(v: [usize; 3]) -> [u64; 3] {
+pub(super) fn wide(v: [usize; 3]) -> [u64; 3] {
     v.map(|x| x as u64)
 }
 
