@@ -131,6 +131,17 @@ pub struct CreatedReply {
     pub status: i32,
     /// The driver returned an object (`clLinkProgram` can, even when it fails).
     pub created: bool,
+    /// As in `BuildReply`.
+    pub callback_sent: bool,
+}
+
+/// A build, compile or link with a callback.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct BuildReply {
+    pub status: i32,
+    /// The driver called the callback before its call returned, so `BuildDone` is on its way:
+    /// the shim returns once the application's callback has run, as a direct call would.
+    pub callback_sent: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -403,7 +414,7 @@ wire_calls! {
     BuildProgram(build_program) {
         program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
         includes: Option<AppIncludes>, notify: Option<u64>,
-    } -> i32;
+    } -> BuildReply;
     CreateProgramWithBinary(create_program_with_binary) {
         id: ObjectId, context: ObjectId, devices: Vec<ObjectId>, binaries: Vec<Vec<u8>>,
     } -> StatusesReply;
@@ -416,7 +427,7 @@ wire_calls! {
     CompileProgram(compile_program) {
         program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
         headers: Vec<(ObjectId, Vec<u8>)>, includes: Option<AppIncludes>, notify: Option<u64>,
-    } -> i32;
+    } -> BuildReply;
     LinkProgram(link_program) {
         id: ObjectId, context: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
         inputs: Vec<ObjectId>, notify: Option<u64>,
@@ -616,7 +627,8 @@ status_only!(
     KernelsReply { count, num_args },
     CountReply { count },
     StatusesReply { statuses },
-    CreatedReply { created },
+    CreatedReply { created, callback_sent },
+    BuildReply { callback_sent },
     BinariesReply { binaries },
     FormatsReply { formats },
     MapImageReply { row_pitch, slice_pitch },

@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_void};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
 
 use cloister_ipc::cl::*;
 use cloister_ipc::handshake::Hello;
@@ -41,6 +41,8 @@ pub struct Conn {
     next_id: AtomicU64,
     ids: RwLock<HashMap<ObjectId, usize>>,
     callbacks: Mutex<HashMap<u64, Callback>>,
+    /// Signalled when a build callback has run (its token leaves `callbacks` afterwards).
+    build_callback_ran: Condvar,
     pending: crate::pending::Pending,
     /// Shared segments not in use, kept mapped on both sides for the next transfer or map.
     segment_pool: Mutex<Vec<Segment>>,
@@ -129,6 +131,7 @@ impl Conn {
             next_id: AtomicU64::new(1),
             ids: RwLock::new(HashMap::new()),
             callbacks: Mutex::new(HashMap::new()),
+            build_callback_ran: Condvar::new(),
             pending: Default::default(),
             segment_pool: Mutex::new(Vec::new()),
             lanes: Mutex::new(Vec::new()),
@@ -337,6 +340,17 @@ impl Conn {
         self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
     }
 
+    /// Waits until the build callback `token` has run. The worker says when the driver called
+    /// it before the build call returned (as pocl does): directly, the callback has then run by
+    /// the time the application's call returns, so it must have here too.
+    pub fn await_build_callback(&self, token: u64) {
+        let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+        while cbs.contains_key(&token) && !self.is_dead() {
+            let timeout = std::time::Duration::from_millis(100);
+            cbs = self.build_callback_ran.wait_timeout(cbs, timeout).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
     /// The notifier thread: runs application callbacks, and notices the worker's death by EOF.
     fn notification_loop(self: &Arc<Self>) {
         loop {
@@ -420,12 +434,16 @@ impl Conn {
                 };
             }
             Notification::BuildDone { token } => {
-                let Some(Callback::Build { pfn, user_data, program }) = cbs.remove(&token) else {
+                let Some(&Callback::Build { pfn, user_data, program }) = cbs.get(&token) else {
                     return;
                 };
                 drop(cbs);
                 // SAFETY: as above; program is the application's handle.
                 unsafe { pfn(program as cl_program, user_data as *mut c_void) };
+                // The token stays registered until the callback has returned: a build call
+                // waiting in `await_build_callback` returns after it, not during it.
+                self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+                self.build_callback_ran.notify_all();
             }
             Notification::EventStatus { token, status } => {
                 let Some(Callback::Event { pfn, user_data, event }) = cbs.remove(&token) else {

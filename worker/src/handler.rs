@@ -535,7 +535,7 @@ impl Handler for LaneServer<'_> {
         self.adopt(r.id, Kind::Program, p, rc)
     }
 
-    fn build_program(&self, r: BuildProgram) -> i32 {
+    fn build_program(&self, r: BuildProgram) -> BuildReply {
         record_build_options(&r.options);
         let p = tri!(self.obj(r.program, Kind::Program));
         let devs = tri!(self.opt_devices(&r.devices));
@@ -543,7 +543,7 @@ impl Handler for LaneServer<'_> {
         let (cb, token) = notify_pair(r.notify, notify::on_build_done as *mut c_void);
         let f = driver_fn!(p, clBuildProgram);
         // SAFETY: live program and devices; options NUL-terminated.
-        unsafe {
+        let (status, callback_sent) = notify::build_call(r.notify, || unsafe {
             f(
                 p as _,
                 devs.as_ref().map_or(0, |d| d.len() as u32),
@@ -552,7 +552,8 @@ impl Handler for LaneServer<'_> {
                 cb,
                 token,
             )
-        }
+        });
+        BuildReply { status, callback_sent }
     }
 
     fn create_kernel(&self, r: CreateKernel) -> KernelReply {
@@ -1170,7 +1171,7 @@ impl Handler for LaneServer<'_> {
         self.adopt(r.id, Kind::Program, p, rc)
     }
 
-    fn compile_program(&self, r: CompileProgram) -> i32 {
+    fn compile_program(&self, r: CompileProgram) -> BuildReply {
         record_build_options(&r.options);
         let p = tri!(self.obj(r.program, Kind::Program));
         let devs = tri!(self.opt_devices(&r.devices));
@@ -1183,7 +1184,7 @@ impl Handler for LaneServer<'_> {
         let f = driver_fn!(p, clCompileProgram);
         // SAFETY: live program, devices and headers; every string NUL-terminated; the arrays
         // hold the counts passed.
-        unsafe {
+        let (status, callback_sent) = notify::build_call(r.notify, || unsafe {
             f(
                 p as _,
                 devs.as_ref().map_or(0, |d| d.len() as u32),
@@ -1195,7 +1196,8 @@ impl Handler for LaneServer<'_> {
                 cb,
                 token,
             )
-        }
+        });
+        BuildReply { status, callback_sent }
     }
 
     fn link_program(&self, r: LinkProgram) -> CreatedReply {
@@ -1208,7 +1210,7 @@ impl Handler for LaneServer<'_> {
         let f = driver_fn!(ctx, clLinkProgram);
         let mut rc = CL_SUCCESS;
         // SAFETY: live context, devices and programs; options NUL-terminated.
-        let p = unsafe {
+        let (p, callback_sent) = notify::build_call(r.notify, || unsafe {
             f(
                 ctx as _,
                 devs.as_ref().map_or(0, |d| d.len() as u32),
@@ -1220,11 +1222,11 @@ impl Handler for LaneServer<'_> {
                 token,
                 &mut rc,
             )
-        };
+        });
         if !p.is_null() {
             self.worker.objects.insert(r.id, Kind::Program, p as usize);
         }
-        CreatedReply { status: rc, created: !p.is_null() }
+        CreatedReply { status: rc, created: !p.is_null(), callback_sent }
     }
 
     fn get_program_binaries(&self, r: GetProgramBinaries) -> BinariesReply {

@@ -1,6 +1,7 @@
 //! Driver callbacks, relayed to the shim as notifications on the socket. The driver calls them
 //! on its own threads; the shim runs the application's callback on its notifier thread.
 
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::os::fd::RawFd;
 use std::sync::{Mutex, OnceLock};
@@ -50,9 +51,29 @@ pub extern "C" fn on_context_error(
     send(Notification::ContextError { token: user_data as u64, errinfo, private_info });
 }
 
+/// Build calls in progress with a callback, by token: whether the driver has called it yet.
+static BUILDS_IN_CALL: Mutex<Option<HashMap<u64, bool>>> = Mutex::new(None);
+
+/// Runs a build, compile or link whose callback token is `token`, and says whether the driver
+/// called the callback before the call returned.
+pub fn build_call<T>(token: Option<u64>, call: impl FnOnce() -> T) -> (T, bool) {
+    let Some(token) = token else { return (call(), false) };
+    let in_call = || BUILDS_IN_CALL.lock().unwrap_or_else(|e| e.into_inner());
+    in_call().get_or_insert_with(HashMap::new).insert(token, false);
+    let v = call();
+    let fired = in_call().as_mut().and_then(|m| m.remove(&token)).unwrap_or(false);
+    (v, fired)
+}
+
 /// `pfn_notify` of `clBuildProgram`.
 pub extern "C" fn on_build_done(_program: cl_program, user_data: *mut c_void) {
-    send(Notification::BuildDone { token: user_data as u64 });
+    let token = user_data as u64;
+    if let Some(fired) =
+        BUILDS_IN_CALL.lock().unwrap_or_else(|e| e.into_inner()).as_mut().and_then(|m| m.get_mut(&token))
+    {
+        *fired = true;
+    }
+    send(Notification::BuildDone { token });
 }
 
 /// `pfn_notify` of `clSetEventCallback`.

@@ -84,13 +84,32 @@ pub unsafe fn clBuildProgram(
             }))
         };
         let (options, includes) = with_includes(&p, options);
-        let rc = p.conn.call(BuildProgram { program: p.id, devices, options, includes, notify });
-        if let (Some(token), Err(_)) = (notify, &rc) {
-            p.conn.unregister_callback(token);
-        }
-        rc
+        let reply = p.conn.call(BuildProgram { program: p.id, devices, options, includes, notify });
+        finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)))
     })();
     r.unwrap_or_else(|e| e)
+}
+
+/// After a build, compile or link with callback `notify`: a callback the driver called during
+/// the call has run in the application too before the call returns (as it would directly); a
+/// call that failed without calling it never will, so it is forgotten.
+fn finish_build(conn: &Conn, notify: Option<u64>, reply: Result<(cl_int, bool), cl_int>) -> Result<cl_int, cl_int> {
+    let Some(token) = notify else { return reply.map(|(status, _)| status) };
+    match reply {
+        Ok((status, true)) => {
+            conn.await_build_callback(token);
+            Ok(status)
+        }
+        Ok((CL_SUCCESS, false)) => Ok(CL_SUCCESS),
+        Ok((status, false)) => {
+            conn.unregister_callback(token);
+            Ok(status)
+        }
+        Err(e) => {
+            conn.unregister_callback(token);
+            Err(e)
+        }
+    }
 }
 
 /// A build's options, with the application's headers it needs gathered for the worker (which
@@ -263,11 +282,8 @@ pub unsafe fn clCompileProgram(
         let options = unsafe { c_bytes(options) };
         let notify = build_notify(&p.conn, program, pfn_notify, user_data)?;
         let (options, includes) = with_includes(&p, options);
-        let rc = p.conn.call(CompileProgram { program: p.id, devices, options, headers, includes, notify });
-        if let (Some(token), Err(_)) = (notify, &rc) {
-            p.conn.unregister_callback(token);
-        }
-        rc
+        let reply = p.conn.call(CompileProgram { program: p.id, devices, options, headers, includes, notify });
+        finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)))
     })();
     r.unwrap_or_else(|e| e)
 }
@@ -308,14 +324,16 @@ pub unsafe fn clLinkProgram(
         };
         let reply = match ctx.conn.call(LinkProgram { id, context: ctx.id, devices, options, inputs, notify }) {
             Ok(r) => r,
-            Err(e) => return discard(e),
+            Err(e) => {
+                let _ = finish_build(&ctx.conn, notify, Err(e));
+                return discard(e);
+            }
         };
         if !reply.created {
-            if let Some(token) = notify {
-                ctx.conn.unregister_callback(token);
-            }
+            let _ = finish_build(&ctx.conn, notify, Err(reply.status));
             return discard(if reply.status == CL_SUCCESS { CL_OUT_OF_RESOURCES } else { reply.status });
         }
+        let _ = finish_build(&ctx.conn, notify, Ok((reply.status, reply.callback_sent)));
         // A program that failed to link still exists (its log says why).
         Ok((handle, reply.status))
     })();
