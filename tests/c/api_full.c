@@ -37,6 +37,20 @@ int main(void) {
   cl_program prog = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &err); CHECK(err);
   CHECK(clBuildProgram(prog, 1, &d, NULL, NULL, NULL));
 
+  /* Sources in several strings, one of them empty, with and without lengths (an empty string
+   * once crashed the caged driver: it got a length of 0 and no NUL to find). */
+  {
+    const char *parts[3] = { "__kernel void part1(__global int *a) { a[0] = 1; }\n", "", "__kernel void part2(__global int *a) { a[1] = 2; }\n" };
+    size_t lens[3] = { strlen(parts[0]), 0, strlen(parts[2]) };
+    for (int with_lengths = 0; with_lengths < 2; with_lengths++) {
+      cl_program pp = clCreateProgramWithSource(ctx, 3, parts, with_lengths ? lens : NULL, &err); CHECK(err);
+      CHECK(clBuildProgram(pp, 1, &d, NULL, NULL, NULL));
+      cl_uint nk = 0; CHECK(clCreateKernelsInProgram(pp, 0, NULL, &nk));
+      EXPECT(nk == 2, "kernels from three strings: %u", nk);
+      CHECK(clReleaseProgram(pp));
+    }
+  }
+
   /* Supported formats. */
   cl_uint nf = 0; CHECK(clGetSupportedImageFormats(ctx, CL_MEM_READ_WRITE, CL_MEM_OBJECT_IMAGE2D, 0, NULL, &nf));
   cl_image_format *fmts = malloc(nf * sizeof *fmts);

@@ -526,11 +526,14 @@ impl Handler for LaneServer<'_> {
             rec.program_source.set(&r.sources.concat());
         }
         let ctx = tri!(self.obj(r.context, Kind::Context));
-        let ptrs: Vec<*const c_char> = r.sources.iter().map(|s| s.as_ptr().cast()).collect();
+        // NUL-terminated copies: a length of 0 tells the driver to look for the NUL, so an empty
+        // string must still point at one (a bare empty Vec points nowhere: pocl crashed on it).
+        let sources: Vec<Vec<u8>> = r.sources.iter().map(|s| nul_terminated(s)).collect();
+        let ptrs: Vec<*const c_char> = sources.iter().map(|s| s.as_ptr().cast()).collect();
         let lens: Vec<usize> = r.sources.iter().map(|s| s.len()).collect();
         let f = driver_fn!(ctx, clCreateProgramWithSource);
         let mut rc = CL_SUCCESS;
-        // SAFETY: ptrs/lens describe r.sources, alive for the call.
+        // SAFETY: ptrs/lens describe `sources`, alive for the call.
         let p = unsafe { f(ctx as _, ptrs.len() as u32, ptrs.as_ptr() as *mut _, lens.as_ptr(), &mut rc) };
         self.adopt(r.id, Kind::Program, p, rc)
     }
