@@ -406,7 +406,10 @@ wire_calls! {
         context: ObjectId, flags: u64, image_type: u32,
     } -> FormatsReply;
     /// A zero-terminated `cl_sampler_properties` list (the 1.x call is turned into one).
-    CreateSampler(create_sampler) { id: ObjectId, context: ObjectId, properties: Vec<u64> } -> i32;
+    /// `properties` of `clCreateSamplerWithProperties` (`None`: NULL); `legacy` for the 1.x call,
+    /// whose three arguments travel as a property list but which reaches the driver as itself
+    /// (the two calls differ in what `CL_SAMPLER_PROPERTIES` reports).
+    CreateSampler(create_sampler) { id: ObjectId, context: ObjectId, properties: Option<Vec<u64>>, legacy: bool } -> i32;
     CreateProgramWithSource(create_program_with_source) {
         id: ObjectId, context: ObjectId, sources: Vec<Vec<u8>>,
     } -> i32;
@@ -448,8 +451,9 @@ wire_calls! {
     } -> InfoReply;
     /// `ids` are for the new devices (none: a count query).
     CreateSubDevices(create_sub_devices) { device: ObjectId, properties: Vec<i64>, ids: Vec<ObjectId> } -> CountReply;
+    /// `queue` `None` is NULL (the driver says what that means on its device).
     SetDefaultDeviceCommandQueue(set_default_device_command_queue) {
-        context: ObjectId, device: ObjectId, queue: ObjectId,
+        context: ObjectId, device: ObjectId, queue: Option<ObjectId>,
     } -> i32;
     /// `args` are the arguments set since the kernel's last enqueue.
     EnqueueNdRange(enqueue_nd_range) {
@@ -516,6 +520,13 @@ wire_calls! {
     GetTimers(get_timers) { device: ObjectId, with_device: bool } -> TimersReply;
     /// The shim no longer uses this shared segment.
     DropSegment(drop_segment) { segment: u64 } -> i32;
+    /// The first `clSetKernelArg` of each shape (index, size, kind of value) goes to the driver
+    /// at once, so its errors come from the call that caused them; later ones travel with the
+    /// enqueue.
+    SetKernelArg(set_kernel_arg) { kernel: ObjectId, index: u32, value: ArgValue } -> i32;
+    /// Asks the driver whether it takes program release callbacks (it registers a no-op); the
+    /// application's callback itself runs in the shim.
+    ProbeProgramReleaseCallback(probe_program_release_callback) { program: ObjectId } -> i32;
     /// cl_khr_command_buffer; the worker refuses drivers whose version has other signatures.
     CreateCommandBuffer(create_command_buffer) { id: ObjectId, queues: Vec<ObjectId>, properties: Option<Vec<u64>> } -> i32;
     FinalizeCommandBuffer(finalize_command_buffer) { buffer: ObjectId } -> i32;

@@ -83,6 +83,9 @@ pub struct MapRecord {
 pub struct KernelArgs {
     pub values: Vec<Option<ArgValue>>,
     pub dirty: Vec<u32>,
+    /// The argument shapes the driver has accepted (`kernel::ArgShape`): a value of a known
+    /// shape is recorded here and sent with the next enqueue; a new shape is checked at once.
+    pub accepted: std::collections::HashSet<(u32, u64, u8)>,
 }
 
 /// What the shim needs to pack an image's rows: the pixel size and the image type, and for a

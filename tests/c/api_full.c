@@ -158,6 +158,33 @@ int main(void) {
   for (int y = 0; y < H; y++) for (int x = 0; x < W; x++) EXPECT(vals[y * W + x] == host[y * PITCH + 4 * x], "sampled %d,%d", x, y);
   printf("sampler ok\n");
 
+  /* The driver's answers where a forwarder is tempted to answer itself (found by the Khronos
+   * CTS): printed, so the caged run must print the same codes and sizes. */
+  {
+    size_t psz = 99;
+    CHECK(clGetSamplerInfo(s1, CL_SAMPLER_PROPERTIES, 0, NULL, &psz));
+    printf("1.x sampler properties size %zu\n", psz);
+    cl_sampler s3 = clCreateSamplerWithProperties(ctx, NULL, &err);
+    printf("NULL-properties sampler -> %d\n", err);
+    if (s3) CHECK(clReleaseSampler(s3));
+    cl_mem nb = clCreateBufferWithProperties(ctx, NULL, CL_MEM_READ_WRITE, 64, NULL, &err); CHECK(err);
+    CHECK(clGetMemObjectInfo(nb, CL_MEM_PROPERTIES, 0, NULL, &psz));
+    printf("NULL-properties buffer properties size %zu\n", psz);
+    cl_mem_properties none[] = { 0 };
+    cl_mem zb = clCreateBufferWithProperties(ctx, none, CL_MEM_READ_WRITE, 64, NULL, &err); CHECK(err);
+    CHECK(clGetMemObjectInfo(zb, CL_MEM_PROPERTIES, 0, NULL, &psz));
+    printf("empty-properties buffer properties size %zu\n", psz);
+    cl_kernel ki = clCreateKernel(prog, "inc", &err); CHECK(err);
+    printf("set arg: buffer with size 16 -> %d, NULL value size 0 -> %d, int for buffer -> %d, ok -> %d\n",
+           clSetKernelArg(ki, 0, 16, &nb), clSetKernelArg(ki, 0, 0, NULL), clSetKernelArg(ki, 0, 4, &(int){ 1 }),
+           clSetKernelArg(ki, 0, sizeof nb, &nb));
+    printf("program release callback -> %d\n", clSetProgramReleaseCallback(prog, (void (CL_CALLBACK *)(cl_program, void *))note, NULL));
+    printf("default device queue NULL -> %d\n", clSetDefaultDeviceCommandQueue(ctx, d, NULL));
+    cl_ulong dt = 0, ht = 0;
+    printf("device and host timer -> %d\n", clGetDeviceAndHostTimer(d, &dt, &ht));
+    CHECK(clReleaseKernel(ki)); CHECK(clReleaseMemObject(nb)); CHECK(clReleaseMemObject(zb));
+  }
+
   /* 3D and 1D-array images: rows and slices at the application's pitches. */
   enum { W3 = 5, H3 = 4, D3 = 3 };
   cl_image_format f1 = { CL_R, CL_UNSIGNED_INT16 };

@@ -290,6 +290,12 @@ pub(crate) fn terminated(v: &Option<Vec<u64>>) -> Option<Vec<u64>> {
     })
 }
 
+/// The property list of a `*WithProperties` call (`None`: the call without properties), where
+/// an empty list is the application's NULL.
+fn with_properties(v: &Option<Vec<u64>>) -> Option<Option<Vec<u64>>> {
+    v.as_ref().map(|p| if p.is_empty() { None } else { terminated(&Some(p.clone())) })
+}
+
 /// The flight recorder keeps the last build's options for the crash report.
 fn record_build_options(options: &Option<Vec<u8>>) {
     if let Some(rec) = crate::RECORDER.get() {
@@ -505,12 +511,12 @@ impl Handler for LaneServer<'_> {
             None => null_mut(),
         };
         let mut rc = CL_SUCCESS;
-        let m = match terminated(&r.properties) {
+        let m = match with_properties(&r.properties) {
             Some(props) => {
                 let f = driver_fn!(ctx, clCreateBufferWithProperties);
-                // SAFETY: props is zero-terminated; host is NULL or points at `size` bytes of
-                // shared memory (checked in `data`).
-                unsafe { f(ctx as _, props.as_ptr(), r.flags, r.size as usize, host.cast(), &mut rc) }
+                // SAFETY: props is zero-terminated or NULL; host is NULL or points at `size`
+                // bytes of shared memory (checked in `data`).
+                unsafe { f(ctx as _, opt_ptr(&props), r.flags, r.size as usize, host.cast(), &mut rc) }
             }
             None => {
                 let f = driver_fn!(ctx, clCreateBuffer);
@@ -856,10 +862,10 @@ impl Handler for LaneServer<'_> {
         // SAFETY: format and desc are valid C structs for the call; host is NULL or the image's
         // whole host extent in shared memory (checked above).
         let m = unsafe {
-            match terminated(&r.properties) {
+            match with_properties(&r.properties) {
                 Some(props) => driver_fn!(ctx, clCreateImageWithProperties)(
                     ctx as _,
-                    props.as_ptr(),
+                    opt_ptr(&props),
                     r.flags,
                     fmt,
                     dsc,
@@ -904,12 +910,14 @@ impl Handler for LaneServer<'_> {
 
     fn create_sampler(&self, r: CreateSampler) -> i32 {
         let ctx = tri!(self.obj(r.context, Kind::Context));
-        let props = terminated(&Some(r.properties)).unwrap_or_default();
+        let props = terminated(&r.properties);
         let mut rc = CL_SUCCESS;
-        // SAFETY: (both arms) a live context; props zero-terminated.
-        let s = match unsafe { crate::driver::dispatch(ctx) }.clCreateSamplerWithProperties {
-            Some(f) => unsafe { f(ctx as _, props.as_ptr(), &mut rc) },
-            None => {
+        let table = unsafe_dispatch(ctx);
+        // SAFETY: (both arms) a live context; props zero-terminated or NULL.
+        let s = match table.clCreateSamplerWithProperties {
+            Some(f) if !r.legacy => unsafe { f(ctx as _, opt_ptr(&props), &mut rc) },
+            _ => {
+                let props = props.unwrap_or_default();
                 // A 1.x driver: the three properties the 1.x call knows, with its defaults.
                 let get = |k| props.chunks(2).find(|kv| kv[0] == k).map(|kv| kv[1]);
                 let normalized = get(CL_SAMPLER_NORMALIZED_COORDS).unwrap_or(1) as cl_uint;
@@ -1322,9 +1330,23 @@ impl Handler for LaneServer<'_> {
     fn set_default_device_command_queue(&self, r: SetDefaultDeviceCommandQueue) -> i32 {
         let ctx = tri!(self.obj(r.context, Kind::Context));
         let d = tri!(self.obj(r.device, Kind::Device));
-        let q = tri!(self.obj(r.queue, Kind::Queue));
-        // SAFETY: live context, device and queue.
+        let q = match r.queue {
+            Some(id) => tri!(self.obj(id, Kind::Queue)),
+            None => 0,
+        };
+        // SAFETY: live context, device and queue (or NULL).
         unsafe { driver_fn!(ctx, clSetDefaultDeviceCommandQueue)(ctx as _, d as _, q as _) }
+    }
+
+    fn set_kernel_arg(&self, r: SetKernelArg) -> i32 {
+        let k = tri!(self.obj(r.kernel, Kind::Kernel));
+        self.set_args(k, &[(r.index, r.value)]).err().unwrap_or(CL_SUCCESS)
+    }
+
+    fn probe_program_release_callback(&self, r: ProbeProgramReleaseCallback) -> i32 {
+        let p = tri!(self.obj(r.program, Kind::Program));
+        // SAFETY: a live program; the callback has the signature the driver calls.
+        unsafe { driver_fn!(p, clSetProgramReleaseCallback)(p as _, notify::ignore_program as *mut c_void, null_mut()) }
     }
 
     fn create_command_buffer(&self, r: CreateCommandBuffer) -> i32 {
@@ -1390,6 +1412,6 @@ fn kernel_num_args(k: usize) -> u32 {
 }
 
 fn unsafe_dispatch<'a>(h: usize) -> &'a cloister_ipc::dispatch::IcdDispatch {
-    // SAFETY: only called with live kernel handles from the object table.
+    // SAFETY: only called with live driver handles from the object table.
     unsafe { crate::driver::dispatch(h) }
 }

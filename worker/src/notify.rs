@@ -76,6 +76,10 @@ pub extern "C" fn on_build_done(_program: cl_program, user_data: *mut c_void) {
     send(Notification::BuildDone { token });
 }
 
+/// The driver's side of `clSetProgramReleaseCallback`: the application's callback runs in the
+/// shim, so there is nothing to do here.
+pub extern "C" fn ignore_program(_program: cl_program, _user_data: *mut c_void) {}
+
 /// `pfn_notify` of `clSetEventCallback`.
 pub extern "C" fn on_event_status(_event: cl_event, status: cl_int, user_data: *mut c_void) {
     send(Notification::EventStatus { token: user_data as u64, status });

@@ -150,10 +150,10 @@ pub unsafe fn clGetDeviceAndHostTimer(
     device_timestamp: *mut cl_ulong,
     host_timestamp: *mut cl_ulong,
 ) -> cl_int {
-    if device_timestamp.is_null() || host_timestamp.is_null() {
-        return CL_INVALID_VALUE;
-    }
+    // The driver first (a platform without timers answers CL_INVALID_OPERATION whatever the
+    // pointers), then the pointers.
     match timers(device, true) {
+        Ok(_) if device_timestamp.is_null() || host_timestamp.is_null() => CL_INVALID_VALUE,
         Ok(t) => {
             // SAFETY: both checked non-NULL; the API contract makes them writable.
             unsafe {
@@ -169,10 +169,8 @@ pub unsafe fn clGetDeviceAndHostTimer(
 /// The host clock is the worker's: the same CLOCK as the application's on one machine, and
 /// the one the driver relates device timestamps to.
 pub unsafe fn clGetHostTimer(device: cl_device_id, host_timestamp: *mut cl_ulong) -> cl_int {
-    if host_timestamp.is_null() {
-        return CL_INVALID_VALUE;
-    }
     match timers(device, false) {
+        Ok(_) if host_timestamp.is_null() => CL_INVALID_VALUE,
         Ok(t) => {
             // SAFETY: checked non-NULL; the API contract makes it writable.
             unsafe { *host_timestamp = t.host_timestamp };

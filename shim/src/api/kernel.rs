@@ -15,7 +15,7 @@ use crate::info;
 fn kernel_data(num_args: u32) -> ObjData {
     ObjData::Kernel {
         num_args,
-        args: Mutex::new(KernelArgs { values: vec![None; num_args as usize], dirty: Vec::new() }),
+        args: Mutex::new(KernelArgs { values: vec![None; num_args as usize], ..Default::default() }),
     }
 }
 
@@ -89,13 +89,30 @@ pub unsafe fn clSetKernelArg(
     if arg_index >= *num_args {
         return CL_INVALID_ARG_INDEX;
     }
-    let value = if arg_value.is_null() {
-        ArgValue::Local(arg_size as u64)
+    // What the driver's checks depend on: the index, the size and the kind of value.
+    let (value, kind) = if arg_value.is_null() {
+        (ArgValue::Local(arg_size as u64), 0u8)
     } else {
         // SAFETY: arg_value points at arg_size bytes per the API contract.
         let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
-        object_arg(bytes, &k.conn).unwrap_or_else(|| ArgValue::Bytes(bytes.to_vec()))
+        match object_arg(bytes, &k.conn) {
+            Some((v, Kind::Sampler)) => (v, 3),
+            Some((v, _)) => (v, 2),
+            None => (ArgValue::Bytes(bytes.to_vec()), 1),
+        }
     };
+    let shape = (arg_index, arg_size as u64, kind);
+    let known = args.lock().unwrap_or_else(|e| e.into_inner()).accepted.contains(&shape);
+    if !known {
+        // A shape the driver has not seen: ask it now, so an error comes from this call (a
+        // wrong size, a NULL `__local` size) and not from a later enqueue.
+        match k.conn.call(cloister_ipc::SetKernelArg { kernel: k.id, index: arg_index, value: value.clone() }) {
+            Ok(CL_SUCCESS) => {
+                args.lock().unwrap_or_else(|e| e.into_inner()).accepted.insert(shape);
+            }
+            Ok(e) | Err(e) => return e,
+        }
+    }
     let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
     if a.values[arg_index as usize].as_ref() != Some(&value) {
         a.values[arg_index as usize] = Some(value);
@@ -106,14 +123,15 @@ pub unsafe fn clSetKernelArg(
     CL_SUCCESS
 }
 
-/// A pointer-sized argument holding one of our memory-object handles travels as its id.
-fn object_arg(bytes: &[u8], conn: &std::sync::Arc<crate::conn::Conn>) -> Option<ArgValue> {
+/// A pointer-sized argument holding one of our memory-object or sampler handles travels as its
+/// id (with the kind of object it is).
+fn object_arg(bytes: &[u8], conn: &std::sync::Arc<crate::conn::Conn>) -> Option<(ArgValue, Kind)> {
     let raw = usize::from_ne_bytes(bytes.try_into().ok()?);
     if raw == 0 {
         return None;
     }
     let obj = lookup(raw as *const c_void, Kind::Mem).or_else(|_| lookup(raw as *const c_void, Kind::Sampler)).ok()?;
-    std::sync::Arc::ptr_eq(&obj.conn, conn).then_some(ArgValue::Object(obj.id))
+    std::sync::Arc::ptr_eq(&obj.conn, conn).then_some((ArgValue::Object(obj.id), obj.kind))
 }
 
 /// Takes the arguments set since the last enqueue, to ship with the next one.
@@ -207,7 +225,7 @@ pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) 
         };
         let copy = {
             let a = args.lock().unwrap_or_else(|e| e.into_inner());
-            KernelArgs { values: a.values.clone(), dirty: a.dirty.clone() }
+            KernelArgs { values: a.values.clone(), dirty: a.dirty.clone(), accepted: a.accepted.clone() }
         };
         let data = ObjData::Kernel { num_args: *num_args, args: Mutex::new(copy) };
         super::create(&k.conn, Kind::Kernel, data, |id| k.conn.call(cloister_ipc::CloneKernel { id, source: k.id }))

@@ -128,6 +128,7 @@ pub unsafe fn clCreateBufferWithProperties(
     // SAFETY: properties is NULL or zero-terminated per the API contract.
     let props = unsafe { property_list(properties) };
     // SAFETY: errcode_ret per API contract.
+    // (An empty list tells the worker the application passed NULL.)
     unsafe { creation(create_buffer(context, Some(props.unwrap_or_default()), flags, size, host_ptr), errcode_ret) }
 }
 

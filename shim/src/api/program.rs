@@ -421,8 +421,20 @@ pub unsafe fn clSetProgramSpecializationConstant(
 
 /// Deprecated in OpenCL 3.0 but still exported: the shim runs the callback when the program's
 /// last reference goes.
+/// The driver says whether it takes release callbacks at all (pocl 3.1 does not: its devices
+/// have no program-scope destructors); the application's callback then runs in the shim.
 pub unsafe fn clSetProgramReleaseCallback(program: cl_program, pfn: *mut c_void, user_data: *mut c_void) -> cl_int {
-    super::memory::add_destructor(program, Kind::Program, pfn, user_data)
+    let p = match lookup(program, Kind::Program) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    if pfn.is_null() {
+        return CL_INVALID_VALUE;
+    }
+    match p.conn.call(cloister_ipc::ProbeProgramReleaseCallback { program: p.id }) {
+        Ok(CL_SUCCESS) => super::memory::add_destructor(program, Kind::Program, pfn, user_data),
+        Ok(e) | Err(e) => e,
+    }
 }
 
 pub unsafe fn clGetProgramBuildInfo(

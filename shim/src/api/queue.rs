@@ -102,8 +102,13 @@ pub unsafe fn clSetDefaultDeviceCommandQueue(
     let r = (|| {
         let c = lookup(context, Kind::Context)?;
         let d = lookup(device, Kind::Device)?;
-        let q = lookup(command_queue, Kind::Queue)?;
-        c.conn.call(cloister_ipc::SetDefaultDeviceCommandQueue { context: c.id, device: d.id, queue: q.id })
+        // NULL goes to the driver: a device without device-side queues answers
+        // CL_INVALID_OPERATION before it looks at the queue.
+        let queue = match command_queue.is_null() {
+            true => None,
+            false => Some(c.same_worker(lookup(command_queue, Kind::Queue)?)?.id),
+        };
+        c.conn.call(cloister_ipc::SetDefaultDeviceCommandQueue { context: c.id, device: d.id, queue })
     })();
     r.unwrap_or_else(|e| e)
 }

@@ -10,10 +10,10 @@ use super::{create, creation, forward_info, retain_release};
 use crate::handle::{lookup, Kind, ObjData};
 use crate::info;
 
-fn create_sampler(context: cl_context, properties: Vec<u64>) -> Result<*mut c_void, cl_int> {
+fn create_sampler(context: cl_context, properties: Option<Vec<u64>>, legacy: bool) -> Result<*mut c_void, cl_int> {
     let ctx = lookup(context, Kind::Context)?;
     create(&ctx.conn, Kind::Sampler, ObjData::Sampler, |id| {
-        ctx.conn.call(CreateSampler { id, context: ctx.id, properties })
+        ctx.conn.call(CreateSampler { id, context: ctx.id, properties, legacy })
     })
 }
 
@@ -34,7 +34,7 @@ pub unsafe fn clCreateSampler(
         0,
     ];
     // SAFETY: errcode_ret per API contract.
-    unsafe { creation(create_sampler(context, props), errcode_ret) }
+    unsafe { creation(create_sampler(context, Some(props), true), errcode_ret) }
 }
 
 pub unsafe fn clCreateSamplerWithProperties(
@@ -43,9 +43,9 @@ pub unsafe fn clCreateSamplerWithProperties(
     errcode_ret: *mut cl_int,
 ) -> cl_sampler {
     // SAFETY: properties is NULL or zero-terminated per the API contract.
-    let props = unsafe { property_list(properties) }.unwrap_or_else(|| vec![0]);
+    let props = unsafe { property_list(properties) };
     // SAFETY: errcode_ret per API contract.
-    unsafe { creation(create_sampler(context, props), errcode_ret) }
+    unsafe { creation(create_sampler(context, props, false), errcode_ret) }
 }
 
 forward_info!(clGetSamplerInfo, cl_sampler, Kind::Sampler, InfoTarget::Sampler);
