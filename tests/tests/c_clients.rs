@@ -33,6 +33,39 @@ fn api_full_passes_directly_and_caged_with_the_same_results() {
     assert!(text(&c).contains("native kernels no, svm no"), "{}", text(&c));
 }
 
+/// The semantics a naive forwarder gets wrong (`tests/c/semantics.c`): where non-blocking reads
+/// land, what an unmap writes back, USE_HOST_PTR memory, callbacks, user events across queues,
+/// out-of-order queues, events across contexts, profiling timestamps and the info-size protocol.
+/// Every finding must be the same directly and caged, except the one the spec leaves undefined
+/// (writing through a read map), where the cage writes nothing back.
+#[test]
+fn semantics_match_directly_and_caged() {
+    let exe = c_client("semantics");
+    let d = direct(&exe, &[], &[]);
+    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
+    let c = caged(&[], &exe, &[], &[]);
+    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
+    let findings = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("ub:"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(findings(&d), findings(&c));
+    assert!(text(&c).contains("ub: read map scribble not written back"), "{}", text(&c));
+}
+
+/// Without a loader dereferencing handles first, a garbage, NULL or released handle of every
+/// object type gets its own `CL_INVALID_*`.
+#[test]
+fn drop_in_mode_answers_bad_handles_of_every_type() {
+    let exe = c_client("semantics");
+    let c = caged(&["--drop-in"], &exe, &[], &[("GARBAGE", "1")]);
+    assert!(c.status.success(), "caged drop-in run failed:\n{}", text(&c));
+    assert!(text(&c).contains("garbage handles: every type answers its CL_INVALID_*"), "{}", text(&c));
+}
+
 #[test]
 fn drop_in_mode_validates_garbage_and_released_handles() {
     let exe = c_client("api_smoke");

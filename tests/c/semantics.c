@@ -1,0 +1,518 @@
+/* The semantics a naive forwarder gets wrong, one section each (issue 3): where non-blocking
+ * reads land, what an unmap writes back, CL_MEM_USE_HOST_PTR memory, callbacks (once, right
+ * arguments, free to call the API, never on a thread the application is blocked in), user
+ * events gating work across queues, out-of-order queues, events across contexts, profiling
+ * timestamps, and the info-query size protocol for every kind of value.
+ *
+ * Every line printed is a finding that must be the same directly and caged, except lines
+ * starting with "ub:" (undefined behaviour by the spec, where the cage is stricter than a
+ * zero-copy driver). A failed check prints FAIL and exits 1.
+ *
+ * With GARBAGE=1 (for --drop-in, where no ICD loader dereferences handles first) it also
+ * passes garbage, NULL and released handles of every type and expects the right CL_INVALID_*. */
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHECK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { printf("FAIL %s:%d %s = %d\n", __FILE__, __LINE__, #x, e_); exit(1); } } while (0)
+#define EXPECT(c, ...) do { if (!(c)) { printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); exit(1); } } while (0)
+
+enum { N = 1024 };
+
+static const char *SRC =
+  "__kernel void times3(__global int *a) { int i = get_global_id(0); a[i] = i * 3; }\n"
+  "__kernel void plus(__global const int *src, __global int *dst, int k) { int i = get_global_id(0); dst[i] = src[i] + k; }\n"
+  "__kernel void spin(__global int *a, int n) { int s = 0; for (int j = 0; j < n; j++) s += j ^ s; a[get_global_id(0)] = s; }\n";
+
+static cl_context ctx;
+static cl_device_id dev;
+static cl_program prog;
+
+static cl_int status_of(cl_event e) {
+  cl_int st;
+  CHECK(clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL));
+  return st;
+}
+
+static int holds(const int *p, int n, int base, int mul) {
+  for (int i = 0; i < n; i++) if (p[i] != base + mul * i) return 0;
+  return 1;
+}
+
+static void fill(int *p, int n, int base, int mul) { for (int i = 0; i < n; i++) p[i] = base + mul * i; }
+
+/* ---- non-blocking reads: the bytes are there whenever completion is first observed ---- */
+
+struct landing { int *dst; int ok; int calls; };
+static void CL_CALLBACK read_landed(cl_event e, cl_int st, void *ud) {
+  struct landing *l = ud;
+  (void)e;
+  l->calls++;
+  l->ok = st == CL_COMPLETE && holds(l->dst, N, 5, 1);
+}
+
+static void nonblocking_reads(cl_command_queue q) {
+  static int src[N], dst[N];
+  fill(src, N, 5, 1);
+  cl_int err;
+  cl_mem b = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, sizeof src, src, &err); CHECK(err);
+  const char *how[] = { "poll", "wait", "finish", "callback" };
+  for (int way = 0; way < 4; way++) {
+    memset(dst, 0, sizeof dst);
+    cl_event gate = clCreateUserEvent(ctx, &err); CHECK(err);
+    cl_event rd;
+    CHECK(clEnqueueReadBuffer(q, b, CL_FALSE, 0, sizeof dst, dst, 1, &gate, &rd));
+    struct landing l = { dst, 0, 0 };
+    if (way == 3) CHECK(clSetEventCallback(rd, CL_COMPLETE, read_landed, &l));
+    EXPECT(status_of(rd) != CL_COMPLETE, "a read gated by a user event completed early");
+    CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+    int ok = 0;
+    switch (way) {
+    case 0: while (status_of(rd) != CL_COMPLETE) usleep(100); ok = holds(dst, N, 5, 1); break;
+    case 1: CHECK(clWaitForEvents(1, &rd)); ok = holds(dst, N, 5, 1); break;
+    case 2: CHECK(clFinish(q)); ok = holds(dst, N, 5, 1); break;
+    case 3: CHECK(clFinish(q)); for (int i = 0; i < 2000 && !l.calls; i++) usleep(1000); ok = l.ok && l.calls == 1; break;
+    }
+    EXPECT(ok, "non-blocking read not landed when completion was seen through %s", how[way]);
+    CHECK(clReleaseEvent(rd)); CHECK(clReleaseEvent(gate));
+  }
+  CHECK(clReleaseMemObject(b));
+  printf("non-blocking read landed: poll, wait, finish, callback\n");
+}
+
+/* ---- maps: unmap writes back exactly the mapped region, as the flags say ---- */
+
+static void maps(cl_command_queue q) {
+  static int init[N], got[N];
+  fill(init, N, 0, 1);
+  cl_int err;
+  cl_mem b = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, sizeof init, init, &err); CHECK(err);
+
+  /* A write map of [256, 512) while [0, 16) is rewritten by the queue: the unmap must not carry
+   * stale bytes of the rest of the buffer back over it. */
+  int *m = clEnqueueMapBuffer(q, b, CL_TRUE, CL_MAP_WRITE, 256 * 4, 256 * 4, 0, NULL, NULL, &err); CHECK(err);
+  EXPECT(holds(m, 256, 256, 1), "a write map does not show the buffer's bytes");
+  int sevens[16]; for (int i = 0; i < 16; i++) sevens[i] = 7777;
+  CHECK(clEnqueueWriteBuffer(q, b, CL_TRUE, 0, sizeof sevens, sevens, 0, NULL, NULL));
+  for (int i = 0; i < 256; i++) m[i] = -(256 + i);
+  CHECK(clEnqueueUnmapMemObject(q, b, m, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+  for (int i = 0; i < 16; i++) EXPECT(got[i] == 7777, "unmap wrote back outside its region at %d: %d", i, got[i]);
+  EXPECT(holds(got + 16, 240, 16, 1), "bytes before the mapped region changed");
+  EXPECT(holds(got + 256, 256, -256, -1), "the mapped region was not written back");
+  EXPECT(holds(got + 512, 512, 512, 1), "bytes after the mapped region changed");
+  printf("write map: exactly its region written back\n");
+
+  /* CL_MAP_WRITE_INVALIDATE_REGION: whatever the application leaves there is the new content. */
+  m = clEnqueueMapBuffer(q, b, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 512 * 4, 128 * 4, 0, NULL, NULL, &err); CHECK(err);
+  fill(m, 128, 9000, 1);
+  CHECK(clEnqueueUnmapMemObject(q, b, m, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+  EXPECT(holds(got + 512, 128, 9000, 1), "invalidate-region map not written back");
+  EXPECT(holds(got + 640, N - 640, 640, 1), "invalidate-region map wrote past its region");
+  printf("invalidate-region map: its region written back\n");
+
+  /* Two overlapping read maps at once, each unmapped by its own pointer. */
+  int *r1 = clEnqueueMapBuffer(q, b, CL_TRUE, CL_MAP_READ, 0, 64 * 4, 0, NULL, NULL, &err); CHECK(err);
+  int *r2 = clEnqueueMapBuffer(q, b, CL_TRUE, CL_MAP_READ, 32 * 4, 64 * 4, 0, NULL, NULL, &err); CHECK(err);
+  EXPECT(r1[0] == 7777 && r2[0] == 32, "overlapping read maps show %d and %d", r1[0], r2[0]);
+  CHECK(clEnqueueUnmapMemObject(q, b, r2, 0, NULL, NULL));
+  CHECK(clEnqueueUnmapMemObject(q, b, r1, 0, NULL, NULL));
+  printf("overlapping read maps: both see the buffer\n");
+
+  /* Writing through a read map is undefined: the cage writes nothing back; a zero-copy driver
+   * (pocl) shows the scribble. Printed, not compared. */
+  m = clEnqueueMapBuffer(q, b, CL_TRUE, CL_MAP_READ, 700 * 4, 16 * 4, 0, NULL, NULL, &err); CHECK(err);
+  for (int i = 0; i < 16; i++) m[i] = -1;
+  CHECK(clEnqueueUnmapMemObject(q, b, m, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+  printf("ub: read map scribble %s\n", holds(got + 700, 16, 700, 1) ? "not written back" : "written back");
+  CHECK(clReleaseMemObject(b));
+}
+
+/* ---- CL_MEM_USE_HOST_PTR: the application's memory is the buffer ---- */
+
+static void use_host_ptr(cl_command_queue q, cl_kernel times3) {
+  static int host[N], other[N];
+  memset(host, 0, sizeof host);
+  cl_int err;
+  cl_mem b = clCreateBuffer(ctx, CL_MEM_USE_HOST_PTR, sizeof host, host, &err); CHECK(err);
+  void *hp = NULL;
+  CHECK(clGetMemObjectInfo(b, CL_MEM_HOST_PTR, sizeof hp, &hp, NULL));
+  EXPECT(hp == host, "CL_MEM_HOST_PTR is %p, not the application's %p", hp, (void *)host);
+  size_t gws = N;
+  CHECK(clSetKernelArg(times3, 0, sizeof b, &b));
+  CHECK(clEnqueueNDRangeKernel(q, times3, 1, NULL, &gws, NULL, 0, NULL, NULL));
+  int *m = clEnqueueMapBuffer(q, b, CL_TRUE, CL_MAP_READ, 64 * 4, 128 * 4, 0, NULL, NULL, &err); CHECK(err);
+  EXPECT(m == host + 64, "map at offset returned %p, not host_ptr + offset %p", (void *)m, (void *)(host + 64));
+  EXPECT(holds(host + 64, 128, 192, 3), "the application's memory lacks the kernel's results after a map");
+  CHECK(clEnqueueUnmapMemObject(q, b, m, 0, NULL, NULL));
+  /* A write map: the application's own memory, edited in place, reaches the device. */
+  m = clEnqueueMapBuffer(q, b, CL_TRUE, CL_MAP_WRITE, 0, sizeof host, 0, NULL, NULL, &err); CHECK(err);
+  EXPECT(m == host, "write map returned %p, not host_ptr", (void *)m);
+  fill(host, N, 1, 2);
+  CHECK(clEnqueueUnmapMemObject(q, b, m, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof other, other, 0, NULL, NULL));
+  EXPECT(holds(other, N, 1, 2), "edits made through a USE_HOST_PTR map did not reach the device");
+  /* A blocking read of the buffer leaves the device's results in the application's memory. */
+  CHECK(clEnqueueNDRangeKernel(q, times3, 1, NULL, &gws, NULL, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof other, other, 0, NULL, NULL));
+  EXPECT(holds(other, N, 0, 3) && holds(host, N, 0, 3), "after a blocking read the application's memory is stale");
+  CHECK(clReleaseMemObject(b));
+  printf("use_host_ptr: map returns host_ptr + offset, memory holds device results\n");
+}
+
+/* ---- callbacks: once, right arguments, free to call the API ---- */
+
+struct seen { cl_event ev; cl_int want; int calls; int args_ok; int api_ok; pthread_t thread; };
+static pthread_t main_thread;
+static cl_event chain_next;
+
+static void CL_CALLBACK saw(cl_event e, cl_int st, void *ud) {
+  struct seen *s = ud;
+  s->calls++;
+  s->thread = pthread_self();
+  /* The status passed is the one registered for, or a later one (an error status counts too). */
+  s->args_ok = e == s->ev && st <= s->want;
+  cl_int now;
+  s->api_ok = clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof now, &now, NULL) == CL_SUCCESS && now <= s->want;
+}
+
+static void CL_CALLBACK release_next(cl_event e, cl_int st, void *ud) {
+  (void)e; (void)st; (void)ud;
+  /* Completes the user event the main thread is blocked on: a forwarder that ran callbacks on the
+   * thread serving the main thread's call would deadlock here. */
+  clSetUserEventStatus(chain_next, CL_COMPLETE);
+}
+
+static void *open_gate_later(void *gate) {
+  usleep(50 * 1000);
+  clSetUserEventStatus((cl_event)gate, CL_COMPLETE);
+  return NULL;
+}
+
+static void callbacks(cl_command_queue q, cl_kernel times3) {
+  cl_int err;
+  cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, N * 4, NULL, &err); CHECK(err);
+  CHECK(clSetKernelArg(times3, 0, sizeof b, &b));
+  cl_event gate = clCreateUserEvent(ctx, &err); CHECK(err);
+  cl_event k;
+  size_t gws = N;
+  CHECK(clEnqueueNDRangeKernel(q, times3, 1, NULL, &gws, NULL, 1, &gate, &k));
+  CHECK(clFlush(q));
+  struct seen s[3] = { { k, CL_SUBMITTED, 0, 0, 0, 0 }, { k, CL_RUNNING, 0, 0, 0, 0 }, { k, CL_COMPLETE, 0, 0, 0, 0 } };
+  for (int i = 0; i < 3; i++) CHECK(clSetEventCallback(k, s[i].want, saw, &s[i]));
+  chain_next = clCreateUserEvent(ctx, &err); CHECK(err);
+  CHECK(clSetEventCallback(k, CL_COMPLETE, release_next, NULL));
+  pthread_t opener;
+  pthread_create(&opener, NULL, open_gate_later, gate);
+  CHECK(clWaitForEvents(1, &chain_next));
+  pthread_join(opener, NULL);
+  CHECK(clFinish(q));
+  for (int t = 0; t < 2000 && (s[0].calls + s[1].calls + s[2].calls) < 3; t++) usleep(1000);
+  usleep(20 * 1000); /* room for a wrongly doubled call to show */
+  for (int i = 0; i < 3; i++) {
+    EXPECT(s[i].calls == 1, "callback for status %d ran %d times", s[i].want, s[i].calls);
+    EXPECT(s[i].args_ok, "callback for status %d got the wrong event or status", s[i].want);
+    EXPECT(s[i].api_ok, "clGetEventInfo inside the callback for status %d failed", s[i].want);
+    EXPECT(!pthread_equal(s[i].thread, main_thread), "callback ran on the main thread while it waited");
+  }
+  /* A callback on an event already complete fires too, once. */
+  struct seen late = { k, CL_COMPLETE, 0, 0, 0, 0 };
+  CHECK(clSetEventCallback(k, CL_COMPLETE, saw, &late));
+  for (int t = 0; t < 2000 && !late.calls; t++) usleep(1000);
+  usleep(20 * 1000);
+  EXPECT(late.calls == 1 && late.args_ok, "callback on a completed event ran %d times", late.calls);
+  /* Bad registrations are refused. */
+  printf("callback with NULL function -> %d, with status CL_QUEUED -> %d\n",
+         clSetEventCallback(k, CL_COMPLETE, NULL, NULL), clSetEventCallback(k, CL_QUEUED, saw, &late));
+  CHECK(clReleaseEvent(k)); CHECK(clReleaseEvent(gate)); CHECK(clReleaseEvent(chain_next));
+  CHECK(clReleaseMemObject(b));
+  printf("callbacks: each once, right event and status, API usable inside, not on the waiting thread\n");
+}
+
+/* ---- user events gate work across queues ---- */
+
+static void gating_across_queues(cl_kernel plus) {
+  cl_int err;
+  cl_command_queue q1 = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  cl_command_queue q2 = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  cl_command_queue q3 = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  static int src[N], zero[N], got[N];
+  fill(src, N, 100, 1);
+  cl_mem x = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, sizeof zero, zero, &err); CHECK(err);
+  cl_mem y = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, sizeof zero, zero, &err); CHECK(err);
+  cl_event gate = clCreateUserEvent(ctx, &err); CHECK(err);
+  cl_event wrote, ran;
+  CHECK(clEnqueueWriteBuffer(q1, x, CL_FALSE, 0, sizeof src, src, 1, &gate, &wrote));
+  int k = 1;
+  CHECK(clSetKernelArg(plus, 0, sizeof x, &x)); CHECK(clSetKernelArg(plus, 1, sizeof y, &y));
+  CHECK(clSetKernelArg(plus, 2, sizeof k, &k));
+  size_t gws = N;
+  CHECK(clEnqueueNDRangeKernel(q2, plus, 1, NULL, &gws, NULL, 1, &wrote, &ran));
+  CHECK(clFlush(q1)); CHECK(clFlush(q2));
+  usleep(100 * 1000);
+  EXPECT(status_of(wrote) != CL_COMPLETE && status_of(ran) != CL_COMPLETE, "gated work ran before its user event");
+  CHECK(clEnqueueReadBuffer(q3, y, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+  EXPECT(holds(got, N, 0, 0), "the kernel on the second queue ran before the gate opened");
+  CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+  CHECK(clWaitForEvents(1, &ran));
+  CHECK(clEnqueueReadBuffer(q3, y, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+  EXPECT(holds(got, N, 101, 1), "gated chain across queues gave wrong results");
+  /* A user event set to an error fails the commands waiting on it. */
+  cl_event bad = clCreateUserEvent(ctx, &err); CHECK(err);
+  cl_event doomed;
+  CHECK(clEnqueueWriteBuffer(q1, x, CL_FALSE, 0, sizeof src, src, 1, &bad, &doomed));
+  CHECK(clSetUserEventStatus(bad, -1234));
+  cl_int w = clWaitForEvents(1, &doomed);
+  printf("wait on a command behind a failed user event -> %s, status %s\n",
+         w == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST ? "error for events in wait list" : w == CL_SUCCESS ? "success" : "other",
+         status_of(doomed) < 0 ? "negative" : "not negative");
+  CHECK(clReleaseEvent(doomed)); CHECK(clReleaseEvent(bad));
+  CHECK(clReleaseEvent(wrote)); CHECK(clReleaseEvent(ran)); CHECK(clReleaseEvent(gate));
+  CHECK(clReleaseMemObject(x)); CHECK(clReleaseMemObject(y));
+  CHECK(clReleaseCommandQueue(q1)); CHECK(clReleaseCommandQueue(q2)); CHECK(clReleaseCommandQueue(q3));
+  printf("user event gates a chain across three queues\n");
+}
+
+/* ---- out-of-order queues ---- */
+
+static void out_of_order(cl_kernel plus) {
+  cl_command_queue_properties can = 0;
+  CHECK(clGetDeviceInfo(dev, CL_DEVICE_QUEUE_ON_HOST_PROPERTIES, sizeof can, &can, NULL));
+  if (!(can & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) { printf("out-of-order queues: not supported by the device\n"); return; }
+  cl_int err;
+  cl_queue_properties props[] = { CL_QUEUE_PROPERTIES, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE, 0 };
+  cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, props, &err); CHECK(err);
+  cl_command_queue_properties have;
+  CHECK(clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof have, &have, NULL));
+  EXPECT(have == (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE), "queue properties read %llx", (unsigned long long)have);
+  static int a[N], got[N], fillgot[N];
+  fill(a, N, 0, 1);
+  cl_mem A = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof a, NULL, &err); CHECK(err);
+  cl_mem B = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof a, NULL, &err); CHECK(err);
+  cl_mem C = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof a, NULL, &err); CHECK(err);
+  cl_mem D = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof a, NULL, &err); CHECK(err);
+  cl_kernel plus2 = clCreateKernel(prog, "plus", &err); CHECK(err);
+  cl_event e[4];
+  size_t gws = N;
+  int one = 1, ten = 10, pat = 42;
+  /* A chain expressed only through events: write A -> A+1 into B -> B+10 into C. */
+  CHECK(clEnqueueWriteBuffer(q, A, CL_FALSE, 0, sizeof a, a, 0, NULL, &e[0]));
+  CHECK(clSetKernelArg(plus, 0, sizeof A, &A)); CHECK(clSetKernelArg(plus, 1, sizeof B, &B)); CHECK(clSetKernelArg(plus, 2, sizeof one, &one));
+  CHECK(clEnqueueNDRangeKernel(q, plus, 1, NULL, &gws, NULL, 1, &e[0], &e[1]));
+  CHECK(clSetKernelArg(plus2, 0, sizeof B, &B)); CHECK(clSetKernelArg(plus2, 1, sizeof C, &C)); CHECK(clSetKernelArg(plus2, 2, sizeof ten, &ten));
+  CHECK(clEnqueueNDRangeKernel(q, plus2, 1, NULL, &gws, NULL, 1, &e[1], &e[2]));
+  /* Independent work, then a barrier that orders everything before the reads. */
+  CHECK(clEnqueueFillBuffer(q, D, &pat, sizeof pat, 0, sizeof a, 0, NULL, &e[3]));
+  CHECK(clEnqueueBarrierWithWaitList(q, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, C, CL_FALSE, 0, sizeof got, got, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, D, CL_FALSE, 0, sizeof fillgot, fillgot, 0, NULL, NULL));
+  /* A marker with no wait list waits for everything enqueued before it. */
+  cl_event all;
+  CHECK(clEnqueueMarkerWithWaitList(q, 0, NULL, &all));
+  CHECK(clWaitForEvents(1, &all));
+  EXPECT(holds(got, N, 11, 1), "out-of-order chain through events gave %d %d", got[0], got[1]);
+  EXPECT(holds(fillgot, N, 42, 0), "fill on the out-of-order queue gave %d", fillgot[0]);
+  for (int i = 0; i < 4; i++) EXPECT(status_of(e[i]) == CL_COMPLETE, "event %d not complete after the marker", i);
+  cl_ulong end0, start1, end1, start2;
+  CHECK(clGetEventProfilingInfo(e[0], CL_PROFILING_COMMAND_END, 8, &end0, NULL));
+  CHECK(clGetEventProfilingInfo(e[1], CL_PROFILING_COMMAND_START, 8, &start1, NULL));
+  CHECK(clGetEventProfilingInfo(e[1], CL_PROFILING_COMMAND_END, 8, &end1, NULL));
+  CHECK(clGetEventProfilingInfo(e[2], CL_PROFILING_COMMAND_START, 8, &start2, NULL));
+  EXPECT(end0 <= start1 && end1 <= start2, "dependent commands overlapped on the out-of-order queue");
+  for (int i = 0; i < 4; i++) CHECK(clReleaseEvent(e[i]));
+  CHECK(clReleaseEvent(all)); CHECK(clReleaseKernel(plus2));
+  CHECK(clReleaseMemObject(A)); CHECK(clReleaseMemObject(B)); CHECK(clReleaseMemObject(C)); CHECK(clReleaseMemObject(D));
+  CHECK(clReleaseCommandQueue(q));
+  printf("out-of-order queue: event chains, barrier and marker order the work\n");
+}
+
+/* ---- events across contexts ---- */
+
+static void across_contexts(cl_command_queue q) {
+  cl_int err;
+  cl_context other = clCreateContext(NULL, 1, &dev, NULL, NULL, &err); CHECK(err);
+  cl_command_queue oq = clCreateCommandQueueWithProperties(other, dev, NULL, &err); CHECK(err);
+  cl_event mine = clCreateUserEvent(ctx, &err); CHECK(err);
+  cl_event theirs = clCreateUserEvent(other, &err); CHECK(err);
+  cl_context seen = NULL;
+  CHECK(clGetEventInfo(theirs, CL_EVENT_CONTEXT, sizeof seen, &seen, NULL));
+  EXPECT(seen == other, "an event's context reads %p, not %p", (void *)seen, (void *)other);
+  cl_event both[2] = { mine, theirs };
+  printf("wait on events of two contexts -> %d\n", clWaitForEvents(2, both));
+  printf("marker on a queue waiting for another context's event -> %d\n", clEnqueueMarkerWithWaitList(oq, 1, &mine, NULL));
+  cl_mem ob = clCreateBuffer(other, CL_MEM_READ_WRITE, 64, NULL, &err); CHECK(err);
+  printf("copy between buffers of two contexts -> %d\n", clEnqueueCopyBuffer(q, ob, ob, 0, 0, 16, 0, NULL, NULL));
+  CHECK(clSetUserEventStatus(mine, CL_COMPLETE)); CHECK(clSetUserEventStatus(theirs, CL_COMPLETE));
+  CHECK(clReleaseEvent(mine)); CHECK(clReleaseEvent(theirs));
+  CHECK(clReleaseMemObject(ob)); CHECK(clReleaseCommandQueue(oq)); CHECK(clReleaseContext(other));
+}
+
+/* ---- profiling timestamps ---- */
+
+static void profiling(cl_command_queue q, cl_kernel spin) {
+  cl_int err;
+  cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, N * 4, NULL, &err); CHECK(err);
+  int n = 20000;
+  CHECK(clSetKernelArg(spin, 0, sizeof b, &b)); CHECK(clSetKernelArg(spin, 1, sizeof n, &n));
+  cl_event gate = clCreateUserEvent(ctx, &err); CHECK(err);
+  cl_event k;
+  size_t gws = N;
+  CHECK(clEnqueueNDRangeKernel(q, spin, 1, NULL, &gws, NULL, 1, &gate, &k));
+  cl_ulong t;
+  printf("profiling before completion -> %d\n", clGetEventProfilingInfo(k, CL_PROFILING_COMMAND_END, sizeof t, &t, NULL));
+  printf("profiling a user event -> %d\n", clGetEventProfilingInfo(gate, CL_PROFILING_COMMAND_START, sizeof t, &t, NULL));
+  CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+  CHECK(clWaitForEvents(1, &k));
+  cl_profiling_info names[] = { CL_PROFILING_COMMAND_QUEUED, CL_PROFILING_COMMAND_SUBMIT, CL_PROFILING_COMMAND_START,
+                                CL_PROFILING_COMMAND_END, CL_PROFILING_COMMAND_COMPLETE };
+  cl_ulong ts[5];
+  for (int i = 0; i < 5; i++) CHECK(clGetEventProfilingInfo(k, names[i], sizeof ts[i], &ts[i], NULL));
+  for (int i = 1; i < 5; i++) EXPECT(ts[i - 1] <= ts[i], "profiling timestamp %d (%llu) after %d (%llu)", i - 1, (unsigned long long)ts[i - 1], i, (unsigned long long)ts[i]);
+  EXPECT(ts[3] > ts[2], "a kernel that spins took no time");
+  printf("profiling with a small buffer -> %d\n", clGetEventProfilingInfo(k, CL_PROFILING_COMMAND_START, 4, &t, NULL));
+  cl_command_queue plain = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  cl_event pk;
+  CHECK(clEnqueueNDRangeKernel(plain, spin, 1, NULL, &gws, NULL, 0, NULL, &pk));
+  CHECK(clWaitForEvents(1, &pk));
+  printf("profiling on a queue without profiling -> %d\n", clGetEventProfilingInfo(pk, CL_PROFILING_COMMAND_START, sizeof t, &t, NULL));
+  CHECK(clReleaseEvent(pk)); CHECK(clReleaseCommandQueue(plain));
+  CHECK(clReleaseEvent(k)); CHECK(clReleaseEvent(gate)); CHECK(clReleaseMemObject(b));
+  printf("profiling: queued <= submit <= start < end <= complete\n");
+}
+
+/* ---- the info-query size protocol, for each kind of value ---- */
+
+typedef cl_int (*info_fn)(void *obj, cl_uint name, size_t size, void *value, size_t *size_ret);
+static void protocol(const char *what, info_fn f, void *obj, cl_uint name) {
+  size_t need = 0;
+  cl_int a = f(obj, name, 0, NULL, &need);
+  unsigned char buf[4096];
+  size_t got = 12345;
+  /* pocl 3.1 crashes when an empty value is queried with no output at all or with a zero-size
+   * buffer: those queries are only made for values that have a size. */
+  cl_int exact = need == 0 ? f(obj, name, 0, NULL, &got) : need <= sizeof buf ? f(obj, name, need, buf, &got) : -9999;
+  size_t big_ret = 12345;
+  cl_int big = f(obj, name, sizeof buf, buf, &big_ret);
+  cl_int small = need > 0 ? f(obj, name, need - 1, buf, NULL) : CL_INVALID_VALUE;
+  cl_int nothing = need > 0 ? f(obj, name, 0, NULL, NULL) : CL_SUCCESS;
+  printf("%s: size query %d (%zu bytes), exact %d (ret %zu), larger %d (ret %zu), one short %d, no outputs %d\n",
+         what, a, need, exact, got, big, big_ret, small, nothing);
+}
+
+#define INFO(fn, obj, name) protocol(#name, (info_fn)fn, (void *)(obj), name)
+
+static void info_protocol(cl_command_queue q, cl_kernel k) {
+  cl_platform_id plat;
+  CHECK(clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL));
+  cl_int err;
+  cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err); CHECK(err);
+  cl_event ev;
+  CHECK(clEnqueueMarkerWithWaitList(q, 0, NULL, &ev)); CHECK(clWaitForEvents(1, &ev));
+  INFO(clGetPlatformInfo, plat, CL_PLATFORM_VERSION);              /* string */
+  INFO(clGetDeviceInfo, dev, CL_DEVICE_NAME);                      /* string */
+  INFO(clGetDeviceInfo, dev, CL_DEVICE_MAX_WORK_ITEM_SIZES);       /* array */
+  INFO(clGetDeviceInfo, dev, CL_DEVICE_TYPE);                      /* bitfield */
+  INFO(clGetDeviceInfo, dev, CL_DEVICE_PLATFORM);                  /* handle */
+  INFO(clGetDeviceInfo, dev, CL_DEVICE_PARTITION_PROPERTIES);      /* array, maybe one zero */
+  INFO(clGetDeviceInfo, dev, CL_DEVICE_MAX_COMPUTE_UNITS);         /* scalar */
+  INFO(clGetContextInfo, ctx, CL_CONTEXT_DEVICES);                 /* handle array */
+  INFO(clGetContextInfo, ctx, CL_CONTEXT_PROPERTIES);              /* empty array */
+  INFO(clGetCommandQueueInfo, q, CL_QUEUE_CONTEXT);                /* handle */
+  INFO(clGetCommandQueueInfo, q, CL_QUEUE_PROPERTIES);             /* bitfield */
+  INFO(clGetMemObjectInfo, b, CL_MEM_FLAGS);                       /* bitfield */
+  INFO(clGetMemObjectInfo, b, CL_MEM_HOST_PTR);                    /* NULL pointer */
+  INFO(clGetProgramInfo, prog, CL_PROGRAM_KERNEL_NAMES);           /* string */
+  INFO(clGetProgramInfo, prog, CL_PROGRAM_BINARY_SIZES);           /* array */
+  INFO(clGetKernelInfo, k, CL_KERNEL_FUNCTION_NAME);               /* string */
+  INFO(clGetKernelInfo, k, CL_KERNEL_PROGRAM);                     /* handle */
+  INFO(clGetEventInfo, ev, CL_EVENT_COMMAND_QUEUE);                /* handle */
+  INFO(clGetEventInfo, ev, CL_EVENT_COMMAND_TYPE);                 /* enum */
+  size_t sz = 0;
+  printf("unknown device info name -> %d\n", clGetDeviceInfo(dev, 0x7fff, 0, NULL, &sz));
+  printf("unknown event info name -> %d\n", clGetEventInfo(ev, 0x7fff, 0, NULL, &sz));
+  /* Handles read back are the application's own. */
+  cl_context c2; cl_device_id d2; cl_program p2; cl_command_queue q2;
+  CHECK(clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof c2, &c2, NULL));
+  CHECK(clGetContextInfo(ctx, CL_CONTEXT_DEVICES, sizeof d2, &d2, NULL));
+  CHECK(clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof p2, &p2, NULL));
+  CHECK(clGetEventInfo(ev, CL_EVENT_COMMAND_QUEUE, sizeof q2, &q2, NULL));
+  EXPECT(c2 == ctx && d2 == dev && p2 == prog && q2 == q, "handles read back are not the application's");
+  CHECK(clReleaseEvent(ev)); CHECK(clReleaseMemObject(b));
+  printf("info: handles read back are the application's own\n");
+}
+
+/* ---- garbage, NULL and released handles (--drop-in only) ---- */
+
+static void garbage_handles(void) {
+  cl_int err;
+  void *junk = (void *)0x1234;
+  size_t sz;
+  cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err); CHECK(err);
+  cl_sampler_properties sp[] = { CL_SAMPLER_NORMALIZED_COORDS, CL_FALSE, 0 };
+  cl_sampler s = clCreateSamplerWithProperties(ctx, sp, &err); CHECK(err);
+  cl_program p = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &err); CHECK(err);
+  CHECK(clBuildProgram(p, 1, &dev, NULL, NULL, NULL));
+  cl_kernel k = clCreateKernel(p, "times3", &err); CHECK(err);
+  cl_event e = clCreateUserEvent(ctx, &err); CHECK(err);
+  cl_context c = clCreateContext(NULL, 1, &dev, NULL, NULL, &err); CHECK(err);
+  CHECK(clSetUserEventStatus(e, CL_COMPLETE));
+  CHECK(clReleaseCommandQueue(q)); CHECK(clReleaseMemObject(b)); CHECK(clReleaseSampler(s));
+  CHECK(clReleaseKernel(k)); CHECK(clReleaseProgram(p)); CHECK(clReleaseEvent(e)); CHECK(clReleaseContext(c));
+  struct { const char *what; cl_int want; cl_int got[3]; } r[] = {
+    { "platform", CL_INVALID_PLATFORM, { clGetPlatformInfo(junk, CL_PLATFORM_NAME, 0, NULL, &sz), clGetPlatformInfo((cl_platform_id)&sz, CL_PLATFORM_NAME, 0, NULL, &sz), CL_INVALID_PLATFORM } },
+    { "device", CL_INVALID_DEVICE, { clGetDeviceInfo(junk, CL_DEVICE_NAME, 0, NULL, &sz), clGetDeviceInfo(NULL, CL_DEVICE_NAME, 0, NULL, &sz), CL_INVALID_DEVICE } },
+    { "context", CL_INVALID_CONTEXT, { clGetContextInfo(junk, CL_CONTEXT_NUM_DEVICES, 0, NULL, &sz), clGetContextInfo(NULL, CL_CONTEXT_NUM_DEVICES, 0, NULL, &sz), clRetainContext(c) } },
+    { "queue", CL_INVALID_COMMAND_QUEUE, { clFinish(junk), clFinish(NULL), clFlush(q) } },
+    { "memory object", CL_INVALID_MEM_OBJECT, { clGetMemObjectInfo(junk, CL_MEM_SIZE, 0, NULL, &sz), clRetainMemObject(NULL), clGetMemObjectInfo(b, CL_MEM_SIZE, 0, NULL, &sz) } },
+    { "sampler", CL_INVALID_SAMPLER, { clRetainSampler(junk), clGetSamplerInfo(NULL, CL_SAMPLER_NORMALIZED_COORDS, 0, NULL, &sz), clReleaseSampler(s) } },
+    { "program", CL_INVALID_PROGRAM, { clBuildProgram(junk, 0, NULL, NULL, NULL, NULL), clRetainProgram(NULL), clGetProgramInfo(p, CL_PROGRAM_NUM_DEVICES, 0, NULL, &sz) } },
+    { "kernel", CL_INVALID_KERNEL, { clSetKernelArg(junk, 0, 4, &sz), clRetainKernel(NULL), clGetKernelInfo(k, CL_KERNEL_NUM_ARGS, 0, NULL, &sz) } },
+    { "event", CL_INVALID_EVENT, { clGetEventInfo(junk, CL_EVENT_COMMAND_TYPE, 0, NULL, &sz), clRetainEvent(NULL), clSetUserEventStatus(e, CL_COMPLETE) } },
+  };
+  for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
+    for (int j = 0; j < 3; j++)
+      EXPECT(r[i].got[j] == r[i].want, "%s handle (%s): got %d, want %d", r[i].what, j == 0 ? "garbage" : j == 1 ? "NULL or wrong type" : "released", r[i].got[j], r[i].want);
+  cl_event wl[1] = { junk };
+  printf("garbage in a wait list -> %d\n", clWaitForEvents(1, wl));
+  printf("garbage handles: every type answers its CL_INVALID_*\n");
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  main_thread = pthread_self();
+  cl_platform_id plat;
+  cl_int err;
+  CHECK(clGetPlatformIDs(1, &plat, NULL));
+  CHECK(clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
+  ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err); CHECK(err);
+  cl_queue_properties props[] = { CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0 };
+  cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, props, &err); CHECK(err);
+  prog = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &err); CHECK(err);
+  CHECK(clBuildProgram(prog, 1, &dev, NULL, NULL, NULL));
+  cl_kernel times3 = clCreateKernel(prog, "times3", &err); CHECK(err);
+  cl_kernel plus = clCreateKernel(prog, "plus", &err); CHECK(err);
+  cl_kernel spin = clCreateKernel(prog, "spin", &err); CHECK(err);
+
+  nonblocking_reads(q);
+  maps(q);
+  use_host_ptr(q, times3);
+  callbacks(q, times3);
+  gating_across_queues(plus);
+  out_of_order(plus);
+  across_contexts(q);
+  profiling(q, spin);
+  info_protocol(q, times3);
+  if (getenv("GARBAGE")) garbage_handles();
+
+  CHECK(clReleaseKernel(times3)); CHECK(clReleaseKernel(plus)); CHECK(clReleaseKernel(spin));
+  CHECK(clReleaseProgram(prog)); CHECK(clReleaseCommandQueue(q)); CHECK(clReleaseContext(ctx));
+  printf("PASS\n");
+  return 0;
+}
