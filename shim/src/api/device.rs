@@ -5,10 +5,10 @@ use std::ffi::c_void;
 use cloister_ipc::cl::*;
 use cloister_ipc::{CreateSubDevices, GetDeviceIds, InfoTarget, WORKER_ID_BIT};
 
-use crate::handle::{lookup, new_handle, Kind, ObjData};
+use crate::handle::{lookup, new_handle, Kind, ObjData, Object};
 use crate::info;
 
-use super::{extensions, retain_release};
+use super::{extensions, forward_info, retain_release};
 
 pub unsafe fn clGetDeviceIDs(
     platform: cl_platform_id,
@@ -64,34 +64,23 @@ pub unsafe fn clGetDeviceIDs(
     CL_SUCCESS
 }
 
-pub unsafe fn clGetDeviceInfo(
-    device: cl_device_id,
-    param_name: cl_uint,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: forwarded API contract.
-    unsafe {
-        info::get_info(device, Kind::Device, InfoTarget::Device, 0, param_name, size, value, size_ret, |obj| {
-            match param_name {
-                // A device whose worker died is unavailable, not an error.
-                CL_DEVICE_AVAILABLE if obj.conn.is_dead() => Some(Ok(CL_FALSE.to_ne_bytes().to_vec())),
-                // Sub-devices are counted here; root devices always say 1.
-                CL_DEVICE_REFERENCE_COUNT if obj.id & WORKER_ID_BIT == 0 => {
-                    Some(Ok(obj.ref_count().to_ne_bytes().to_vec()))
-                }
-                p if extensions::rewrites_device_param(p) => {
-                    Some(info::query(obj, InfoTarget::Device, 0, p).map(|v| {
-                        // Versioned masking needs the versions; a 1.2 device has none.
-                        let versions = info::query(obj, InfoTarget::Device, 0, CL_DEVICE_EXTENSIONS_WITH_VERSION)
-                            .unwrap_or_default();
-                        extensions::device_value(p, v, &versions)
-                    }))
-                }
-                _ => None,
-            }
-        })
+forward_info!(clGetDeviceInfo, cl_device_id, Kind::Device, InfoTarget::Device, device_answers);
+
+/// What the shim answers about a device itself: availability after a worker death, sub-device
+/// reference counts, and the masked capability and extension values.
+fn device_answers(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
+    match param_name {
+        // A device whose worker died is unavailable, not an error.
+        CL_DEVICE_AVAILABLE if obj.conn.is_dead() => Some(Ok(CL_FALSE.to_ne_bytes().to_vec())),
+        // Sub-devices are counted here; root devices always say 1.
+        CL_DEVICE_REFERENCE_COUNT if obj.id & WORKER_ID_BIT == 0 => Some(Ok(obj.ref_count().to_ne_bytes().to_vec())),
+        p if extensions::rewrites_device_param(p) => Some(info::query(obj, InfoTarget::Device, 0, p).map(|v| {
+            // Versioned masking needs the versions; a 1.2 device has none.
+            let versions =
+                info::query(obj, InfoTarget::Device, 0, CL_DEVICE_EXTENSIONS_WITH_VERSION).unwrap_or_default();
+            extensions::device_value(p, v, &versions)
+        })),
+        _ => None,
     }
 }
 

@@ -7,7 +7,7 @@ use cloister_ipc::{CreateUserEvent, InfoTarget, SetEventCallback, SetUserEventSt
 
 use super::{create, creation, forward_info, ids_of, retain_release, slice};
 use crate::conn::{Callback, EventNotifyFn};
-use crate::handle::{lookup, Kind, ObjData};
+use crate::handle::{lookup, Kind, ObjData, Object};
 use crate::info;
 
 pub unsafe fn clWaitForEvents(num_events: cl_uint, event_list: *const cl_event) -> cl_int {
@@ -26,27 +26,18 @@ pub unsafe fn clWaitForEvents(num_events: cl_uint, event_list: *const cl_event) 
     r.unwrap_or_else(|e| e)
 }
 
-pub unsafe fn clGetEventInfo(
-    event: cl_event,
-    param_name: cl_uint,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: forwarded API contract.
-    unsafe {
-        info::get_info(event, Kind::Event, InfoTarget::Event, 0, param_name, size, value, size_ret, |obj| {
-            if param_name != CL_EVENT_COMMAND_EXECUTION_STATUS {
-                return None;
-            }
-            let v = info::query(obj, InfoTarget::Event, 0, param_name);
-            if matches!(&v, Ok(b) if b.as_slice() == CL_COMPLETE.to_ne_bytes()) {
-                // Reported complete: a read behind this event must have landed first.
-                crate::pending::settle(&obj.conn, None);
-            }
-            Some(v)
-        })
+forward_info!(clGetEventInfo, cl_event, Kind::Event, InfoTarget::Event, event_answers);
+
+/// An event reported complete must have its reads landed first: the status query settles them.
+fn event_answers(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
+    if param_name != CL_EVENT_COMMAND_EXECUTION_STATUS {
+        return None;
     }
+    let v = info::query(obj, InfoTarget::Event, 0, param_name);
+    if matches!(&v, Ok(b) if b.as_slice() == CL_COMPLETE.to_ne_bytes()) {
+        crate::pending::settle(&obj.conn, None);
+    }
+    Some(v)
 }
 
 forward_info!(clGetEventProfilingInfo, cl_event, Kind::Event, InfoTarget::EventProfiling);

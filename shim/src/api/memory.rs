@@ -380,28 +380,21 @@ pub unsafe fn clGetSupportedImageFormats(
     r.unwrap_or_else(|e| e)
 }
 
-pub unsafe fn clGetMemObjectInfo(
-    memobj: cl_mem,
-    param_name: cl_uint,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
-) -> cl_int {
-    // SAFETY: forwarded API contract.
-    unsafe {
-        info::get_info(memobj, Kind::Mem, InfoTarget::MemObject, 0, param_name, size, value, size_ret, |obj| {
-            let ObjData::Mem { flags, host_ptr, .. } = &obj.data else {
-                return None;
-            };
-            match param_name {
-                CL_MEM_FLAGS => Some(Ok(flags.to_ne_bytes().to_vec())),
-                CL_MEM_HOST_PTR if *flags & CL_MEM_USE_HOST_PTR != 0 && *host_ptr != 0 => {
-                    Some(Ok(host_ptr.to_ne_bytes().to_vec()))
-                }
-                CL_MEM_HOST_PTR => Some(Ok(0usize.to_ne_bytes().to_vec())),
-                _ => None,
-            }
-        })
+forward_info!(clGetMemObjectInfo, cl_mem, Kind::Mem, InfoTarget::MemObject, mem_answers);
+
+/// A `CL_MEM_USE_HOST_PTR` buffer lives in the worker as `COPY_HOST_PTR`: its flags and host
+/// pointer answer as the application created it.
+fn mem_answers(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
+    let ObjData::Mem { flags, host_ptr, .. } = &obj.data else {
+        return None;
+    };
+    match param_name {
+        CL_MEM_FLAGS => Some(Ok(flags.to_ne_bytes().to_vec())),
+        CL_MEM_HOST_PTR if *flags & CL_MEM_USE_HOST_PTR != 0 && *host_ptr != 0 => {
+            Some(Ok(host_ptr.to_ne_bytes().to_vec()))
+        }
+        CL_MEM_HOST_PTR => Some(Ok(0usize.to_ne_bytes().to_vec())),
+        _ => None,
     }
 }
 

@@ -178,8 +178,14 @@ pub fn create(
 
 /// Generates a `clGetXInfo` entry point that forwards to the driver, with the shim's
 /// reference count and the size protocol applied (`info::get_info`).
+///
+/// With a fifth argument, a `fn(&Object, param_name) -> Option<Result<Vec<u8>, cl_int>>` that
+/// answers some parameters from the shim's own state; `None` asks the driver.
 macro_rules! forward_info {
     ($name:ident, $ty:ty, $kind:expr, $target:expr) => {
+        forward_info!($name, $ty, $kind, $target, |_, _| None);
+    };
+    ($name:ident, $ty:ty, $kind:expr, $target:expr, $local:expr) => {
         pub unsafe fn $name(
             handle: $ty,
             param_name: cl_uint,
@@ -187,8 +193,13 @@ macro_rules! forward_info {
             value: *mut c_void,
             size_ret: *mut usize,
         ) -> cl_int {
+            let local: fn(&crate::handle::Object, cl_uint) -> Option<Result<Vec<u8>, cl_int>> = $local;
             // SAFETY: forwarded API contract.
-            unsafe { info::get_info(handle, $kind, $target, 0, param_name, size, value, size_ret, |_| None) }
+            unsafe {
+                info::get_info(handle, $kind, $target, 0, param_name, size, value, size_ret, |obj| {
+                    local(obj, param_name)
+                })
+            }
         }
     };
 }
