@@ -4,11 +4,46 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cl::*;
+
 /// An object as both sides name it. The shim allocates ids for objects it creates (so an
 /// enqueue that returns an event need not wait to learn its name); the worker allocates ids,
 /// with `WORKER_ID_BIT` set, for what the driver enumerates (platforms, devices).
 pub type ObjectId = u64;
 pub const WORKER_ID_BIT: u64 = 1 << 63;
+
+/// The types of OpenCL object, as both ends' handle tables know them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    Platform,
+    Device,
+    Context,
+    Queue,
+    Mem,
+    Program,
+    Kernel,
+    Event,
+    Sampler,
+    CommandBuffer,
+}
+
+impl ObjectKind {
+    /// The error for a handle that is not a live object of this kind.
+    pub fn invalid(self) -> cl_int {
+        match self {
+            ObjectKind::Platform => CL_INVALID_PLATFORM,
+            ObjectKind::Device => CL_INVALID_DEVICE,
+            ObjectKind::Context => CL_INVALID_CONTEXT,
+            ObjectKind::Queue => CL_INVALID_COMMAND_QUEUE,
+            ObjectKind::Mem => CL_INVALID_MEM_OBJECT,
+            ObjectKind::Program => CL_INVALID_PROGRAM,
+            ObjectKind::Kernel => CL_INVALID_KERNEL,
+            ObjectKind::Event => CL_INVALID_EVENT,
+            ObjectKind::Sampler => CL_INVALID_SAMPLER,
+            ObjectKind::CommandBuffer => CL_INVALID_COMMAND_BUFFER_KHR,
+        }
+    }
+}
 
 /// Which `clGet*Info` function an info query goes to; `aux` in `GetInfo` carries the second
 /// object or index that some of them take.
@@ -33,6 +68,24 @@ pub enum InfoTarget {
     EventProfiling,
     Pipe,
     CommandBuffer,
+}
+
+impl InfoTarget {
+    /// The kind of object the query's handle must be.
+    pub fn object_kind(self) -> ObjectKind {
+        match self {
+            InfoTarget::Platform => ObjectKind::Platform,
+            InfoTarget::Device => ObjectKind::Device,
+            InfoTarget::Context => ObjectKind::Context,
+            InfoTarget::CommandQueue => ObjectKind::Queue,
+            InfoTarget::MemObject | InfoTarget::Image | InfoTarget::Pipe => ObjectKind::Mem,
+            InfoTarget::Sampler => ObjectKind::Sampler,
+            InfoTarget::Program | InfoTarget::ProgramBuild => ObjectKind::Program,
+            InfoTarget::Kernel | InfoTarget::KernelWorkGroup | InfoTarget::KernelArg => ObjectKind::Kernel,
+            InfoTarget::Event | InfoTarget::EventProfiling => ObjectKind::Event,
+            InfoTarget::CommandBuffer => ObjectKind::CommandBuffer,
+        }
+    }
 }
 
 /// How a handle-valued info result is laid out.

@@ -14,36 +14,7 @@ use cloister_ipc::{ArgValue, ObjectId};
 
 use crate::conn::Conn;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Platform,
-    Device,
-    Context,
-    Queue,
-    Mem,
-    Program,
-    Kernel,
-    Event,
-    Sampler,
-    CommandBuffer,
-}
-
-impl Kind {
-    pub fn invalid(self) -> cl_int {
-        match self {
-            Kind::Platform => CL_INVALID_PLATFORM,
-            Kind::Device => CL_INVALID_DEVICE,
-            Kind::Context => CL_INVALID_CONTEXT,
-            Kind::Queue => CL_INVALID_COMMAND_QUEUE,
-            Kind::Mem => CL_INVALID_MEM_OBJECT,
-            Kind::Program => CL_INVALID_PROGRAM,
-            Kind::Kernel => CL_INVALID_KERNEL,
-            Kind::Event => CL_INVALID_EVENT,
-            Kind::Sampler => CL_INVALID_SAMPLER,
-            Kind::CommandBuffer => CL_INVALID_COMMAND_BUFFER_KHR,
-        }
-    }
-}
+pub use cloister_ipc::ObjectKind as Kind;
 
 /// What the application holds. Only the dispatch pointer lives here (the ICD loader reads it);
 /// the object is found through the registry, keyed by the handle's address.

@@ -70,36 +70,6 @@ pub struct LaneServer<'a> {
     pub lane: &'a Lane,
 }
 
-fn invalid(kind: Kind) -> cl_int {
-    match kind {
-        Kind::Platform => CL_INVALID_PLATFORM,
-        Kind::Device => CL_INVALID_DEVICE,
-        Kind::Context => CL_INVALID_CONTEXT,
-        Kind::Queue => CL_INVALID_COMMAND_QUEUE,
-        Kind::Mem => CL_INVALID_MEM_OBJECT,
-        Kind::Program => CL_INVALID_PROGRAM,
-        Kind::Kernel => CL_INVALID_KERNEL,
-        Kind::Event => CL_INVALID_EVENT,
-        Kind::Sampler => CL_INVALID_SAMPLER,
-        Kind::CommandBuffer => CL_INVALID_COMMAND_BUFFER_KHR,
-    }
-}
-
-fn target_kind(t: InfoTarget) -> Kind {
-    match t {
-        InfoTarget::Platform => Kind::Platform,
-        InfoTarget::Device => Kind::Device,
-        InfoTarget::Context => Kind::Context,
-        InfoTarget::CommandQueue => Kind::Queue,
-        InfoTarget::MemObject | InfoTarget::Image | InfoTarget::Pipe => Kind::Mem,
-        InfoTarget::Sampler => Kind::Sampler,
-        InfoTarget::Program | InfoTarget::ProgramBuild => Kind::Program,
-        InfoTarget::Kernel | InfoTarget::KernelWorkGroup | InfoTarget::KernelArg => Kind::Kernel,
-        InfoTarget::Event | InfoTarget::EventProfiling => Kind::Event,
-        InfoTarget::CommandBuffer => Kind::CommandBuffer,
-    }
-}
-
 /// One `clGet*Info` call on the driver.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn info_call(
@@ -141,7 +111,7 @@ const HANDLE: usize = std::mem::size_of::<usize>();
 
 impl LaneServer<'_> {
     pub(crate) fn obj(&self, id: ObjectId, kind: Kind) -> Result<usize, cl_int> {
-        self.worker.objects.get(id, kind).ok_or(invalid(kind))
+        self.worker.objects.get(id, kind).ok_or(kind.invalid())
     }
 
     pub(crate) fn objs(&self, ids: &[ObjectId], kind: Kind, err: cl_int) -> Result<Vec<*mut c_void>, cl_int> {
@@ -367,7 +337,7 @@ macro_rules! tri {
 
 impl Handler for LaneServer<'_> {
     fn get_info(&self, r: GetInfo) -> InfoReply {
-        let kind = target_kind(r.target);
+        let kind = r.target.object_kind();
         let h = tri!(self.obj(r.object, kind));
         let aux = match r.target {
             InfoTarget::ProgramBuild | InfoTarget::KernelWorkGroup if r.aux != 0 => {

@@ -5,19 +5,7 @@ use std::sync::RwLock;
 
 use cloister_ipc::ObjectId;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Platform,
-    Device,
-    Context,
-    Queue,
-    Mem,
-    Program,
-    Kernel,
-    Event,
-    Sampler,
-    CommandBuffer,
-}
+pub use cloister_ipc::ObjectKind as Kind;
 
 #[derive(Default)]
 struct Tables {
