@@ -5,8 +5,9 @@
  * timestamps, and the info-query size protocol for every kind of value.
  *
  * Every line printed is a finding that must be the same directly and caged, except lines
- * starting with "ub:" (undefined behaviour by the spec, where the cage is stricter than a
- * zero-copy driver). A failed check prints FAIL and exits 1.
+ * starting with "impl:": what the spec leaves undefined or to the implementation, where drivers
+ * differ among themselves and the cage makes its own documented choice. A failed check prints
+ * FAIL and exits 1.
  *
  * With GARBAGE=1 (for --drop-in, where no ICD loader dereferences handles first) it also
  * passes garbage, NULL and released handles of every type and expects the right CL_INVALID_*. */
@@ -130,7 +131,7 @@ static void maps(cl_command_queue q) {
   for (int i = 0; i < 16; i++) m[i] = -1;
   CHECK(clEnqueueUnmapMemObject(q, b, m, 0, NULL, NULL));
   CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
-  printf("ub: read map scribble %s\n", holds(got + 700, 16, 700, 1) ? "not written back" : "written back");
+  printf("impl: read map scribble %s\n", holds(got + 700, 16, 700, 1) ? "not written back" : "written back");
   CHECK(clReleaseMemObject(b));
 }
 
@@ -158,10 +159,12 @@ static void use_host_ptr(cl_command_queue q, cl_kernel times3) {
   CHECK(clEnqueueUnmapMemObject(q, b, m, 0, NULL, NULL));
   CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof other, other, 0, NULL, NULL));
   EXPECT(holds(other, N, 1, 2), "edits made through a USE_HOST_PTR map did not reach the device");
-  /* A blocking read of the buffer leaves the device's results in the application's memory. */
+  /* After a blocking read of the buffer the application's memory may hold the device's results:
+   * the spec only promises that after a map (pocl and the cage do; NVIDIA does not). */
   CHECK(clEnqueueNDRangeKernel(q, times3, 1, NULL, &gws, NULL, 0, NULL, NULL));
   CHECK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof other, other, 0, NULL, NULL));
-  EXPECT(holds(other, N, 0, 3) && holds(host, N, 0, 3), "after a blocking read the application's memory is stale");
+  EXPECT(holds(other, N, 0, 3), "a blocking read of a USE_HOST_PTR buffer read stale data");
+  printf("impl: after a blocking read host_ptr %s\n", holds(host, N, 0, 3) ? "holds the device's results" : "is stale");
   CHECK(clReleaseMemObject(b));
   printf("use_host_ptr: map returns host_ptr + offset, memory holds device results\n");
 }
@@ -343,12 +346,13 @@ static void across_contexts(cl_command_queue q) {
   cl_context seen = NULL;
   CHECK(clGetEventInfo(theirs, CL_EVENT_CONTEXT, sizeof seen, &seen, NULL));
   EXPECT(seen == other, "an event's context reads %p, not %p", (void *)seen, (void *)other);
+  /* Complete first: a driver that does not check contexts must not leave these calls waiting. */
+  CHECK(clSetUserEventStatus(mine, CL_COMPLETE)); CHECK(clSetUserEventStatus(theirs, CL_COMPLETE));
   cl_event both[2] = { mine, theirs };
   printf("wait on events of two contexts -> %d\n", clWaitForEvents(2, both));
   printf("marker on a queue waiting for another context's event -> %d\n", clEnqueueMarkerWithWaitList(oq, 1, &mine, NULL));
   cl_mem ob = clCreateBuffer(other, CL_MEM_READ_WRITE, 64, NULL, &err); CHECK(err);
   printf("copy between buffers of two contexts -> %d\n", clEnqueueCopyBuffer(q, ob, ob, 0, 0, 16, 0, NULL, NULL));
-  CHECK(clSetUserEventStatus(mine, CL_COMPLETE)); CHECK(clSetUserEventStatus(theirs, CL_COMPLETE));
   CHECK(clReleaseEvent(mine)); CHECK(clReleaseEvent(theirs));
   CHECK(clReleaseMemObject(ob)); CHECK(clReleaseCommandQueue(oq)); CHECK(clReleaseContext(other));
 }
