@@ -88,7 +88,11 @@ pub enum ObjData {
         image: Option<ImageMeta>,
         maps: Mutex<HashMap<usize, Vec<MapRecord>>>,
     },
-    Program,
+    /// `app_source` is the application's own text when the driver was given a rewritten one
+    /// (absolute `#include` names made relative to the staged headers' root).
+    Program {
+        app_source: Option<Vec<u8>>,
+    },
     Kernel {
         num_args: u32,
         args: Mutex<KernelArgs>,
@@ -99,6 +103,9 @@ pub enum ObjData {
 }
 
 impl ObjData {
+    /// A program whose source, if any, the driver has as the application wrote it.
+    pub const PROGRAM: ObjData = ObjData::Program { app_source: None };
+
     pub fn mem(flags: u64, host_ptr: usize, image: Option<ImageMeta>) -> Self {
         ObjData::Mem { flags, host_ptr, image, maps: Mutex::new(HashMap::new()) }
     }

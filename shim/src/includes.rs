@@ -5,7 +5,10 @@
 //! ships them with the build, and the worker lays them out under the same paths in a private
 //! folder and points the `-I` options there. Both branches of a conditional include are
 //! shipped; an include named by a macro is not found (the build log says so, as it would for a
-//! missing file).
+//! missing file). An include by absolute path (`#include "/abs/x.h"`) would make the driver open
+//! the application's file itself, so the driver is given `#include "abs/x.h"` instead (in the
+//! program's source and in the shipped headers), found under the staged root (`/` joins the
+//! search folders).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -38,24 +41,63 @@ fn split_options(options: &str, cwd: &Path) -> (Vec<PathBuf>, String) {
     (dirs, rest.join(" "))
 }
 
+/// Where the name of an `#include` line sits: (start, end) byte offsets within `line`, and
+/// whether it was quoted.
+fn include_name_span(line: &[u8]) -> Option<(usize, usize, bool)> {
+    let skip_blanks = |mut i: usize| {
+        while line.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+            i += 1;
+        }
+        i
+    };
+    let mut i = skip_blanks(0);
+    if line.get(i) != Some(&b'#') {
+        return None;
+    }
+    i = skip_blanks(i + 1);
+    if !line[i..].starts_with(b"include") {
+        return None;
+    }
+    i = skip_blanks(i + b"include".len());
+    let (close, quoted) = match line.get(i) {
+        Some(b'"') => (b'"', true),
+        Some(b'<') => (b'>', false),
+        _ => return None,
+    };
+    let end = i + 1 + line[i + 1..].iter().position(|&b| b == close)?;
+    Some((i + 1, end, quoted))
+}
+
 /// The names in the `#include` lines of `text`, with whether they were quoted.
 fn include_names(text: &[u8]) -> Vec<(String, bool)> {
-    let mut names = Vec::new();
-    for line in text.split(|&b| b == b'\n') {
-        let line = String::from_utf8_lossy(line);
-        let Some(rest) = line.trim_start().strip_prefix('#') else { continue };
-        let Some(rest) = rest.trim_start().strip_prefix("include") else { continue };
-        let rest = rest.trim_start();
-        let (close, quoted) = match rest.chars().next() {
-            Some('"') => ('"', true),
-            Some('<') => ('>', false),
-            _ => continue,
-        };
-        if let Some(end) = rest[1..].find(close) {
-            names.push((rest[1..1 + end].to_string(), quoted));
+    text.split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let (start, end, quoted) = include_name_span(line)?;
+            Some((String::from_utf8_lossy(&line[start..end]).into_owned(), quoted))
+        })
+        .collect()
+}
+
+/// `text` with every absolute `#include` name made relative (leading `/` removed), or `None`
+/// when it has none. Lines and their count stay as they were.
+pub fn relative_includes(text: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut changed = false;
+    for (n, line) in text.split(|&b| b == b'\n').enumerate() {
+        if n > 0 {
+            out.push(b'\n');
+        }
+        match include_name_span(line) {
+            Some((start, end, _)) if line[start..end].starts_with(b"/") => {
+                let slashes = line[start..end].iter().take_while(|&&b| b == b'/').count();
+                out.extend_from_slice(&line[..start]);
+                out.extend_from_slice(&line[start + slashes..]);
+                changed = true;
+            }
+            _ => out.extend_from_slice(line),
         }
     }
-    names
+    changed.then_some(out)
 }
 
 /// What a build of `sources` with `options` needs from the application's files; `None` when
@@ -72,6 +114,7 @@ pub fn gather(sources: &[u8], options: Option<&[u8]>) -> Option<(AppIncludes, Ve
     let mut seen = HashSet::new();
     let mut files = Vec::new();
     let mut total = 0u64;
+    let mut absolute = false;
     let mut work: Vec<(Vec<u8>, Option<PathBuf>)> = vec![(sources.to_vec(), None)];
     while let Some((text, folder)) = work.pop() {
         for (name, quoted) in include_names(&text) {
@@ -87,12 +130,18 @@ pub fn gather(sources: &[u8], options: Option<&[u8]>) -> Option<(AppIncludes, Ve
             }
             let Ok(bytes) = std::fs::read(&path) else { continue };
             total += len;
-            work.push((bytes.clone(), path.parent().map(Path::to_path_buf)));
-            files.push((path.to_string_lossy().into_owned(), bytes));
+            absolute |= Path::new(&name).is_absolute();
+            let shipped = relative_includes(&bytes).unwrap_or_else(|| bytes.clone());
+            work.push((bytes, path.parent().map(Path::to_path_buf)));
+            files.push((path.to_string_lossy().into_owned(), shipped));
         }
     }
     let mut dirs: Vec<String> = dirs.iter().map(|d| d.to_string_lossy().into_owned()).collect();
     dirs.push(cwd.to_string_lossy().into_owned());
+    if absolute {
+        // The staged root, where the driver finds the includes that were absolute.
+        dirs.push("/".into());
+    }
     Some((AppIncludes { dirs, files }, rest.into_bytes()))
 }
 
@@ -111,6 +160,31 @@ mod tests {
     fn include_lines_are_found() {
         let src = b"  #  include \"a.h\"\n#include <b/c.h>\n// #include \"no\"\n#define X\n";
         assert_eq!(include_names(src), [("a.h".into(), true), ("b/c.h".into(), false)]);
+    }
+
+    #[test]
+    fn absolute_includes_become_relative_and_nothing_else_changes() {
+        let src = b"#include \"/abs/a.h\"\n  #  include </b.h>\n#include \"rel.h\"\nint x; // \"/no\"\n";
+        let out = relative_includes(src).unwrap();
+        assert_eq!(out, b"#include \"abs/a.h\"\n  #  include <b.h>\n#include \"rel.h\"\nint x; // \"/no\"\n");
+        assert_eq!(relative_includes(b"#include \"rel.h\"\n"), None);
+        assert_eq!(relative_includes(b"#include \"/unclosed\n"), None);
+    }
+
+    #[test]
+    fn absolute_includes_are_shipped_rewritten_with_the_root_searched() {
+        let dir = std::env::temp_dir().join(format!("cloister-abs-includes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let inner = dir.join("inner.h");
+        std::fs::write(&inner, "#define INNER 1\n").unwrap();
+        std::fs::write(dir.join("outer.h"), format!("#include \"{}\"\n", inner.display())).unwrap();
+        let src = format!("#include \"{}\"\n", dir.join("outer.h").display());
+        let (inc, _) = gather(src.as_bytes(), None).unwrap();
+        assert_eq!(inc.files.len(), 2, "{:?}", inc.files);
+        assert!(inc.dirs.last().is_some_and(|d| d == "/"), "{:?}", inc.dirs);
+        let outer = &inc.files[0].1;
+        assert_eq!(outer, format!("#include \"{}\"\n", inner.display().to_string().trim_start_matches('/')).as_bytes());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -40,6 +40,27 @@ fn includes_resolve_to_the_applications_files_and_printf_keeps_its_order() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `#include "/abs/path.h"`, also from inside a header: the caged driver may not open the
+/// application's files, yet the build finds them, and the program's source reads back as the
+/// application wrote it.
+#[test]
+fn absolute_includes_resolve_and_the_source_reads_back_unchanged() {
+    let exe = c_client("printf_include");
+    let dir = header_dir("abs", 5);
+    let inner = dir.join("inc/inc.h");
+    let outer = dir.join("outer.h");
+    std::fs::write(&outer, format!("#include \"{}\"\n", inner.display())).unwrap();
+    for header in [&inner, &outer] {
+        let include = header.to_string_lossy();
+        let direct = run(Command::new(&exe).current_dir("/").env("INCLUDE", &*include));
+        let caged =
+            run(Command::new(cloister()).args(["run", "--"]).arg(&exe).current_dir("/").env("INCLUDE", &*include));
+        assert!(direct.contains("source read back as written") && direct.contains("kernel line 25"), "{direct}");
+        assert_eq!(direct, caged, "including {include}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn printf_reaches_the_application_through_a_shared_broker() {
     let exe = c_client("printf_include");

@@ -42,7 +42,21 @@ pub unsafe fn clCreateProgramWithSource(
             };
             sources.push(bytes);
         }
-        create(&ctx.conn, Kind::Program, ObjData::Program, |id| {
+        // The driver cannot open the application's files by absolute path (the cage forbids
+        // it): it gets those includes relative to the root of the staged headers.
+        let rewritten: Vec<Option<Vec<u8>>> = sources.iter().map(|s| crate::includes::relative_includes(s)).collect();
+        let data = if rewritten.iter().any(Option::is_some) {
+            let app_source = sources.concat();
+            for (s, r) in sources.iter_mut().zip(rewritten) {
+                if let Some(r) = r {
+                    *s = r;
+                }
+            }
+            ObjData::Program { app_source: Some(app_source) }
+        } else {
+            ObjData::PROGRAM
+        };
+        create(&ctx.conn, Kind::Program, data, |id| {
             ctx.conn.call(CreateProgramWithSource { id, context: ctx.id, sources })
         })
     })();
@@ -115,7 +129,10 @@ fn finish_build(conn: &Conn, notify: Option<u64>, reply: Result<(cl_int, bool), 
 /// A build's options, with the application's headers it needs gathered for the worker (which
 /// cannot read them itself).
 fn with_includes(p: &Object, options: Option<Vec<u8>>) -> (Option<Vec<u8>>, Option<AppIncludes>) {
-    let source = info::query(p, InfoTarget::Program, 0, CL_PROGRAM_SOURCE).unwrap_or_default();
+    let source = match &p.data {
+        ObjData::Program { app_source: Some(s) } => s.clone(),
+        _ => info::query(p, InfoTarget::Program, 0, CL_PROGRAM_SOURCE).unwrap_or_default(),
+    };
     match crate::includes::gather(&source, options.as_deref()) {
         Some((includes, rest)) => (Some(rest), Some(includes)),
         None => (options, None),
@@ -199,7 +216,7 @@ pub unsafe fn clCreateProgramWithBinary(
             }
         }
         match reply.status {
-            CL_SUCCESS => Ok(new_handle(Kind::Program, id, &ctx.conn, ObjData::Program)),
+            CL_SUCCESS => Ok(new_handle(Kind::Program, id, &ctx.conn, ObjData::PROGRAM)),
             e => Err(e),
         }
     })();
@@ -220,7 +237,7 @@ pub unsafe fn clCreateProgramWithIL(
         if il.is_empty() {
             return Err(CL_INVALID_VALUE);
         }
-        create(&ctx.conn, Kind::Program, ObjData::Program, |id| {
+        create(&ctx.conn, Kind::Program, ObjData::PROGRAM, |id| {
             ctx.conn.call(CreateProgramWithIl { id, context: ctx.id, il })
         })
     })();
@@ -241,7 +258,7 @@ pub unsafe fn clCreateProgramWithBuiltInKernels(
         let devices = unsafe { self::device_list(num_devices, device_list)? }.ok_or(CL_INVALID_VALUE)?;
         // SAFETY: kernel_names is NUL-terminated.
         let names = unsafe { c_bytes(kernel_names) }.ok_or(CL_INVALID_VALUE)?;
-        create(&ctx.conn, Kind::Program, ObjData::Program, |id| {
+        create(&ctx.conn, Kind::Program, ObjData::PROGRAM, |id| {
             ctx.conn.call(CreateProgramWithBuiltInKernels { id, context: ctx.id, devices, names })
         })
     })();
@@ -313,7 +330,7 @@ pub unsafe fn clLinkProgram(
         let options = unsafe { c_bytes(options) };
         // The callback names the new program, so its handle exists before the driver links.
         let id = ctx.conn.alloc_id();
-        let handle = new_handle(Kind::Program, id, &ctx.conn, ObjData::Program);
+        let handle = new_handle(Kind::Program, id, &ctx.conn, ObjData::PROGRAM);
         let discard = |e| {
             crate::handle::release(handle, Kind::Program);
             Err(e)
@@ -397,7 +414,15 @@ pub unsafe fn clGetProgramInfo(
     }
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(program, Kind::Program, InfoTarget::Program, 0, param_name, size, value, size_ret, |_| None)
+        info::get_info(program, Kind::Program, InfoTarget::Program, 0, param_name, size, value, size_ret, |p| {
+            match (&p.data, param_name) {
+                // The source as the application wrote it, NUL-terminated as drivers return it.
+                (ObjData::Program { app_source: Some(s) }, CL_PROGRAM_SOURCE) => {
+                    Some(Ok(s.iter().copied().chain([0]).collect()))
+                }
+                _ => None,
+            }
+        })
     }
 }
 
