@@ -43,20 +43,16 @@ pub unsafe fn clCreateProgramWithSource(
             sources.push(bytes);
         }
         // The driver cannot open the application's files by absolute path (the cage forbids
-        // it): it gets those includes relative to the root of the staged headers.
-        let rewritten: Vec<Option<Vec<u8>>> = sources.iter().map(|s| crate::includes::relative_includes(s)).collect();
-        let data = if rewritten.iter().any(Option::is_some) {
-            let app_source = sources.concat();
-            for (s, r) in sources.iter_mut().zip(rewritten) {
-                if let Some(r) = r {
-                    *s = r;
-                }
+        // it): it gets those includes relative to the root of the staged headers, and the
+        // application's own text is kept (taken before the first rewrite) for its queries.
+        let mut app_source = None;
+        for i in 0..sources.len() {
+            if let Some(relative) = crate::includes::relative_includes(&sources[i]) {
+                app_source.get_or_insert_with(|| sources.concat());
+                sources[i] = relative;
             }
-            ObjData::Program { app_source: Some(app_source) }
-        } else {
-            ObjData::PROGRAM
-        };
-        create(&ctx.conn, Kind::Program, data, |id| {
+        }
+        create(&ctx.conn, Kind::Program, ObjData::Program { app_source }, |id| {
             ctx.conn.call(CreateProgramWithSource { id, context: ctx.id, sources })
         })
     })();
