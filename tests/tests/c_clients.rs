@@ -2,14 +2,22 @@
 
 use cloister_tests::*;
 use std::path::Path;
+use std::process::Output;
+
+/// Runs a C client directly and caged; each run must succeed (a failing direct run means the
+/// client itself is wrong).
+fn both_ways(exe: &Path) -> (Output, Output) {
+    let d = direct(exe, &[], &[]);
+    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
+    let c = caged(&[], exe, &[], &[]);
+    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
+    (d, c)
+}
 
 #[test]
 fn api_smoke_passes_directly_and_caged() {
     let exe = c_client("api_smoke");
-    let d = direct(&exe, &[], &[]);
-    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
-    let c = caged(&[], &exe, &[], &[]);
-    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
+    let (d, c) = both_ways(&exe);
     let out = text(&c);
     assert!(out.contains("PASS") && out.contains("nonblocking ok") && out.contains("callbacks 1"), "{out}");
     // Timers answer as the driver does, whatever that is.
@@ -23,10 +31,7 @@ fn api_smoke_passes_directly_and_caged() {
 #[test]
 fn api_full_passes_directly_and_caged_with_the_same_results() {
     let exe = c_client("api_full");
-    let d = direct(&exe, &[], &[]);
-    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
-    let c = caged(&[], &exe, &[], &[]);
-    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
+    let (d, c) = both_ways(&exe);
     let findings =
         |t: &str| t.lines().filter(|l| !l.starts_with("native kernels")).map(str::to_string).collect::<Vec<_>>();
     assert_eq!(findings(&text(&d)), findings(&text(&c)));
@@ -41,11 +46,8 @@ fn api_full_passes_directly_and_caged_with_the_same_results() {
 #[test]
 fn semantics_match_directly_and_caged() {
     let exe = c_client("semantics");
-    let d = direct(&exe, &[], &[]);
-    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
-    let c = caged(&[], &exe, &[], &[]);
-    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
-    let findings = |o: &std::process::Output| {
+    let (d, c) = both_ways(&exe);
+    let findings = |o: &Output| {
         String::from_utf8_lossy(&o.stdout)
             .lines()
             .filter(|l| !l.starts_with("impl:"))
@@ -134,10 +136,7 @@ fn unknown_driver_is_a_clear_error() {
 #[test]
 fn command_buffers_run_directly_and_caged_with_the_same_results() {
     let exe = c_client("command_buffer");
-    let d = direct(&exe, &[], &[]);
-    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
-    let c = caged(&[], &exe, &[], &[]);
-    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
+    let (d, c) = both_ways(&exe);
     assert_eq!(text(&d), text(&c));
     let g = caged(&[], &exe, &[], &[("GARBAGE", "1")]);
     assert!(g.status.success() && text(&g).contains("PASS"), "caged run with garbage handles failed:\n{}", text(&g));
