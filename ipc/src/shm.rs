@@ -5,6 +5,10 @@ use std::ptr::NonNull;
 
 use crate::IpcError;
 
+/// The seals that fix a region's size: with them (and `F_SEAL_SEAL`), a mapping of the whole
+/// file can never reach past its end.
+const SIZE_SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+
 /// A shared mapping of a memfd. Unmapped on drop; the fd is kept so it can be sent to the peer.
 pub struct SharedRegion {
     base: NonNull<u8>,
@@ -23,7 +27,7 @@ impl SharedRegion {
     pub fn create(name: &str, len: usize) -> Result<Self, IpcError> {
         let cname = std::ffi::CString::new(name).map_err(|_| IpcError::Protocol("bad memfd name"))?;
         // SAFETY: cname is a valid C string; memfd_create has no other preconditions.
-        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if raw < 0 {
             return Err(IpcError::os("memfd_create"));
         }
@@ -33,12 +37,29 @@ impl SharedRegion {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(IpcError::os("ftruncate"));
         }
+        // Sealed before the peer ever sees it: neither side can shrink the file under the
+        // other's mapping (a SIGBUS on the next touch) or grow it, and nobody can change the
+        // seals afterwards.
+        // SAFETY: F_ADD_SEALS on our own memfd.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SIZE_SEALS | libc::F_SEAL_SEAL) } != 0 {
+            return Err(IpcError::os("F_ADD_SEALS"));
+        }
         Self::map(fd, len)
     }
 
     /// Maps a region received from the peer. The mapping length is taken from the fd itself, and
-    /// must be at least `min_len`, so a lying peer cannot make us read past the end.
+    /// must be at least `min_len`, so a lying peer cannot make us read past the end. The fd must
+    /// be a memfd whose size is sealed for good: otherwise the peer could truncate it under our
+    /// mapping later, and our next access would die of SIGBUS.
     pub fn from_fd(fd: OwnedFd, min_len: usize) -> Result<Self, IpcError> {
+        // SAFETY: F_GET_SEALS on any fd only reads its seals (EINVAL for non-memfds).
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 {
+            return Err(IpcError::Protocol("shared region is not a sealable memfd"));
+        }
+        if seals & (SIZE_SEALS | libc::F_SEAL_SEAL) != SIZE_SEALS | libc::F_SEAL_SEAL {
+            return Err(IpcError::Protocol("shared region's size is not sealed"));
+        }
         // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd is valid and st points to writable memory.
@@ -101,5 +122,43 @@ impl Drop for SharedRegion {
     fn drop(&mut self) {
         // SAFETY: base/len describe a mapping we created and nobody else unmaps.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len.max(1)) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_regions_cannot_be_resized_or_unsealed() {
+        let r = SharedRegion::create("test", 8192).unwrap();
+        let fd = r.fd().as_raw_fd();
+        // SAFETY: resizing and resealing our own memfd; each must be refused.
+        unsafe {
+            assert_eq!(libc::ftruncate(fd, 0), -1);
+            assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
+            assert_eq!(libc::ftruncate(fd, 1 << 20), -1);
+            assert_eq!(libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_FUTURE_WRITE), -1);
+        }
+        let peer = SharedRegion::from_fd(r.fd().try_clone().unwrap(), 8192).unwrap();
+        assert_eq!(peer.len(), 8192);
+    }
+
+    #[test]
+    fn unsealed_fds_are_refused() {
+        // SAFETY: a plain memfd, as a hostile peer would send.
+        let raw = unsafe { libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        // SAFETY: raw is a fresh fd.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: sizing our memfd.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), 8192) }, 0);
+        assert!(SharedRegion::from_fd(fd.try_clone().unwrap(), 1).is_err());
+        // Sealed against shrinking only, it could still grow or gain seals: refused too.
+        // SAFETY: adding a partial seal set.
+        assert_eq!(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) }, 0);
+        assert!(SharedRegion::from_fd(fd, 1).is_err());
+        // Not a memfd at all.
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        assert!(SharedRegion::from_fd(file.into(), 1).is_err());
     }
 }

@@ -5,7 +5,7 @@
 //! (clEnqueueNDRangeKernel), `finish` (clFinish). Actions: crashes (`segv`, `abort`, `bus`,
 //! `exit`, `async-segv` a moment after the call returned), `hang`, `closefds`, and attacks that
 //! a caged driver must not be able to make (`exec`, `connect`, `readhome`, `writeout`,
-//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`). Each attack prints
+//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`, `shrink-shm`). Each attack prints
 //! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
 //!
 //! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
@@ -111,8 +111,35 @@ fn fault_point(point: &str) {
             ),
             "fork50" => report("fork50", fork_many(50)),
             "fds100k" => report("fds100k", open_many(100_000)),
+            "shrink-shm" => report("shrink-shm", shrink_shared_memory()),
             other => eprintln!("faultcl: unknown action {other}"),
         }
+    }
+}
+
+/// Truncates every cloister memfd this process holds (the lanes and segments the application
+/// shares, the broker's flight recorder): unsealed, the other side's next touch dies of SIGBUS.
+fn shrink_shared_memory() -> Result<(), String> {
+    let mut found = 0;
+    let mut refused = Vec::new();
+    for fd in 3..4096 {
+        let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { continue };
+        if !target.to_string_lossy().starts_with("/memfd:cloister") {
+            continue;
+        }
+        found += 1;
+        // SAFETY: truncating an fd this process holds; the attack itself.
+        if unsafe { libc::ftruncate(fd, 0) } != 0 {
+            refused.push(errno());
+        }
+    }
+    match (found, refused.len()) {
+        (0, _) => Err("no cloister memfd found".into()),
+        (n, r) if r < n => {
+            eprintln!("faultcl: shrink-shm truncated {} of {n} memfds", n - r);
+            Ok(())
+        }
+        (n, _) => Err(format!("all {n} truncations refused: {}", refused[0])),
     }
 }
 
