@@ -20,7 +20,7 @@ pub fn watch(pid: u32, recorder: Arc<FlightRecorder>, exited: Arc<AtomicBool>, d
             .into_iter()
             .find(|c| now.saturating_sub(c.start_ns) / 1_000_000 > deadlines.for_op(c.op));
         if let Some(call) = hung {
-            let index = cloister_ipc::OP_NAMES.iter().position(|&n| n == call.op).map_or(0, |i| i as u32 + 1);
+            let index = cloister_ipc::deadlines::op_index(call.op).map_or(0, |i| i + 1);
             recorder.header().hung_op.store(index, Ordering::Release);
             // SAFETY: killing our own child, not yet reaped (the reaper sets `exited` first).
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };

@@ -17,7 +17,7 @@ pub const LANE_SLOTS: usize = 64;
 /// Calls kept in the ring.
 pub const RING: usize = 256;
 
-/// A call in flight on one lane. `op` is `OP_NAMES` index + 1; 0 = idle.
+/// A call in flight on one lane. `op` is `deadlines::all_ops` index + 1; 0 = idle.
 #[repr(C)]
 pub struct LaneSlot {
     pub op: AtomicU32,
@@ -39,7 +39,7 @@ pub struct RecorderHeader {
     pub magic: AtomicU64,
     /// The system call seccomp trapped, or -1.
     pub trapped_syscall: AtomicI64,
-    /// Set by the broker's watchdog: `OP_NAMES` index + 1 of the call that hung, or 0.
+    /// Set by the broker's watchdog: `deadlines::all_ops` index + 1 of the call that hung, or 0.
     pub hung_op: AtomicU32,
     pub next_slot: AtomicU32,
     /// Entries written to the ring so far (the ring holds the last `RING`).
@@ -106,8 +106,9 @@ pub struct CallRecord {
     pub end_ns: Option<u64>,
 }
 
+/// A recorded op (index + 1 into `deadlines::all_ops`, lane calls then `EXTRA_OPS`) by name.
 fn op_name(op: u32) -> Option<&'static str> {
-    op.checked_sub(1).and_then(|i| crate::OP_NAMES.get(i as usize)).copied()
+    op.checked_sub(1).and_then(|i| crate::deadlines::all_ops().nth(i as usize))
 }
 
 impl FlightRecorder {

@@ -13,7 +13,7 @@ use cloister_ipc::cl::*;
 use cloister_ipc::handshake::Hello;
 use cloister_ipc::lane::Lane;
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{channel, decode_reply, encode_request, Call, Notification, ObjectId, ShimMessage, WorkerMessage};
+use cloister_ipc::{channel, decode_reply, Call, Notification, ObjectId, ShimMessage, WorkerMessage};
 
 use crate::handle::{new_handle, Kind, ObjData};
 
@@ -94,6 +94,24 @@ fn deadlines() -> &'static cloister_ipc::deadlines::Deadlines {
     D.get_or_init(cloister_ipc::deadlines::Deadlines::from_env)
 }
 
+/// Whether `sock` has something to read (or was closed) within `limit`.
+fn readable_within(sock: &OwnedFd, limit: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd, as counted.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n > 0 {
+            return true;
+        }
+        if n == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
+}
+
 /// How much longer than the watchdog's deadline the shim waits for an answer.
 const SHIM_GRACE_MS: u64 = 2000;
 
@@ -109,6 +127,13 @@ impl Conn {
     /// rebound to it (matched by position: the same driver enumerates in the same order).
     pub fn connect(sock: OwnedFd, driver: &str, reuse: Option<&[(usize, Vec<usize>)]>) -> Result<Arc<Conn>, String> {
         channel::send(&sock, &ShimMessage::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
+        // The worker loads and enumerates its driver before it answers: a driver that hangs
+        // there is killed by the broker's watchdog at the deadline of `Initialize`; this is the
+        // backstop for a worker the watchdog cannot see.
+        let deadline_ms = deadlines().for_op(cloister_ipc::deadlines::INITIALIZE) + SHIM_GRACE_MS;
+        if !readable_within(&sock, std::time::Duration::from_millis(deadline_ms)) {
+            return Err(format!("the worker for {driver} did not answer its welcome within {deadline_ms} ms"));
+        }
         let (msg, _) = channel::recv::<WorkerMessage>(&sock).map_err(|e| format!("worker for {driver}: {e}"))?;
         let (platforms, devices, profile, layers) = match msg {
             WorkerMessage::Welcome { version, platforms, devices, profile, layers, .. } => {
@@ -254,13 +279,16 @@ impl Conn {
         let slot = self.lane()?;
         let lane = &slot.lane;
         fill(lane.bulk_ptr())?;
-        let bytes = encode_request(req).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        let request = req.into_request();
+        // Timed as the flight recorder notes it (a binary size query is a build).
+        let name = cloister_ipc::deadlines::recorded_name(&request);
+        let bytes = cloister_ipc::encode_request_value(&request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         lane.post_request(&bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         // A worker that never answers (hung outside any call the broker's watchdog sees, or
         // hostile) is given up on at the call's deadline, like one that died.
         // Later than the broker's watchdog, which kills a stuck worker and writes the report:
         // this is the backstop for a worker the watchdog cannot see.
-        let deadline_ms = deadlines().for_op(C::NAME) + SHIM_GRACE_MS;
+        let deadline_ms = deadlines().for_op(name) + SHIM_GRACE_MS;
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms);
         let timed_out = std::cell::Cell::new(false);
         let alive = || {
@@ -270,9 +298,8 @@ impl Conn {
         let reply = lane.wait_reply(&alive).map_err(|_| {
             if timed_out.get() && !self.is_dead() {
                 crate::runtime::warn(&format!(
-                    "the worker for {} did not answer {} within {deadline_ms} ms; giving up on it",
+                    "the worker for {} did not answer {name} within {deadline_ms} ms; giving up on it",
                     self.driver,
-                    C::NAME
                 ));
                 self.hang_up();
             }
@@ -343,10 +370,27 @@ impl Conn {
     /// Waits until the build callback `token` has run. The worker says when the driver called
     /// it before the build call returned (as pocl does): directly, the callback has then run by
     /// the time the application's call returns, so it must have here too.
+    ///
+    /// A worker that announced the callback and never sends it is given up on at the build
+    /// deadline, like a build that never returns: the worker is cut off, and its death runs
+    /// the callback (the application's build then reads as failed).
     pub fn await_build_callback(&self, token: u64) {
+        let deadline_ms = deadlines().build_ms + SHIM_GRACE_MS;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms);
         let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
         while cbs.contains_key(&token) && !self.is_dead() {
-            let timeout = std::time::Duration::from_millis(100);
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                drop(cbs);
+                crate::runtime::warn(&format!(
+                    "the worker for {} announced a build callback and did not send it within {deadline_ms} ms; \
+                     giving up on it",
+                    self.driver
+                ));
+                self.hang_up();
+                return;
+            }
+            let timeout = left.min(std::time::Duration::from_millis(100));
             cbs = self.build_callback_ran.wait_timeout(cbs, timeout).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
@@ -460,5 +504,84 @@ impl Conn {
                 crate::handle::release(event as *mut c_void, Kind::Event);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Short deadlines for this test process (read once, before any connection).
+    fn short_deadlines() {
+        static SET: std::sync::Once = std::sync::Once::new();
+        SET.call_once(|| {
+            std::env::set_var("CLOISTER_DEADLINE_BUILD_MS", "300");
+            std::env::set_var("CLOISTER_DEADLINE_OTHER_MS", "300");
+            std::env::set_var("CLOISTER_QUIET", "1");
+        });
+    }
+
+    /// Runs `f` on a thread; fails the test if it has not returned within `limit`.
+    fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit).expect("the wait on the worker has no deadline")
+    }
+
+    #[test]
+    fn a_worker_that_never_welcomes_is_given_up_on() {
+        short_deadlines();
+        let (ours, theirs) = channel::seqpacket_pair().unwrap();
+        // The "worker" reads the hello and never answers, keeping its end open.
+        let worker = std::thread::spawn(move || {
+            let _ = channel::recv::<ShimMessage>(&theirs);
+            std::thread::sleep(Duration::from_secs(8));
+        });
+        let started = Instant::now();
+        let result = within(Duration::from_secs(6), move || Conn::connect(ours, "silent", None).map(|_| ()));
+        assert!(result.unwrap_err().contains("did not answer its welcome"));
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        drop(worker);
+    }
+
+    #[test]
+    fn a_build_callback_announced_but_never_sent_is_given_up_on() {
+        short_deadlines();
+        let (ours, theirs) = channel::seqpacket_pair().unwrap();
+        let worker = std::thread::spawn(move || {
+            let _ = channel::recv::<ShimMessage>(&theirs);
+            let welcome = WorkerMessage::Welcome {
+                version: cloister_ipc::handshake::PROTOCOL_VERSION,
+                driver: "quiet".into(),
+                profile: "none".into(),
+                layers: vec![],
+                platforms: vec![],
+                devices: vec![],
+            };
+            channel::send(&theirs, &welcome, &[]).unwrap();
+            // Never sends the BuildDone it "announced"; stays connected until the shim hangs up.
+            while channel::recv::<ShimMessage>(&theirs).is_ok() {}
+        });
+        let conn = Conn::connect(ours, "quiet", None).unwrap();
+        static RAN: AtomicBool = AtomicBool::new(false);
+        unsafe extern "C" fn on_built(_: cl_program, ran: *mut c_void) {
+            // SAFETY: user_data is &RAN, a static.
+            unsafe { &*(ran as *const AtomicBool) }.store(true, Ordering::SeqCst);
+        }
+        let token =
+            conn.register_callback(Callback::Build { pfn: on_built, user_data: &RAN as *const _ as usize, program: 0 });
+        let waiting = conn.clone();
+        within(Duration::from_secs(6), move || waiting.await_build_callback(token));
+        // Given up on: the worker is cut off, and its death runs the application's callback.
+        worker.join().unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        while !RAN.load(Ordering::SeqCst) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(RAN.load(Ordering::SeqCst), "the callback never ran");
+        assert!(conn.is_dead());
     }
 }

@@ -187,8 +187,18 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
     }
 
     let worker = Arc::new(Worker::default());
-    let (platforms, devices) = match driver::Driver::load(&args.library) {
-        Ok(d) => enumerate(&worker, &d),
+    // The driver's start is a call like any other to the watchdog: one that hangs loading or
+    // enumerating is killed at its deadline, and the report names it.
+    let recorder = RECORDER.get().copied();
+    let init_op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::INITIALIZE).unwrap_or_default();
+    let init_slot = recorder.and_then(FlightRecorder::claim_slot);
+    let init_start = recorder.map(|r| FlightRecorder::begin(r, init_slot, 0, init_op));
+    let loaded = driver::Driver::load(&args.library).map(|d| enumerate(&worker, &d));
+    if let (Some(r), Some(start)) = (recorder, init_start) {
+        FlightRecorder::end(r, init_slot, 0, init_op, start);
+    }
+    let (platforms, devices) = match loaded {
+        Ok(found) => found,
         Err(e) => {
             let reason = format!("cannot load driver {}: {}", args.library, e.0);
             let _ = channel::send(&sock, &WorkerMessage::Refused { reason: reason.clone() }, &[]);
@@ -301,7 +311,8 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
         let reply = match cloister_ipc::decode_request(&bytes) {
             Ok(req) => {
                 // Noted before the driver runs it, so a crash or hang inside names the call.
-                let op = req.op_index();
+                let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
+                    .unwrap_or_else(|| req.op_index());
                 let start = recorder.map(|r| FlightRecorder::begin(r, slot, lane_id, op));
                 let reply = dispatch_call(&server, req).unwrap_or_default();
                 if let (Some(r), Some(start)) = (recorder, start) {
