@@ -56,20 +56,49 @@ pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
 /// What the broker says of a worker's death, once it has written the report.
 pub type DeathNote = Arc<std::sync::Mutex<Option<String>>>;
 
-type SpawnRequest = (Driver, Option<AppStdio>, std::sync::mpsc::Sender<std::io::Result<(OwnedFd, DeathNote)>>);
+/// A started worker: the shim's end of its channel, what the broker will say of its death, and
+/// how to dismiss it.
+pub type Spawned = (OwnedFd, DeathNote, Option<Dismissal>);
 
-/// The application's stdout and stderr, sent with its hello: a worker writes there (kernel
-/// `printf`, driver messages) even when this broker serves many applications.
+/// Ends a worker whose client has gone: a pidfd (never a pid: one that was reaped may have been
+/// reused), and a flag that tells its reaper the end is no crash to report.
+pub struct Dismissal {
+    pidfd: OwnedFd,
+    dismissed: Arc<AtomicBool>,
+}
+
+/// How long a worker whose client has gone may take to exit on its own (it sees its channel
+/// close) before it is killed.
+const DISMISS_GRACE_MS: i32 = 1000;
+
+type SpawnRequest = (Driver, Option<AppStdio>, std::sync::mpsc::Sender<std::io::Result<Spawned>>);
+
+/// Where a worker's stdout and stderr go: the write ends of two pipes the shim sent with its
+/// hello, which the shim relays to the application's stdout and stderr (kernel `printf`, driver
+/// messages) even when this broker serves many applications. Never a terminal: a driver holding
+/// one could read what the user types, or inject input with TIOCSTI.
 pub struct AppStdio {
     out: OwnedFd,
     err: OwnedFd,
 }
 
+/// Whether `fd` is a terminal.
+fn is_terminal(fd: &OwnedFd) -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(fd.as_raw_fd()) == 1 }
+}
+
 impl AppStdio {
-    /// The two descriptors a shim's hello carries, if it carried them.
+    /// The two descriptors a shim's hello carries, if it carried them and neither is a
+    /// terminal (a shim of this build sends pipes).
     fn from_hello(fds: Vec<OwnedFd>) -> Option<Self> {
         let mut fds = fds.into_iter();
-        Some(AppStdio { out: fds.next()?, err: fds.next()? })
+        let stdio = AppStdio { out: fds.next()?, err: fds.next()? };
+        if is_terminal(&stdio.out) || is_terminal(&stdio.err) {
+            eprintln!("cloister broker: a client sent a terminal as its output; its workers write nowhere");
+            return None;
+        }
+        Some(stdio)
     }
 
     fn try_clone(&self) -> std::io::Result<Self> {
@@ -158,7 +187,10 @@ fn serve_client(
         return Err(reason);
     }
     let mut notes: Vec<(String, DeathNote)> = Vec::new();
-    grant(client, &config.drivers, spawn, &mut notes, stdio.as_ref())?;
+    // Every worker started for this client ends when the client's connection closes (it
+    // exited, or died), whatever the worker is doing: a per-user broker outlives its clients.
+    let mut workers = ClientWorkers::default();
+    grant(client, &config.drivers, spawn, &mut notes, &mut workers, stdio.as_ref())?;
     // The connection stays open: the shim asks here for replacements of workers that died.
     loop {
         let request = match channel::recv::<BrokerRequest>(client) {
@@ -174,7 +206,7 @@ fn serve_client(
                     channel::send(client, &BrokerReply::Refused { reason }, &[]).map_err(|e| e.to_string())?;
                     continue;
                 }
-                grant(client, &wanted, spawn, &mut notes, stdio.as_ref())?;
+                grant(client, &wanted, spawn, &mut notes, &mut workers, stdio.as_ref())?;
             }
             BrokerRequest::WhyDied { driver } => {
                 let note = notes.iter().rev().find(|(d, _)| *d == driver).map(|(_, n)| n.clone());
@@ -194,12 +226,43 @@ fn serve_client(
     }
 }
 
+/// The workers started for one client, ended when it goes (on drop).
+#[derive(Default)]
+struct ClientWorkers(Vec<Dismissal>);
+
+impl Drop for ClientWorkers {
+    fn drop(&mut self) {
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(DISMISS_GRACE_MS as u64);
+        for w in &self.0 {
+            // A pidfd reads as ready once its process has exited.
+            let mut pfd = libc::pollfd { fd: w.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let left = end.saturating_duration_since(std::time::Instant::now()).as_millis() as i32;
+            // SAFETY: one valid pollfd, as counted.
+            if unsafe { libc::poll(&mut pfd, 1, left) } == 1 {
+                continue;
+            }
+            w.dismissed.store(true, Ordering::Release);
+            // SAFETY: pidfd_send_signal on a pidfd we own; a worker already gone gives ESRCH.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    w.pidfd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<u8>(),
+                    0,
+                )
+            };
+        }
+    }
+}
+
 /// Starts a worker for each of `drivers` and hands the client its ends of their channels.
 fn grant(
     client: &OwnedFd,
     drivers: &[Driver],
     spawn: &std::sync::mpsc::Sender<SpawnRequest>,
     notes: &mut Vec<(String, DeathNote)>,
+    workers: &mut ClientWorkers,
     stdio: Option<&AppStdio>,
 ) -> Result<(), String> {
     let mut grants = Vec::new();
@@ -212,7 +275,8 @@ fn grant(
         spawn.send((d.clone(), stdio, tx)).map_err(|_| "worker spawner is gone")?;
         let spawned = rx.recv().map_err(|_| "worker spawner is gone")?;
         match spawned {
-            Ok((fd, note)) => {
+            Ok((fd, note, dismissal)) => {
+                workers.0.extend(dismissal);
                 grants.push(WorkerGrant { driver: d.name.clone(), library: d.library.clone() });
                 fds.push(fd);
                 notes.push((d.name.clone(), note));
@@ -251,11 +315,7 @@ pub fn cache_dir(driver: &Driver) -> PathBuf {
 
 /// Starts a worker for `driver`; returns the shim's end of its channel. A thread waits for the
 /// worker and, if it dies, writes a crash report naming the cause.
-pub fn spawn_worker(
-    options: &WorkerOptions,
-    driver: &Driver,
-    stdio: Option<AppStdio>,
-) -> std::io::Result<(OwnedFd, DeathNote)> {
+pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppStdio>) -> std::io::Result<Spawned> {
     let (ours, theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
     let recorder = FlightRecorder::create().map_err(|e| std::io::Error::other(e.to_string()))?;
     let cache = cache_dir(driver);
@@ -291,10 +351,12 @@ pub fn spawn_worker(
         }
     }
     cmd.env("HOME", &cache).env("XDG_CACHE_HOME", &cache).env("TMPDIR", &tmp);
+    // Never the broker's own stdio, which may be the user's terminal.
     cmd.stdin(Stdio::null());
-    if let Some(AppStdio { out, err }) = stdio {
-        cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err));
-    }
+    match stdio {
+        Some(AppStdio { out, err }) => cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err)),
+        None => cmd.stdout(Stdio::null()).stderr(Stdio::null()),
+    };
     // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -311,6 +373,13 @@ pub fn spawn_worker(
         });
     }
     let mut child = cmd.spawn()?;
+    // Opened before the reaper can reap the child, so it names this worker.
+    // SAFETY: pidfd_open on our unreaped child's pid; the result is checked.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
+    // SAFETY: a fresh fd we own, when the call succeeded.
+    let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) });
+    let dismissed = Arc::new(AtomicBool::new(false));
+    let dismissal = pidfd.map(|pidfd| Dismissal { pidfd, dismissed: dismissed.clone() });
     drop(theirs);
     drop(sup_theirs);
     let recorder = std::sync::Arc::new(recorder);
@@ -355,12 +424,16 @@ pub fn spawn_worker(
         exited.store(true, Ordering::Release);
         let _last = LiveWorker;
         let Ok(status) = status else { return };
+        if dismissed.load(Ordering::Acquire) {
+            eprintln!("cloister: the worker for driver {} (pid {pid}) outlived its application: killed", driver.name);
+            return;
+        }
         if let Some(cause) = death_cause(status, &recorder) {
             let said = report_death(&driver, &profile, pid, cause, &recorder);
             *note_for_reaper.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
         }
     });
-    Ok((ours, note))
+    Ok((ours, note, dismissal))
 }
 
 /// Workers not yet reaped (and reported).

@@ -306,6 +306,11 @@ impl Conn {
             self.mark_dead();
             FAULT
         })?;
+        if cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait {
+            // Kernel printf output is in the pipes by now: it reaches the application before
+            // the call returns, as it would directly.
+            crate::stdio_relay::drain();
+        }
         match decode_reply::<C>(&reply) {
             Ok(r) => {
                 drain(&r, lane.bulk_ptr());

@@ -15,6 +15,7 @@ mod includes;
 mod info;
 mod pending;
 mod runtime;
+mod stdio_relay;
 mod summary;
 
 pub use summary::{cage_summary, DeviceSummary, WorkerSummary};

@@ -3,7 +3,7 @@
 //! application's platform and device handles to it, unless the driver is crash-looping.
 
 use std::collections::VecDeque;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -237,13 +237,13 @@ fn connect() -> Result<Runtime, String> {
         }
     };
     let _ = path;
-    // Our stdout and stderr go with the hello: the worker writes kernel printf output and driver
-    // messages there, wherever the broker itself writes. (An application that closed either
-    // sends neither: its worker inherits the broker's.)
-    // SAFETY: F_GETFD on any integer is harmless; it only reports whether the fd is open.
-    let open = |fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
-    let stdio: &[i32] = if open(1) && open(2) { &[1, 2] } else { &[] };
-    channel::send(&sock, &BrokerRequest::Hello(Hello::new()), stdio).map_err(|e| e.to_string())?;
+    // Two pipes go with the hello, never our own stdout and stderr (a terminal the driver could
+    // read or type into): the workers write kernel printf output and driver messages there,
+    // and we relay it to our fd 1 and fd 2 (see `stdio_relay`).
+    let pipes = crate::stdio_relay::start();
+    let stdio: Vec<i32> = pipes.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
+    channel::send(&sock, &BrokerRequest::Hello(Hello::new()), &stdio).map_err(|e| e.to_string())?;
+    drop(pipes);
     let (reply, fds) = channel::recv::<BrokerReply>(&sock).map_err(|e| format!("broker: {e}"))?;
     let (grants, errors) = match reply {
         BrokerReply::Workers { version, grants, errors } => {

@@ -145,10 +145,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    never_hold_a_terminal();
+    // First, while single-threaded: nothing the driver starts may outlive this worker.
+    let pid_namespace = cloister_sandbox_policy::process::pid_namespace();
     // SAFETY: the broker passes the channel as fd 3; we take ownership once.
     let sock = unsafe { OwnedFd::from_raw_fd(CHANNEL_FD) };
     let cage = match enter_cage(&args) {
-        Ok(c) => c,
+        Ok(mut c) => {
+            c.layers.insert(0, pid_namespace);
+            c
+        }
         Err(e) => {
             let _ =
                 channel::send(&sock, &WorkerMessage::Refused { reason: format!("cannot build the cage: {e}") }, &[]);
@@ -166,6 +172,26 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("cloister-worker[{}]: {e}", args.name);
             ExitCode::from(1)
+        }
+    }
+}
+
+/// The driver must never reach a terminal (it could read what the user types, or inject input
+/// with TIOCSTI): the broker gives the worker /dev/null and pipes, and any stdio descriptor
+/// that is a terminal all the same becomes /dev/null here.
+fn never_hold_a_terminal() {
+    for fd in 0..=2 {
+        // SAFETY: isatty/open/dup2/close on descriptor numbers; nothing is dereferenced.
+        unsafe {
+            if libc::isatty(fd) == 1 {
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+                if null >= 0 {
+                    libc::dup2(null, fd);
+                    libc::close(null);
+                } else {
+                    libc::close(fd);
+                }
+            }
         }
     }
 }
