@@ -5,7 +5,8 @@
 //! (clEnqueueNDRangeKernel), `finish` (clFinish). Actions: crashes (`segv`, `abort`, `bus`,
 //! `exit`, `async-segv` a moment after the call returned), `hang`, `closefds`, and attacks that
 //! a caged driver must not be able to make (`exec`, `connect`, `readhome`, `writeout`,
-//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`, `shrink-shm`). Each attack prints
+//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`, `shrink-shm`, `tty`,
+//! `spawn-sleeper`; `linger` makes the process never exit). Each attack prints
 //! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
 //!
 //! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
@@ -112,6 +113,18 @@ fn fault_point(point: &str) {
             "fork50" => report("fork50", fork_many(50)),
             "fds100k" => report("fds100k", open_many(100_000)),
             "shrink-shm" => report("shrink-shm", shrink_shared_memory()),
+            "tty" => report("tty", reach_terminal()),
+            "spawn-sleeper" => report("spawn-sleeper", spawn_sleeper()),
+            // Never exits once asked to: an exit handler that sleeps forever.
+            "linger" => {
+                extern "C" fn forever() {
+                    loop {
+                        std::thread::sleep(std::time::Duration::from_secs(3600));
+                    }
+                }
+                libc::atexit(forever);
+                eprintln!("faultcl: linger armed");
+            }
             other => eprintln!("faultcl: unknown action {other}"),
         }
     }
@@ -140,6 +153,73 @@ fn shrink_shared_memory() -> Result<(), String> {
             Ok(())
         }
         (n, _) => Err(format!("all {n} truncations refused: {}", refused[0])),
+    }
+}
+
+/// Looks for a terminal: stdin, stdout or stderr, or the controlling terminal. One the driver
+/// holds lets it read what the user types (and, with TIOCSTI, type into their shell).
+fn reach_terminal() -> Result<(), String> {
+    let mut found = Vec::new();
+    for fd in 0..=2 {
+        // SAFETY: isatty only inspects the descriptor.
+        if unsafe { libc::isatty(fd) } == 1 {
+            found.push(format!("fd {fd} is a terminal"));
+        }
+    }
+    // SAFETY: opening a path with valid flags; the fd is closed below.
+    let tty = unsafe { libc::open(c"/dev/tty".as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) };
+    let tty_err = errno();
+    if tty >= 0 {
+        found.push("/dev/tty opened".into());
+    }
+    // Injecting a character is the worst of it; a NUL harms nobody (refused by the kernel's
+    // dev.tty.legacy_tiocsti=0 or without CAP_SYS_ADMIN: informational).
+    for fd in [tty, 0, 1, 2] {
+        // SAFETY: isatty/ioctl on a descriptor number with a pointer to a valid byte.
+        if fd >= 0 && unsafe { libc::isatty(fd) } == 1 {
+            let c = 0u8;
+            let rc = unsafe { libc::ioctl(fd, libc::TIOCSTI, &c) };
+            eprintln!("faultcl: tty TIOCSTI on fd {fd}: {}", if rc == 0 { "injected".into() } else { errno() });
+            break;
+        }
+    }
+    if tty >= 0 {
+        // SAFETY: closing the fd we opened.
+        unsafe { libc::close(tty) };
+    }
+    if found.is_empty() {
+        Err(format!("no terminal on fds 0-2; /dev/tty: {tty_err}"))
+    } else {
+        eprintln!("faultcl: tty found: {}", found.join("; "));
+        Ok(())
+    }
+}
+
+/// Starts `sleep $CLOISTER_FAULT_FILE` the way a driver's helper would (posix_spawn: vfork and
+/// exec, so no parent-death signal follows it) and leaves it running.
+fn spawn_sleeper() -> Result<(), String> {
+    let arg = std::env::var("CLOISTER_FAULT_FILE").map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
+    let prog = c"/bin/sleep";
+    let arg = std::ffi::CString::new(arg).map_err(|e| e.to_string())?;
+    let argv = [prog.as_ptr() as *mut c_char, arg.as_ptr() as *mut c_char, std::ptr::null_mut()];
+    let mut pid = 0;
+    // SAFETY: file actions initialised before use and destroyed after; argv is NULL-terminated;
+    // the environment is empty. The sleeper's stdio is /dev/null, so it holds no one's pipes.
+    let rc = unsafe {
+        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        libc::posix_spawn_file_actions_init(&mut actions);
+        for fd in 0..=2 {
+            libc::posix_spawn_file_actions_addopen(&mut actions, fd, c"/dev/null".as_ptr(), libc::O_RDWR, 0);
+        }
+        let env = [std::ptr::null_mut()];
+        let rc = libc::posix_spawn(&mut pid, prog.as_ptr(), &actions, std::ptr::null(), argv.as_ptr(), env.as_ptr());
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        rc
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(rc).to_string())
     }
 }
 
