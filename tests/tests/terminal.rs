@@ -162,16 +162,20 @@ fn a_per_user_broker_ends_the_workers_of_a_client_that_exited() {
     }
     ensure_built();
     let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
-    let out = direct(
-        &exe,
-        &[],
-        &[("OCL_ICD_VENDORS", vendors.to_str().unwrap()), ("CLOISTER_SOCKET", socket.to_str().unwrap())],
-    );
-    let t = text(&out);
-    assert!(
-        out.status.success() && t.contains("faultcl: linger armed") && t.contains("completed without fault"),
-        "{t}"
-    );
+    // Output to a file, not a pipe: a worker that held the application's stdio (as before
+    // issue 11) would keep a pipe open, and the test would wait for it forever.
+    let log = dir.join("client.log");
+    let started = Instant::now();
+    let status = Command::new(&exe)
+        .env("OCL_ICD_VENDORS", &vendors)
+        .env("CLOISTER_SOCKET", &socket)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::options().append(true).open(&log).unwrap())
+        .status()
+        .unwrap();
+    let t = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success() && t.contains("faultcl: linger armed") && t.contains("completed without fault"), "{t}");
+    eprintln!("client ran {:?}", started.elapsed());
     // The worker's command line names its cache, inside our unique folder.
     let needle = cache.to_string_lossy().into_owned();
     let left = gone_within(&needle, Duration::from_secs(5));
