@@ -285,12 +285,20 @@ fn connect() -> Result<Runtime, String> {
 /// enumerates) is replaced, up to the crash-loop limit, so the application never sees it.
 fn connect_with_retries(broker: &OwnedFd, fd: OwnedFd, driver: &str) -> Result<Arc<Conn>, String> {
     let (limit, _) = crash_loop_limit();
+    // Retries are for drivers that crash while they start; one that hangs there until the
+    // watchdog's deadline would hang again, and the application would wait that long each time.
+    let patience = Duration::from_millis(
+        cloister_ipc::deadlines::Deadlines::from_env().for_op(cloister_ipc::deadlines::INITIALIZE),
+    );
+    let started = Instant::now();
     let mut fd = fd;
     let mut tries = 1;
     loop {
         match Conn::connect(fd, driver, None) {
             Ok(c) => return Ok(c),
-            Err(e) if tries >= limit => return Err(format!("{e} (after {tries} tries)")),
+            Err(e) if tries >= limit || started.elapsed() >= patience => {
+                return Err(format!("{e} (after {tries} tries)"))
+            }
             Err(e) => warn(&format!("{e}; starting another worker")),
         }
         tries += 1;

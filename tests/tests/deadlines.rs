@@ -18,8 +18,9 @@ fn a_driver_hanging_in_init_does_not_hang_the_application() {
         .env("XDG_STATE_HOME", &state);
     let (c, took) = output_within(cmd, Duration::from_secs(60));
     let t = text(&c);
-    // Three tries (the crash-loop limit), each killed at 1.5 s: well under the 90 s it hung.
-    assert!(took < Duration::from_secs(30), "clGetPlatformIDs took {took:?}:\n{t}");
+    // Killed at 1.5 s, and not retried (a start that hangs would hang again): far under the
+    // 90 s it hung before (for ever, in fact).
+    assert!(took < Duration::from_secs(15), "clGetPlatformIDs took {took:?}:\n{t}");
     assert!(t.contains("Initialize"), "the report should name the worker's start as the hung call:\n{t}");
     let reports = std::fs::read_dir(state.join("cloister/crashes")).map(|d| d.count()).unwrap_or(0);
     assert!(reports > 0, "no crash report was written:\n{t}");
