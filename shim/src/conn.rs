@@ -21,7 +21,11 @@ pub type ContextNotifyFn = unsafe extern "C" fn(*const c_char, *const c_void, us
 pub type BuildNotifyFn = unsafe extern "C" fn(cl_program, *mut c_void);
 pub type EventNotifyFn = unsafe extern "C" fn(cl_event, cl_int, *mut c_void);
 
-/// An application callback waiting for a notification from the worker.
+/// An application callback waiting for a notification from the worker. None runs after the
+/// object it belongs to is gone: a context's is unregistered when the application releases the
+/// context (`handle::Object::own_callback`); a build's and an event's hold a reference to the
+/// program or event (taken at registration, dropped once the callback has run or is dropped),
+/// as the spec has the implementation keep them until their callbacks have run.
 pub enum Callback {
     Context { pfn: ContextNotifyFn, user_data: usize },
     Build { pfn: BuildNotifyFn, user_data: usize, program: usize },
@@ -103,6 +107,32 @@ const SEGMENT_POOL_BYTES: usize = 256 << 20;
 /// The error every call on a dead or misbehaving worker gets.
 pub const FAULT: cl_int = CL_DEVICE_NOT_AVAILABLE;
 
+/// Most platforms and devices one worker may announce. One driver enumerates a handful; a
+/// welcome beyond these is a hostile worker making the shim allocate and loop without end.
+pub const MAX_PLATFORMS: usize = 16;
+pub const MAX_DEVICES: usize = 1024;
+
+/// Checks a welcome's lists before anything is built from them: bounded, no id twice, and
+/// every device on an announced platform.
+fn check_welcome(platforms: &[ObjectId], devices: &[cloister_ipc::Enumerated]) -> Result<(), String> {
+    if platforms.len() > MAX_PLATFORMS || devices.len() > MAX_DEVICES {
+        return Err(format!(
+            "announced {} platforms and {} devices (at most {MAX_PLATFORMS} and {MAX_DEVICES})",
+            platforms.len(),
+            devices.len()
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let all = platforms.iter().chain(devices.iter().map(|d| &d.id));
+    if !all.into_iter().all(|id| seen.insert(*id)) {
+        return Err("announced an id twice".into());
+    }
+    if devices.iter().any(|d| !platforms.contains(&d.platform)) {
+        return Err("announced a device of no announced platform".into());
+    }
+    Ok(())
+}
+
 impl Conn {
     /// Greets the worker behind `sock` and builds handles for what it enumerated.
     /// With `reuse`, the platform and device handles of the worker this one replaces are
@@ -115,6 +145,7 @@ impl Conn {
                 if version != cloister_ipc::handshake::PROTOCOL_VERSION {
                     return Err(format!("worker for {driver} speaks protocol v{version}"));
                 }
+                check_welcome(&platforms, &devices).map_err(|e| format!("worker for {driver} {e}"))?;
                 (platforms, devices, profile, layers)
             }
             WorkerMessage::Refused { reason } => return Err(format!("worker for {driver} refused: {reason}")),
@@ -294,6 +325,18 @@ impl Conn {
         }
     }
 
+    /// A reply that breaks what the application declared (a longer binary than the size it was
+    /// told, a count past its array, a pitch the segment was not sized for): the worker is
+    /// treated as dead, like one that sent a reply we cannot read. Returns the call's error.
+    pub fn reject(&self, call: &str, what: &str) -> cl_int {
+        if !self.is_dead() {
+            crate::runtime::warn(&format!("worker for {} answered {call} with {what}; giving up on it", self.driver));
+            self.hang_up();
+        }
+        self.mark_dead();
+        FAULT
+    }
+
     /// A shared segment of at least `len` bytes, known to the worker: a pooled one when one
     /// fits (its pages are already faulted in on both sides), else a fresh one.
     pub fn acquire_segment(&self, len: usize) -> Result<Segment, cl_int> {
@@ -336,8 +379,9 @@ impl Conn {
         token
     }
 
-    pub fn unregister_callback(&self, token: u64) {
-        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+    /// Takes a callback out before it ran; the caller drops what it kept alive for it.
+    pub fn unregister_callback(&self, token: u64) -> Option<Callback> {
+        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token)
     }
 
     /// Waits until the build callback `token` has run. The worker says when the driver called
@@ -388,9 +432,10 @@ impl Conn {
             // and its user_data; handles are the application's own.
             match cb {
                 Callback::Context { pfn, user_data } => contexts.push((pfn, user_data)),
-                Callback::Build { pfn, user_data, program } => unsafe {
-                    pfn(program as cl_program, user_data as *mut c_void)
-                },
+                Callback::Build { pfn, user_data, program } => {
+                    unsafe { pfn(program as cl_program, user_data as *mut c_void) };
+                    crate::handle::release(program as *mut c_void, Kind::Program);
+                }
                 Callback::Event { pfn, user_data, event } => {
                     unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
                     crate::handle::release(event as *mut c_void, Kind::Event);
@@ -444,6 +489,8 @@ impl Conn {
                 // waiting in `await_build_callback` returns after it, not during it.
                 self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
                 self.build_callback_ran.notify_all();
+                // The program was kept alive for its callback (see `Callback::Build`).
+                crate::handle::release(program as *mut c_void, Kind::Program);
             }
             Notification::EventStatus { token, status } => {
                 let Some(Callback::Event { pfn, user_data, event }) = cbs.remove(&token) else {
