@@ -461,9 +461,8 @@ pub unsafe fn clGetProgramInfo(
                 (ObjData::Program { app_source: Some(s), .. }, CL_PROGRAM_SOURCE) => {
                     Some(Ok(s.iter().copied().chain([0]).collect()))
                 }
-                (_, CL_PROGRAM_BINARY_SIZES) => Some(info::query(p, InfoTarget::Program, 0, param_name).map(|v| {
-                    remember_binary_sizes(p, &v);
-                    v
+                (_, CL_PROGRAM_BINARY_SIZES) => Some(info::query(p, InfoTarget::Program, 0, param_name).inspect(|v| {
+                    remember_binary_sizes(p, v);
                 })),
                 _ => None,
             }
