@@ -47,6 +47,10 @@ pub struct Conn {
     callbacks: Mutex<HashMap<u64, Callback>>,
     /// Signalled when a build callback has run (its token leaves `callbacks` afterwards).
     build_callback_ran: Condvar,
+    /// The context callback the notifier is running now, so a release waits for it to return
+    /// (after `clReleaseContext` returns, the callback never runs); `context_ran` signals it.
+    running_context: Mutex<Option<u64>>,
+    context_ran: Condvar,
     pending: crate::pending::Pending,
     /// Shared segments not in use, kept mapped on both sides for the next transfer or map.
     segment_pool: Mutex<Vec<Segment>>,
@@ -97,6 +101,9 @@ fn deadlines() -> &'static cloister_ipc::deadlines::Deadlines {
     static D: OnceLock<cloister_ipc::deadlines::Deadlines> = OnceLock::new();
     D.get_or_init(cloister_ipc::deadlines::Deadlines::from_env)
 }
+
+/// The notifier thread's name (callbacks run on it).
+const NOTIFIER: &str = "cloister-notify";
 
 /// How much longer than the watchdog's deadline the shim waits for an answer.
 const SHIM_GRACE_MS: u64 = 2000;
@@ -163,6 +170,8 @@ impl Conn {
             ids: RwLock::new(HashMap::new()),
             callbacks: Mutex::new(HashMap::new()),
             build_callback_ran: Condvar::new(),
+            running_context: Mutex::new(None),
+            context_ran: Condvar::new(),
             pending: Default::default(),
             segment_pool: Mutex::new(Vec::new()),
             lanes: Mutex::new(Vec::new()),
@@ -191,7 +200,7 @@ impl Conn {
         let _ = conn.platforms.set(table);
         let notifier = conn.clone();
         std::thread::Builder::new()
-            .name("cloister-notify".into())
+            .name(NOTIFIER.into())
             .spawn(move || notifier.notification_loop())
             .map_err(|e| e.to_string())?;
         Ok(conn)
@@ -206,7 +215,7 @@ impl Conn {
     }
 
     /// Cuts the channel: the worker sees EOF, and our notifier thread runs the death handling.
-    fn hang_up(&self) {
+    pub(crate) fn hang_up(&self) {
         // Flag the restart before anyone can see this worker dead (as the notifier does).
         if let Some(w) = self.death_watcher.get() {
             w.dying();
@@ -384,6 +393,34 @@ impl Conn {
         self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token)
     }
 
+    /// Unregisters a context's callback when the application releases the context: once this
+    /// returns the callback is not running and never runs again. (Called from the callback
+    /// itself, on the notifier thread, it does not wait for itself.)
+    pub fn unregister_context_callback(&self, token: u64) {
+        drop(self.unregister_callback(token));
+        if std::thread::current().name() == Some(NOTIFIER) {
+            return;
+        }
+        let mut running = self.running_context.lock().unwrap_or_else(|e| e.into_inner());
+        while *running == Some(token) {
+            running = self.context_ran.wait(running).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Runs context callback `token` if it is still registered, marked as running so that a
+    /// release waits for it (see `unregister_context_callback`).
+    fn run_context_callback(&self, token: u64, call: impl FnOnce(ContextNotifyFn, usize)) {
+        let cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(&Callback::Context { pfn, user_data }) = cbs.get(&token) else { return };
+        // Marked before the map's lock goes: a release that removes the token after this
+        // sees it running and waits.
+        *self.running_context.lock().unwrap_or_else(|e| e.into_inner()) = Some(token);
+        drop(cbs);
+        call(pfn, user_data);
+        *self.running_context.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.context_ran.notify_all();
+    }
+
     /// Waits until the build callback `token` has run. The worker says when the driver called
     /// it before the build call returned (as pocl does): directly, the callback has then run by
     /// the time the application's call returns, so it must have here too.
@@ -421,17 +458,20 @@ impl Conn {
             lane.nudge();
         }
         crate::pending::settle(self, None);
-        let callbacks: Vec<Callback> = {
+        // Contexts' callbacks stay registered until they run, so a release still stops them.
+        let (callbacks, contexts): (Vec<Callback>, Vec<u64>) = {
             let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
-            cbs.drain().map(|(_, cb)| cb).collect()
+            let contexts =
+                cbs.iter().filter(|(_, cb)| matches!(cb, Callback::Context { .. })).map(|(&t, _)| t).collect();
+            let others = cbs.extract_if(|_, cb| !matches!(cb, Callback::Context { .. })).map(|(_, cb)| cb).collect();
+            (others, contexts)
         };
         // Events and builds first: nothing to explain, and threads may wait on them.
-        let mut contexts = Vec::new();
         for cb in callbacks {
             // SAFETY (all arms): the application registered each function with this signature
             // and its user_data; handles are the application's own.
             match cb {
-                Callback::Context { pfn, user_data } => contexts.push((pfn, user_data)),
+                Callback::Context { .. } => {}
                 Callback::Build { pfn, user_data, program } => {
                     unsafe { pfn(program as cl_program, user_data as *mut c_void) };
                     crate::handle::release(program as *mut c_void, Kind::Program);
@@ -455,9 +495,15 @@ impl Conn {
             self.driver
         );
         let msg = std::ffi::CString::new(message).unwrap_or_default();
-        for (pfn, user_data) in contexts {
-            // SAFETY: as above.
-            unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void) };
+        let mut tokens = contexts;
+        tokens.sort_unstable();
+        for token in tokens {
+            self.run_context_callback(token, |pfn, user_data| {
+                // SAFETY: the application registered pfn with this signature and user_data, and
+                // has not released the context (its token would be gone).
+                unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void) };
+            });
+            drop(self.unregister_callback(token));
         }
         if let Some(w) = watcher {
             w.died(self);
@@ -468,15 +514,15 @@ impl Conn {
         let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
         match n {
             Notification::ContextError { token, errinfo, private_info } => {
-                let Some(&Callback::Context { pfn, user_data }) = cbs.get(&token) else {
-                    return;
-                };
                 drop(cbs);
                 let msg = std::ffi::CString::new(errinfo.replace('\0', " ")).unwrap_or_default();
-                // SAFETY: the application registered pfn with this signature and user_data.
-                unsafe {
-                    pfn(msg.as_ptr(), private_info.as_ptr().cast(), private_info.len(), user_data as *mut c_void)
-                };
+                self.run_context_callback(token, |pfn, user_data| {
+                    // SAFETY: the application registered pfn with this signature and user_data,
+                    // and has not released the context (its token would be gone).
+                    unsafe {
+                        pfn(msg.as_ptr(), private_info.as_ptr().cast(), private_info.len(), user_data as *mut c_void)
+                    };
+                });
             }
             Notification::BuildDone { token } => {
                 let Some(&Callback::Build { pfn, user_data, program }) = cbs.get(&token) else {

@@ -207,6 +207,12 @@ pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjDat
     conn.remember(id, h);
 }
 
+/// Forgets every handle of a worker's objects, so the connection can go (the fuzz harness
+/// ends each input with this; the handles' cells are left allocated, as in the quarantine).
+pub fn forget_worker(conn: &Arc<Conn>) {
+    registry().write().unwrap_or_else(|e| e.into_inner()).retain(|_, o| !Arc::ptr_eq(&o.conn, conn));
+}
+
 fn lookup_once(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
     match registry().read().unwrap_or_else(|e| e.into_inner()).get(&(h as usize)) {
         Some(o) if o.kind == kind => Ok(o.clone()),
@@ -252,7 +258,7 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
     obj.conn.forget(obj.id);
     for token in std::mem::take(&mut *obj.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner())) {
-        obj.conn.unregister_callback(token);
+        obj.conn.unregister_context_callback(token);
     }
     // A dead worker has already dropped everything: releases still succeed (DESIGN.md, Faults).
     let _ = obj.conn.call(cloister_ipc::Release { object: obj.id });
