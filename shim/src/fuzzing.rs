@@ -131,32 +131,33 @@ fn scripted_worker(sock: OwnedFd, script: &[u8], stop: &AtomicBool) {
             return;
         }
     }
-    // The first lane (the application is one thread); segments are kept but never looked at.
-    let lane = loop {
-        match channel::recv::<ShimMessage>(&sock) {
-            Ok((ShimMessage::NewLane { .. }, mut fds)) => {
-                let Some(fd) = fds.pop() else { return };
-                match SharedRegion::from_fd(fd, LANE_BYTES).and_then(Lane::from_region) {
-                    Ok(l) => break l,
-                    Err(_) => return,
-                }
+    // Every lane gets a thread (the application's, and the notifier's when a callback makes
+    // a call), all reading the one script; segments are kept but never looked at.
+    let script = std::sync::Mutex::new(s);
+    let dead = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        while let Ok((msg, mut fds)) = channel::recv::<ShimMessage>(&sock) {
+            if let (ShimMessage::NewLane { .. }, Some(fd)) = (msg, fds.pop()) {
+                let Ok(lane) = SharedRegion::from_fd(fd, LANE_BYTES).and_then(Lane::from_region) else { break };
+                let (script, dead, sock) = (&script, &dead, &sock);
+                scope.spawn(move || serve(&lane, script, sock, stop, dead));
             }
-            Ok(_) => continue,
-            Err(_) => return,
         }
-    };
-    let sock = Arc::new(sock);
-    let drainer = {
-        let sock = sock.clone();
-        std::thread::spawn(move || while channel::recv::<ShimMessage>(&*sock).is_ok() {})
-    };
-    let alive = || !stop.load(Ordering::SeqCst);
+        dead.store(true, Ordering::SeqCst);
+    });
+}
+
+/// Answers one lane from the script until it runs out: then the worker "dies" (the shim sees
+/// its socket close).
+fn serve(lane: &Lane, script: &std::sync::Mutex<Script>, sock: &OwnedFd, stop: &AtomicBool, dead: &AtomicBool) {
+    let alive = || !stop.load(Ordering::SeqCst) && !dead.load(Ordering::SeqCst);
     while let Ok(request) = lane.wait_request(&alive) {
+        let mut s = script.lock().unwrap_or_else(|e| e.into_inner());
         if s.done() {
-            break; // the worker "dies": the shim sees EOF below
+            break;
         }
         // Notifications the driver sends on its own time, before this reply.
-        while s.byte() % 4 == 0 {
+        while !s.done() && s.byte() % 4 == 0 {
             let n = match s.byte() % 3 {
                 0 => Notification::EventStatus { token: u64::from(s.byte() % 32), status: s.status() },
                 1 => Notification::ContextError {
@@ -169,19 +170,23 @@ fn scripted_worker(sock: OwnedFd, script: &[u8], stop: &AtomicBool) {
                 },
                 _ => Notification::BuildDone { token: u64::from(s.byte() % 32) },
             };
-            let _ = channel::send(&*sock, &WorkerMessage::Notify(n), &[]);
+            let _ = channel::send(sock, &WorkerMessage::Notify(n), &[]);
         }
-        let reply = match decode_request(&request) {
-            Ok(req) => reply_to(req, &mut s),
-            Err(_) => break,
-        };
+        let Ok(req) = decode_request(&request) else { break };
+        // A build whose callback the driver called: the worker sends it before the reply (a
+        // build callback announced and never sent is class 4's deadline, not this target's).
+        let (reply, sent) = build_reply(&req, &mut s).unwrap_or_else(|| (reply_to(req, &mut s), None));
+        drop(s);
+        if let Some(token) = sent {
+            let _ = channel::send(sock, &WorkerMessage::Notify(Notification::BuildDone { token }), &[]);
+        }
         if lane.post_reply(&reply).is_err() {
             break;
         }
     }
-    // SAFETY: shutdown on our own socket, still open (held by `sock`).
+    dead.store(true, Ordering::SeqCst);
+    // SAFETY: shutdown on the worker's socket, open for the whole scope.
     unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RDWR) };
-    let _ = drainer.join();
 }
 
 macro_rules! enc {
@@ -211,12 +216,6 @@ fn reply_to(req: Request, s: &mut Script) -> Vec<u8> {
                 ids: (0..s.byte() % 8).map(|_| u64::from(s.byte()) | WORKER_ID_BIT).collect()
             })
         }
-        Request::BuildProgram(_) | Request::CompileProgram(_) => {
-            enc!(BuildReply { status: s.status(), callback_sent: s.byte() % 2 == 0 })
-        }
-        Request::LinkProgram(_) => {
-            enc!(CreatedReply { status: s.status(), created: s.byte() % 4 != 0, callback_sent: s.byte() % 2 == 0 })
-        }
         Request::CreateProgramWithBinary(_) => {
             enc!(StatusesReply { status: s.status(), statuses: (0..s.byte() % 8).map(|_| s.status()).collect() })
         }
@@ -242,6 +241,25 @@ fn reply_to(req: Request, s: &mut Script) -> Vec<u8> {
         Request::RecordCommand(_) => enc!(SyncPointReply { status: s.status(), sync_point: s.u32() }),
         _ => enc!(s.status()),
     }
+}
+
+/// The reply to a build, compile or link, and the callback token the worker announces as
+/// sent (it sends that `BuildDone` first).
+fn build_reply(req: &Request, s: &mut Script) -> Option<(Vec<u8>, Option<u64>)> {
+    let notify = match req {
+        Request::BuildProgram(r) => r.notify,
+        Request::CompileProgram(r) => r.notify,
+        Request::LinkProgram(r) => r.notify,
+        _ => return None,
+    };
+    let (status, created) = (s.status(), s.byte() % 4 != 0);
+    let sent = notify.filter(|_| s.byte() % 2 == 0 && (created || !matches!(req, Request::LinkProgram(_))));
+    let callback_sent = sent.is_some();
+    let reply = match req {
+        Request::LinkProgram(_) => enc!(CreatedReply { status, created, callback_sent }),
+        _ => enc!(BuildReply { status, callback_sent }),
+    };
+    Some((reply, sent))
 }
 
 /// Application memory of `len` bytes between guard bytes.
