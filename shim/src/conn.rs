@@ -397,7 +397,7 @@ impl Conn {
     /// returns the callback is not running and never runs again. (Called from the callback
     /// itself, on the notifier thread, it does not wait for itself.)
     pub fn unregister_context_callback(&self, token: u64) {
-        drop(self.unregister_callback(token));
+        let _ = self.unregister_callback(token);
         if std::thread::current().name() == Some(NOTIFIER) {
             return;
         }
@@ -503,7 +503,7 @@ impl Conn {
                 // has not released the context (its token would be gone).
                 unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void) };
             });
-            drop(self.unregister_callback(token));
+            let _ = self.unregister_callback(token);
         }
         if let Some(w) = watcher {
             w.died(self);

@@ -157,7 +157,7 @@ fn serve(lane: &Lane, script: &std::sync::Mutex<Script>, sock: &OwnedFd, stop: &
             break;
         }
         // Notifications the driver sends on its own time, before this reply.
-        while !s.done() && s.byte() % 4 == 0 {
+        while !s.done() && s.byte().is_multiple_of(4) {
             let n = match s.byte() % 3 {
                 0 => Notification::EventStatus { token: u64::from(s.byte() % 32), status: s.status() },
                 1 => Notification::ContextError {
@@ -198,7 +198,7 @@ macro_rules! enc {
 /// A reply to `req`: raw bytes now and then, else the right type with fields of the script's
 /// choosing (lengths, counts and pitches included).
 fn reply_to(req: Request, s: &mut Script) -> Vec<u8> {
-    if s.byte() % 16 == 0 {
+    if s.byte().is_multiple_of(16) {
         let n = s.byte() as usize;
         return s.take(n);
     }
@@ -253,7 +253,7 @@ fn build_reply(req: &Request, s: &mut Script) -> Option<(Vec<u8>, Option<u64>)> 
         _ => return None,
     };
     let (status, created) = (s.status(), s.byte() % 4 != 0);
-    let sent = notify.filter(|_| s.byte() % 2 == 0 && (created || !matches!(req, Request::LinkProgram(_))));
+    let sent = notify.filter(|_| s.byte().is_multiple_of(2) && (created || !matches!(req, Request::LinkProgram(_))));
     let callback_sent = sent.is_some();
     let reply = match req {
         Request::LinkProgram(_) => enc!(CreatedReply { status, created, callback_sent }),
@@ -335,6 +335,8 @@ struct App {
     platform: *mut c_void,
     device: *mut c_void,
     contexts: Vec<(*mut c_void, Box<Notified>)>,
+    /// Boxed: the shim holds their addresses as `user_data`.
+    #[allow(clippy::vec_box)]
     released: Vec<Box<Notified>>,
     programs: Vec<*mut c_void>,
     /// `CL_MEM_USE_HOST_PTR` memory lives as long as its buffer (here: the whole input).
@@ -506,7 +508,7 @@ impl App {
                 return;
             }
             self.programs.push(prog);
-            let notify = if p.byte() % 2 == 0 { build_notify as *mut c_void } else { std::ptr::null_mut() };
+            let notify = if p.byte().is_multiple_of(2) { build_notify as *mut c_void } else { std::ptr::null_mut() };
             api::clBuildProgram(prog, 0, std::ptr::null(), std::ptr::null(), notify, std::ptr::null_mut());
             let mut sizes = Guarded::new(64);
             let mut ret = 0usize;

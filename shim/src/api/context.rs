@@ -64,7 +64,9 @@ fn own_notify(conn: &Conn, notify: Option<u64>, created: Result<*mut c_void, cl_
     let Some(token) = notify else { return created };
     match created.as_ref().ok().map(|&h| lookup(h, Kind::Context)) {
         Some(Ok(ctx)) => ctx.own_callback(token),
-        _ => drop(conn.unregister_callback(token)),
+        _ => {
+            let _ = conn.unregister_callback(token);
+        }
     }
     created
 }
