@@ -252,7 +252,7 @@ fn build_reply(req: &Request, s: &mut Script) -> Option<(Vec<u8>, Option<u64>)> 
         Request::LinkProgram(r) => r.notify,
         _ => return None,
     };
-    let (status, created) = (s.status(), s.byte() % 4 != 0);
+    let (status, created) = (s.status(), !s.byte().is_multiple_of(4));
     let sent = notify.filter(|_| s.byte().is_multiple_of(2) && (created || !matches!(req, Request::LinkProgram(_))));
     let callback_sent = sent.is_some();
     let reply = match req {
