@@ -51,6 +51,9 @@ pub struct Conn {
     /// (after `clReleaseContext` returns, the callback never runs); `context_ran` signals it.
     running_context: Mutex<Option<u64>>,
     context_ran: Condvar,
+    /// Set once the contexts have heard of the worker's death; `death_told_cv` signals it.
+    death_told: Mutex<bool>,
+    death_told_cv: Condvar,
     pending: crate::pending::Pending,
     /// Shared segments not in use, kept mapped on both sides for the next transfer or map.
     segment_pool: Mutex<Vec<Segment>>,
@@ -172,6 +175,8 @@ impl Conn {
             build_callback_ran: Condvar::new(),
             running_context: Mutex::new(None),
             context_ran: Condvar::new(),
+            death_told: Mutex::new(false),
+            death_told_cv: Condvar::new(),
             pending: Default::default(),
             segment_pool: Mutex::new(Vec::new()),
             lanes: Mutex::new(Vec::new()),
@@ -222,6 +227,25 @@ impl Conn {
         }
         // SAFETY: shutdown on our own socket; the fd stays valid until the Conn is dropped.
         unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+
+    /// A call that met the worker's death returns once the contexts have heard of it (their
+    /// callbacks run on the notifier thread), boundedly: directly, a driver reports the error
+    /// to the context before the failing call returns, and the application, which may release
+    /// the context right after, must have heard by then.
+    fn await_death_told(&self) {
+        if std::thread::current().name() == Some(NOTIFIER) {
+            return;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut told = self.death_told.lock().unwrap_or_else(|e| e.into_inner());
+        while !*told {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            told = self.death_told_cv.wait_timeout(told, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
     }
 
     fn mark_dead(&self) {
@@ -289,6 +313,7 @@ impl Conn {
         drain: impl FnOnce(&C::Reply, *mut u8) -> R,
     ) -> Result<C::Reply, cl_int> {
         if self.is_dead() {
+            self.await_death_told();
             return Err(FAULT);
         }
         let slot = self.lane()?;
@@ -317,6 +342,7 @@ impl Conn {
                 self.hang_up();
             }
             self.mark_dead();
+            self.await_death_told();
             FAULT
         })?;
         match decode_reply::<C>(&reply) {
@@ -329,6 +355,7 @@ impl Conn {
                 crate::runtime::warn(&format!("worker for {} sent a malformed reply to {}: {e}", self.driver, C::NAME));
                 self.hang_up();
                 self.mark_dead();
+                self.await_death_told();
                 Err(FAULT)
             }
         }
@@ -343,6 +370,7 @@ impl Conn {
             self.hang_up();
         }
         self.mark_dead();
+        self.await_death_told();
         FAULT
     }
 
@@ -457,16 +485,42 @@ impl Conn {
         for lane in self.lanes.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade) {
             lane.nudge();
         }
-        crate::pending::settle(self, None);
+        // Contexts hear the broker's account (cause and report) first: before the calls that
+        // met the death return (so the application learns why before it can release them, and
+        // a released context's callback never runs), and before the replacement is announced.
         // Contexts' callbacks stay registered until they run, so a release still stops them.
-        let (callbacks, contexts): (Vec<Callback>, Vec<u64>) = {
-            let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
-            let contexts =
-                cbs.iter().filter(|(_, cb)| matches!(cb, Callback::Context { .. })).map(|(&t, _)| t).collect();
-            let others = cbs.extract_if(|_, cb| !matches!(cb, Callback::Context { .. })).map(|(_, cb)| cb).collect();
-            (others, contexts)
+        let why = watcher
+            .as_ref()
+            .and_then(|w| w.account())
+            .map(|a| format!(": {a}"))
+            .unwrap_or_else(|| " (see `cloister crashes`)".into());
+        let message = format!(
+            "cloister: the worker hosting driver {} died{why}. This context and its objects are lost: \
+             create a new context on the same device to continue.",
+            self.driver
+        );
+        let msg = std::ffi::CString::new(message).unwrap_or_default();
+        let mut tokens: Vec<u64> = {
+            let cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+            cbs.iter().filter(|(_, cb)| matches!(cb, Callback::Context { .. })).map(|(&t, _)| t).collect()
         };
-        // Events and builds first: nothing to explain, and threads may wait on them.
+        tokens.sort_unstable();
+        for token in tokens {
+            self.run_context_callback(token, |pfn, user_data| {
+                // SAFETY: the application registered pfn with this signature and user_data, and
+                // has not released the context (its token would be gone).
+                unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void) };
+            });
+            let _ = self.unregister_callback(token);
+        }
+        // The calls that failed on this death return now (see `await_death_told`).
+        *self.death_told.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.death_told_cv.notify_all();
+        crate::pending::settle(self, None);
+        let callbacks: Vec<Callback> = {
+            let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+            cbs.drain().map(|(_, cb)| cb).collect()
+        };
         for cb in callbacks {
             // SAFETY (all arms): the application registered each function with this signature
             // and its user_data; handles are the application's own.
@@ -481,29 +535,6 @@ impl Conn {
                     crate::handle::release(event as *mut c_void, Kind::Event);
                 }
             }
-        }
-        // Contexts hear the broker's account (cause and report), before the replacement is
-        // announced, so the application learns why before it can go on.
-        let why = watcher
-            .as_ref()
-            .and_then(|w| w.account())
-            .map(|a| format!(": {a}"))
-            .unwrap_or_else(|| " (see `cloister crashes`)".into());
-        let message = format!(
-            "cloister: the worker hosting driver {} died{why}. This context and its objects are lost: \
-             create a new context on the same device to continue.",
-            self.driver
-        );
-        let msg = std::ffi::CString::new(message).unwrap_or_default();
-        let mut tokens = contexts;
-        tokens.sort_unstable();
-        for token in tokens {
-            self.run_context_callback(token, |pfn, user_data| {
-                // SAFETY: the application registered pfn with this signature and user_data, and
-                // has not released the context (its token would be gone).
-                unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void) };
-            });
-            let _ = self.unregister_callback(token);
         }
         if let Some(w) = watcher {
             w.died(self);
