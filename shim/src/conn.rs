@@ -234,7 +234,9 @@ impl Conn {
     /// to the context before the failing call returns, and the application, which may release
     /// the context right after, must have heard by then.
     fn await_death_told(&self) {
-        if std::thread::current().name() == Some(NOTIFIER) {
+        // The notifier itself, and a thread holding the lock the notifier settles under, go on
+        // at once (the contexts may then hear after the call returned, never after a release).
+        if std::thread::current().name() == Some(NOTIFIER) || crate::pending::settling_here() {
             return;
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -246,6 +248,16 @@ impl Conn {
             }
             told = self.death_told_cv.wait_timeout(told, left).unwrap_or_else(|e| e.into_inner()).0;
         }
+    }
+
+    /// Whether the worker's end of the socket is gone. The notifier sees that too, but not
+    /// while it is itself waiting on a call (a callback's, or an event's release): then this
+    /// is how that call, and every other, learns of the death.
+    fn hung_up(&self) -> bool {
+        let mut p = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: one valid pollfd for our own open socket; a zero timeout does not block.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
     }
 
     fn mark_dead(&self) {
@@ -330,7 +342,7 @@ impl Conn {
         let timed_out = std::cell::Cell::new(false);
         let alive = || {
             timed_out.set(std::time::Instant::now() >= deadline);
-            !self.is_dead() && !timed_out.get()
+            !self.is_dead() && !timed_out.get() && !self.hung_up()
         };
         let reply = lane.wait_reply(&alive).map_err(|_| {
             if timed_out.get() && !self.is_dead() {

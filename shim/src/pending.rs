@@ -83,6 +83,33 @@ pub struct PendingOp {
     pub transfer: Transfer,
 }
 
+thread_local! {
+    /// Set while this thread holds `Pending::settling`: its failing calls must not wait for
+    /// the notifier (which may need that lock before it tells the contexts).
+    static SETTLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is settling transfers (see `SETTLING`).
+pub fn settling_here() -> bool {
+    SETTLING.try_with(|s| s.get()).unwrap_or(false)
+}
+
+/// Marks this thread as settling while it lives.
+struct SettlingHere;
+
+impl SettlingHere {
+    fn enter() -> Self {
+        let _ = SETTLING.try_with(|s| s.set(true));
+        SettlingHere
+    }
+}
+
+impl Drop for SettlingHere {
+    fn drop(&mut self) {
+        let _ = SETTLING.try_with(|s| s.set(false));
+    }
+}
+
 #[derive(Default)]
 pub struct Pending {
     ops: Mutex<Vec<PendingOp>>,
@@ -99,6 +126,7 @@ impl Pending {
     /// the segment itself before writing it back).
     pub fn forget_map(&self, conn: &Conn, segment_id: u64) {
         let _one = self.settling.lock().unwrap_or_else(|e| e.into_inner());
+        let _here = SettlingHere::enter();
         let taken: Vec<PendingOp> = {
             let mut ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
             let (taken, rest) = std::mem::take(&mut *ops)
@@ -138,6 +166,7 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
     // Lock first: another thread may have taken finished operations out of the list and still
     // be copying them; an empty list alone does not mean they have landed.
     let _one = pending.settling.lock().unwrap_or_else(|e| e.into_inner());
+    let _here = SettlingHere::enter();
     if pending.is_empty() {
         return;
     }
