@@ -21,7 +21,11 @@ pub type ContextNotifyFn = unsafe extern "C" fn(*const c_char, *const c_void, us
 pub type BuildNotifyFn = unsafe extern "C" fn(cl_program, *mut c_void);
 pub type EventNotifyFn = unsafe extern "C" fn(cl_event, cl_int, *mut c_void);
 
-/// An application callback waiting for a notification from the worker.
+/// An application callback waiting for a notification from the worker. None runs after the
+/// object it belongs to is gone: a context's is unregistered when the application releases the
+/// context (`handle::Object::own_callback`); a build's and an event's hold a reference to the
+/// program or event (taken at registration, dropped once the callback has run or is dropped),
+/// as the spec has the implementation keep them until their callbacks have run.
 pub enum Callback {
     Context { pfn: ContextNotifyFn, user_data: usize },
     Build { pfn: BuildNotifyFn, user_data: usize, program: usize },
@@ -43,6 +47,13 @@ pub struct Conn {
     callbacks: Mutex<HashMap<u64, Callback>>,
     /// Signalled when a build callback has run (its token leaves `callbacks` afterwards).
     build_callback_ran: Condvar,
+    /// The context callback the notifier is running now, so a release waits for it to return
+    /// (after `clReleaseContext` returns, the callback never runs); `context_ran` signals it.
+    running_context: Mutex<Option<u64>>,
+    context_ran: Condvar,
+    /// Set once the contexts have heard of the worker's death; `death_told_cv` signals it.
+    death_told: Mutex<bool>,
+    death_told_cv: Condvar,
     pending: crate::pending::Pending,
     /// Shared segments not in use, kept mapped on both sides for the next transfer or map.
     segment_pool: Mutex<Vec<Segment>>,
@@ -112,6 +123,9 @@ fn readable_within(sock: &OwnedFd, limit: std::time::Duration) -> bool {
     }
 }
 
+/// The notifier thread's name (callbacks run on it).
+const NOTIFIER: &str = "cloister-notify";
+
 /// How much longer than the watchdog's deadline the shim waits for an answer.
 const SHIM_GRACE_MS: u64 = 2000;
 
@@ -120,6 +134,32 @@ const SEGMENT_POOL_BYTES: usize = 256 << 20;
 
 /// The error every call on a dead or misbehaving worker gets.
 pub const FAULT: cl_int = CL_DEVICE_NOT_AVAILABLE;
+
+/// Most platforms and devices one worker may announce. One driver enumerates a handful; a
+/// welcome beyond these is a hostile worker making the shim allocate and loop without end.
+pub const MAX_PLATFORMS: usize = 16;
+pub const MAX_DEVICES: usize = 1024;
+
+/// Checks a welcome's lists before anything is built from them: bounded, no id twice, and
+/// every device on an announced platform.
+fn check_welcome(platforms: &[ObjectId], devices: &[cloister_ipc::Enumerated]) -> Result<(), String> {
+    if platforms.len() > MAX_PLATFORMS || devices.len() > MAX_DEVICES {
+        return Err(format!(
+            "announced {} platforms and {} devices (at most {MAX_PLATFORMS} and {MAX_DEVICES})",
+            platforms.len(),
+            devices.len()
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let all = platforms.iter().chain(devices.iter().map(|d| &d.id));
+    if !all.into_iter().all(|id| seen.insert(*id)) {
+        return Err("announced an id twice".into());
+    }
+    if devices.iter().any(|d| !platforms.contains(&d.platform)) {
+        return Err("announced a device of no announced platform".into());
+    }
+    Ok(())
+}
 
 impl Conn {
     /// Greets the worker behind `sock` and builds handles for what it enumerated.
@@ -140,6 +180,7 @@ impl Conn {
                 if version != cloister_ipc::handshake::PROTOCOL_VERSION {
                     return Err(format!("worker for {driver} speaks protocol v{version}"));
                 }
+                check_welcome(&platforms, &devices).map_err(|e| format!("worker for {driver} {e}"))?;
                 (platforms, devices, profile, layers)
             }
             WorkerMessage::Refused { reason } => return Err(format!("worker for {driver} refused: {reason}")),
@@ -157,6 +198,10 @@ impl Conn {
             ids: RwLock::new(HashMap::new()),
             callbacks: Mutex::new(HashMap::new()),
             build_callback_ran: Condvar::new(),
+            running_context: Mutex::new(None),
+            context_ran: Condvar::new(),
+            death_told: Mutex::new(false),
+            death_told_cv: Condvar::new(),
             pending: Default::default(),
             segment_pool: Mutex::new(Vec::new()),
             lanes: Mutex::new(Vec::new()),
@@ -185,7 +230,7 @@ impl Conn {
         let _ = conn.platforms.set(table);
         let notifier = conn.clone();
         std::thread::Builder::new()
-            .name("cloister-notify".into())
+            .name(NOTIFIER.into())
             .spawn(move || notifier.notification_loop())
             .map_err(|e| e.to_string())?;
         Ok(conn)
@@ -200,13 +245,44 @@ impl Conn {
     }
 
     /// Cuts the channel: the worker sees EOF, and our notifier thread runs the death handling.
-    fn hang_up(&self) {
+    pub(crate) fn hang_up(&self) {
         // Flag the restart before anyone can see this worker dead (as the notifier does).
         if let Some(w) = self.death_watcher.get() {
             w.dying();
         }
         // SAFETY: shutdown on our own socket; the fd stays valid until the Conn is dropped.
         unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+
+    /// A call that met the worker's death returns once the contexts have heard of it (their
+    /// callbacks run on the notifier thread), boundedly: directly, a driver reports the error
+    /// to the context before the failing call returns, and the application, which may release
+    /// the context right after, must have heard by then.
+    fn await_death_told(&self) {
+        // The notifier itself, and a thread holding the lock the notifier settles under, go on
+        // at once (the contexts may then hear after the call returned, never after a release).
+        if std::thread::current().name() == Some(NOTIFIER) || crate::pending::settling_here() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut told = self.death_told.lock().unwrap_or_else(|e| e.into_inner());
+        while !*told {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            told = self.death_told_cv.wait_timeout(told, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// Whether the worker's end of the socket is gone. The notifier sees that too, but not
+    /// while it is itself waiting on a call (a callback's, or an event's release): then this
+    /// is how that call, and every other, learns of the death.
+    fn hung_up(&self) -> bool {
+        let mut p = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: one valid pollfd for our own open socket; a zero timeout does not block.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
     }
 
     fn mark_dead(&self) {
@@ -274,6 +350,7 @@ impl Conn {
         drain: impl FnOnce(&C::Reply, *mut u8) -> R,
     ) -> Result<C::Reply, cl_int> {
         if self.is_dead() {
+            self.await_death_told();
             return Err(FAULT);
         }
         let slot = self.lane()?;
@@ -293,7 +370,7 @@ impl Conn {
         let timed_out = std::cell::Cell::new(false);
         let alive = || {
             timed_out.set(std::time::Instant::now() >= deadline);
-            !self.is_dead() && !timed_out.get()
+            !self.is_dead() && !timed_out.get() && !self.hung_up()
         };
         let reply = lane.wait_reply(&alive).map_err(|_| {
             if timed_out.get() && !self.is_dead() {
@@ -304,6 +381,7 @@ impl Conn {
                 self.hang_up();
             }
             self.mark_dead();
+            self.await_death_told();
             FAULT
         })?;
         if cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait {
@@ -321,9 +399,23 @@ impl Conn {
                 crate::runtime::warn(&format!("worker for {} sent a malformed reply to {}: {e}", self.driver, C::NAME));
                 self.hang_up();
                 self.mark_dead();
+                self.await_death_told();
                 Err(FAULT)
             }
         }
+    }
+
+    /// A reply that breaks what the application declared (a longer binary than the size it was
+    /// told, a count past its array, a pitch the segment was not sized for): the worker is
+    /// treated as dead, like one that sent a reply we cannot read. Returns the call's error.
+    pub fn reject(&self, call: &str, what: &str) -> cl_int {
+        if !self.is_dead() {
+            crate::runtime::warn(&format!("worker for {} answered {call} with {what}; giving up on it", self.driver));
+            self.hang_up();
+        }
+        self.mark_dead();
+        self.await_death_told();
+        FAULT
     }
 
     /// A shared segment of at least `len` bytes, known to the worker: a pooled one when one
@@ -368,8 +460,37 @@ impl Conn {
         token
     }
 
-    pub fn unregister_callback(&self, token: u64) {
-        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+    /// Takes a callback out before it ran; the caller drops what it kept alive for it.
+    pub fn unregister_callback(&self, token: u64) -> Option<Callback> {
+        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token)
+    }
+
+    /// Unregisters a context's callback when the application releases the context: once this
+    /// returns the callback is not running and never runs again. (Called from the callback
+    /// itself, on the notifier thread, it does not wait for itself.)
+    pub fn unregister_context_callback(&self, token: u64) {
+        let _ = self.unregister_callback(token);
+        if std::thread::current().name() == Some(NOTIFIER) {
+            return;
+        }
+        let mut running = self.running_context.lock().unwrap_or_else(|e| e.into_inner());
+        while *running == Some(token) {
+            running = self.context_ran.wait(running).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Runs context callback `token` if it is still registered, marked as running so that a
+    /// release waits for it (see `unregister_context_callback`).
+    fn run_context_callback(&self, token: u64, call: impl FnOnce(ContextNotifyFn, usize)) {
+        let cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(&Callback::Context { pfn, user_data }) = cbs.get(&token) else { return };
+        // Marked before the map's lock goes: a release that removes the token after this
+        // sees it running and waits.
+        *self.running_context.lock().unwrap_or_else(|e| e.into_inner()) = Some(token);
+        drop(cbs);
+        call(pfn, user_data);
+        *self.running_context.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.context_ran.notify_all();
     }
 
     /// Waits until the build callback `token` has run. The worker says when the driver called
@@ -425,29 +546,10 @@ impl Conn {
         for lane in self.lanes.lock().unwrap_or_else(|e| e.into_inner()).iter().filter_map(Weak::upgrade) {
             lane.nudge();
         }
-        crate::pending::settle(self, None);
-        let callbacks: Vec<Callback> = {
-            let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
-            cbs.drain().map(|(_, cb)| cb).collect()
-        };
-        // Events and builds first: nothing to explain, and threads may wait on them.
-        let mut contexts = Vec::new();
-        for cb in callbacks {
-            // SAFETY (all arms): the application registered each function with this signature
-            // and its user_data; handles are the application's own.
-            match cb {
-                Callback::Context { pfn, user_data } => contexts.push((pfn, user_data)),
-                Callback::Build { pfn, user_data, program } => unsafe {
-                    pfn(program as cl_program, user_data as *mut c_void)
-                },
-                Callback::Event { pfn, user_data, event } => {
-                    unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
-                    crate::handle::release(event as *mut c_void, Kind::Event);
-                }
-            }
-        }
-        // Contexts hear the broker's account (cause and report), before the replacement is
-        // announced, so the application learns why before it can go on.
+        // Contexts hear the broker's account (cause and report) first: before the calls that
+        // met the death return (so the application learns why before it can release them, and
+        // a released context's callback never runs), and before the replacement is announced.
+        // Contexts' callbacks stay registered until they run, so a release still stops them.
         let why = watcher
             .as_ref()
             .and_then(|w| w.account())
@@ -459,9 +561,41 @@ impl Conn {
             self.driver
         );
         let msg = std::ffi::CString::new(message).unwrap_or_default();
-        for (pfn, user_data) in contexts {
-            // SAFETY: as above.
-            unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void) };
+        let mut tokens: Vec<u64> = {
+            let cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+            cbs.iter().filter(|(_, cb)| matches!(cb, Callback::Context { .. })).map(|(&t, _)| t).collect()
+        };
+        tokens.sort_unstable();
+        for token in tokens {
+            self.run_context_callback(token, |pfn, user_data| {
+                // SAFETY: the application registered pfn with this signature and user_data, and
+                // has not released the context (its token would be gone).
+                unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void) };
+            });
+            let _ = self.unregister_callback(token);
+        }
+        // The calls that failed on this death return now (see `await_death_told`).
+        *self.death_told.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.death_told_cv.notify_all();
+        crate::pending::settle(self, None);
+        let callbacks: Vec<Callback> = {
+            let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+            cbs.drain().map(|(_, cb)| cb).collect()
+        };
+        for cb in callbacks {
+            // SAFETY (all arms): the application registered each function with this signature
+            // and its user_data; handles are the application's own.
+            match cb {
+                Callback::Context { .. } => {}
+                Callback::Build { pfn, user_data, program } => {
+                    unsafe { pfn(program as cl_program, user_data as *mut c_void) };
+                    crate::handle::release(program as *mut c_void, Kind::Program);
+                }
+                Callback::Event { pfn, user_data, event } => {
+                    unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
+                    crate::handle::release(event as *mut c_void, Kind::Event);
+                }
+            }
         }
         if let Some(w) = watcher {
             w.died(self);
@@ -472,15 +606,15 @@ impl Conn {
         let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
         match n {
             Notification::ContextError { token, errinfo, private_info } => {
-                let Some(&Callback::Context { pfn, user_data }) = cbs.get(&token) else {
-                    return;
-                };
                 drop(cbs);
                 let msg = std::ffi::CString::new(errinfo.replace('\0', " ")).unwrap_or_default();
-                // SAFETY: the application registered pfn with this signature and user_data.
-                unsafe {
-                    pfn(msg.as_ptr(), private_info.as_ptr().cast(), private_info.len(), user_data as *mut c_void)
-                };
+                self.run_context_callback(token, |pfn, user_data| {
+                    // SAFETY: the application registered pfn with this signature and user_data,
+                    // and has not released the context (its token would be gone).
+                    unsafe {
+                        pfn(msg.as_ptr(), private_info.as_ptr().cast(), private_info.len(), user_data as *mut c_void)
+                    };
+                });
             }
             Notification::BuildDone { token } => {
                 let Some(&Callback::Build { pfn, user_data, program }) = cbs.get(&token) else {
@@ -493,6 +627,8 @@ impl Conn {
                 // waiting in `await_build_callback` returns after it, not during it.
                 self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
                 self.build_callback_ran.notify_all();
+                // The program was kept alive for its callback (see `Callback::Build`).
+                crate::handle::release(program as *mut c_void, Kind::Program);
             }
             Notification::EventStatus { token, status } => {
                 let Some(Callback::Event { pfn, user_data, event }) = cbs.remove(&token) else {

@@ -71,6 +71,8 @@ pub struct ImageMeta {
 #[derive(Clone, Copy, Debug)]
 pub struct HostImage {
     pub ptr: usize,
+    /// The bytes the application's image memory spans (from its descriptor).
+    pub len: usize,
     pub row_pitch: usize,
     pub slice_pitch: usize,
 }
@@ -85,6 +87,9 @@ pub enum ObjData {
     Mem {
         flags: u64,
         host_ptr: usize,
+        /// The bytes of the application's memory at `host_ptr` (the buffer's size): the shim
+        /// never copies outside them.
+        host_len: usize,
         image: Option<ImageMeta>,
         maps: Mutex<HashMap<usize, Vec<MapRecord>>>,
     },
@@ -92,6 +97,9 @@ pub enum ObjData {
     /// (absolute `#include` names made relative to the staged headers' root).
     Program {
         app_source: Option<Vec<u8>>,
+        /// The `CL_PROGRAM_BINARY_SIZES` the application was last told: it sized its
+        /// `CL_PROGRAM_BINARIES` buffers from them, so no binary may be longer.
+        binary_sizes: Mutex<Option<Vec<usize>>>,
     },
     Kernel {
         num_args: u32,
@@ -104,10 +112,17 @@ pub enum ObjData {
 
 impl ObjData {
     /// A program whose source, if any, the driver has as the application wrote it.
-    pub const PROGRAM: ObjData = ObjData::Program { app_source: None };
+    pub fn program() -> Self {
+        Self::program_with(None)
+    }
 
-    pub fn mem(flags: u64, host_ptr: usize, image: Option<ImageMeta>) -> Self {
-        ObjData::Mem { flags, host_ptr, image, maps: Mutex::new(HashMap::new()) }
+    /// A program whose source the driver has rewritten; `app_source` is the application's.
+    pub fn program_with(app_source: Option<Vec<u8>>) -> Self {
+        ObjData::Program { app_source, binary_sizes: Mutex::new(None) }
+    }
+
+    pub fn mem(flags: u64, host_ptr: usize, host_len: usize, image: Option<ImageMeta>) -> Self {
+        ObjData::Mem { flags, host_ptr, host_len, image, maps: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -126,6 +141,10 @@ pub struct Object {
     released: AtomicBool,
     /// Run, last registered first, when the application's last reference goes.
     destructors: Mutex<Vec<(DestructorFn, usize)>>,
+    /// Callback tokens that die with this object (a context's `pfn_notify`): unregistered at
+    /// its release, so no later notification or worker death calls the application with
+    /// `user_data` it has freed since.
+    owned_callbacks: Mutex<Vec<u64>>,
 }
 
 impl Object {
@@ -139,6 +158,11 @@ impl Object {
             true => Ok(other),
             false => Err(CL_INVALID_CONTEXT),
         }
+    }
+
+    /// Ties callback `token` to this object's life (see `owned_callbacks`).
+    pub fn own_callback(&self, token: u64) {
+        self.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner()).push(token);
     }
 
     pub fn add_destructor(&self, f: DestructorFn, user_data: usize) {
@@ -177,9 +201,16 @@ pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjDat
         data,
         released: AtomicBool::new(false),
         destructors: Mutex::new(Vec::new()),
+        owned_callbacks: Mutex::new(Vec::new()),
     });
     registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj);
     conn.remember(id, h);
+}
+
+/// Forgets every handle of a worker's objects, so the connection can go (the fuzz harness
+/// ends each input with this; the handles' cells are left allocated, as in the quarantine).
+pub fn forget_worker(conn: &Arc<Conn>) {
+    registry().write().unwrap_or_else(|e| e.into_inner()).retain(|_, o| !Arc::ptr_eq(&o.conn, conn));
 }
 
 fn lookup_once(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
@@ -226,6 +257,9 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     }
     registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
     obj.conn.forget(obj.id);
+    for token in std::mem::take(&mut *obj.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner())) {
+        obj.conn.unregister_context_callback(token);
+    }
     // A dead worker has already dropped everything: releases still succeed (DESIGN.md, Faults).
     let _ = obj.conn.call(cloister_ipc::Release { object: obj.id });
     let destructors = std::mem::take(&mut *obj.destructors.lock().unwrap_or_else(|e| e.into_inner()));

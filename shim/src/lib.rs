@@ -10,6 +10,8 @@
 
 mod api;
 mod conn;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handle;
 mod includes;
 mod info;

@@ -33,6 +33,25 @@ pub struct Mirror {
 }
 
 impl Mirror {
+    /// The box `shape` at `at`, if it lies within the application's `len` bytes at `base` (the
+    /// object's memory as it declared it); `CL_INVALID_VALUE` otherwise, whatever the driver
+    /// would say, as the shim itself copies into it.
+    pub fn within(at: usize, shape: Strided, base: usize, len: usize) -> Result<Mirror, cl_int> {
+        let extent = if shape.row_bytes == 0 || shape.rows == 0 || shape.slices == 0 {
+            Some(0)
+        } else {
+            (shape.slices - 1)
+                .checked_mul(shape.slice_pitch)
+                .and_then(|s| (shape.rows - 1).checked_mul(shape.row_pitch).and_then(|r| s.checked_add(r)))
+                .and_then(|e| e.checked_add(shape.row_bytes))
+        };
+        let end = extent.and_then(|e| at.checked_add(e)).ok_or(CL_INVALID_VALUE)?;
+        match at >= base && end <= base.saturating_add(len) {
+            true => Ok(Mirror { at, shape }),
+            false => Err(CL_INVALID_VALUE),
+        }
+    }
+
     /// Unpacks packed rows at `src` into the application's memory.
     ///
     /// # Safety
@@ -64,6 +83,33 @@ pub struct PendingOp {
     pub transfer: Transfer,
 }
 
+thread_local! {
+    /// Set while this thread holds `Pending::settling`: its failing calls must not wait for
+    /// the notifier (which may need that lock before it tells the contexts).
+    static SETTLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is settling transfers (see `SETTLING`).
+pub fn settling_here() -> bool {
+    SETTLING.try_with(|s| s.get()).unwrap_or(false)
+}
+
+/// Marks this thread as settling while it lives.
+struct SettlingHere;
+
+impl SettlingHere {
+    fn enter() -> Self {
+        let _ = SETTLING.try_with(|s| s.set(true));
+        SettlingHere
+    }
+}
+
+impl Drop for SettlingHere {
+    fn drop(&mut self) {
+        let _ = SETTLING.try_with(|s| s.set(false));
+    }
+}
+
 #[derive(Default)]
 pub struct Pending {
     ops: Mutex<Vec<PendingOp>>,
@@ -80,6 +126,7 @@ impl Pending {
     /// the segment itself before writing it back).
     pub fn forget_map(&self, conn: &Conn, segment_id: u64) {
         let _one = self.settling.lock().unwrap_or_else(|e| e.into_inner());
+        let _here = SettlingHere::enter();
         let taken: Vec<PendingOp> = {
             let mut ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
             let (taken, rest) = std::mem::take(&mut *ops)
@@ -119,6 +166,7 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
     // Lock first: another thread may have taken finished operations out of the list and still
     // be copying them; an empty list alone does not mean they have landed.
     let _one = pending.settling.lock().unwrap_or_else(|e| e.into_inner());
+    let _here = SettlingHere::enter();
     if pending.is_empty() {
         return;
     }

@@ -58,6 +58,19 @@ fn notify_token(conn: &Conn, pfn: *mut c_void, user_data: *mut c_void) -> Result
     Ok(Some(conn.register_callback(Callback::Context { pfn, user_data: user_data as usize })))
 }
 
+/// Ties a context's notification to its handle: it goes when the application releases the
+/// context, or at once when no context was made.
+fn own_notify(conn: &Conn, notify: Option<u64>, created: Result<*mut c_void, cl_int>) -> Result<*mut c_void, cl_int> {
+    let Some(token) = notify else { return created };
+    match created.as_ref().ok().map(|&h| lookup(h, Kind::Context)) {
+        Some(Ok(ctx)) => ctx.own_callback(token),
+        _ => {
+            let _ = conn.unregister_callback(token);
+        }
+    }
+    created
+}
+
 pub unsafe fn clCreateContext(
     properties_: *const isize,
     num_devices: cl_uint,
@@ -77,9 +90,10 @@ pub unsafe fn clCreateContext(
         let (ids, conn) = ids_of(devs, Kind::Device, CL_INVALID_DEVICE)?;
         let conn = conn.ok_or(CL_INVALID_VALUE)?;
         let notify = notify_token(&conn, pfn_notify, user_data)?;
-        create(&conn, Kind::Context, ObjData::Context, |id| {
+        let r = create(&conn, Kind::Context, ObjData::Context, |id| {
             conn.call(CreateContext { id, properties: props, devices: ids, notify })
-        })
+        });
+        own_notify(&conn, notify, r)
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
@@ -100,9 +114,10 @@ pub unsafe fn clCreateContextFromType(
             None => crate::runtime::runtime().conns().first().cloned().ok_or(CL_INVALID_PLATFORM)?,
         };
         let notify = notify_token(&conn, pfn_notify, user_data)?;
-        create(&conn, Kind::Context, ObjData::Context, |id| {
+        let r = create(&conn, Kind::Context, ObjData::Context, |id| {
             conn.call(CreateContextFromType { id, properties: props, device_type, notify })
-        })
+        });
+        own_notify(&conn, notify, r)
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }

@@ -106,6 +106,11 @@ pub unsafe fn clCreateSubDevices(
         if reply.status != CL_SUCCESS {
             return Err(reply.status);
         }
+        // A driver that made more sub-devices than the array holds must have failed instead.
+        if !out_devices.is_null() && reply.count as usize > ids.len() {
+            let what = format!("{} sub-devices for {} slots", reply.count, ids.len());
+            return Err(d.conn.reject("clCreateSubDevices", &what));
+        }
         if !out_devices.is_null() {
             for (i, &id) in ids.iter().take(reply.count as usize).enumerate() {
                 // SAFETY: out_devices holds num_devices slots.

@@ -163,10 +163,16 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32>>(
     Ok(unsafe { track(q, sync, event, event_id, Some(segment), transfer) })
 }
 
-fn use_host_ptr(m: &Object) -> Option<usize> {
+/// For a `CL_MEM_USE_HOST_PTR` buffer: the application's bytes `[offset, offset + size)` of
+/// it, which the shim keeps in step; `CL_INVALID_VALUE` if they are not all within the buffer
+/// (the shim copies them itself, so no driver's say-so lets it write past the buffer).
+fn use_host_ptr(m: &Object, offset: usize, size: usize) -> Result<Option<Mirror>, cl_int> {
     match m.data {
-        ObjData::Mem { host_ptr, image: None, .. } if host_ptr != 0 => Some(host_ptr),
-        _ => None,
+        ObjData::Mem { host_ptr, host_len, image: None, .. } if host_ptr != 0 => {
+            let at = host_ptr.checked_add(offset).ok_or(CL_INVALID_VALUE)?;
+            Mirror::within(at, Strided::linear(size), host_ptr, host_len).map(Some)
+        }
+        _ => Ok(None),
     }
 }
 
@@ -188,10 +194,9 @@ pub unsafe fn clEnqueueReadBuffer(
         }
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let mirror = use_host_ptr(&m);
+        let mirror = use_host_ptr(&m, offset, size)?;
         if blocking_read == CL_FALSE {
             let shape = Strided::linear(size);
-            let mirror = mirror.map(|h| Mirror { at: h + offset, shape });
             let transfer = Transfer::Read { dst: ptr as usize, shape, mirror };
             let segment = q.conn.acquire_segment(size)?;
             let make = |segment, sync| EnqueueReadBuffer {
@@ -224,9 +229,9 @@ pub unsafe fn clEnqueueReadBuffer(
                         unsafe { std::ptr::copy_nonoverlapping(bulk, ptr.cast::<u8>().add(start), len) };
                         if let Some(host) = mirror {
                             // CL_MEM_USE_HOST_PTR: the application's memory holds device results.
-                            // SAFETY: host_ptr covers the whole buffer, and offset+start+len is
-                            // inside it (the driver accepted the read).
-                            unsafe { std::ptr::copy(bulk, (host as *mut u8).add(offset + start), len) };
+                            // SAFETY: the mirror's `size` bytes lie within the buffer's memory
+                            // (checked by use_host_ptr), and start+len <= size.
+                            unsafe { std::ptr::copy(bulk, (host.at as *mut u8).add(start), len) };
                         }
                     }
                 },
@@ -373,6 +378,9 @@ pub unsafe fn clEnqueueMapBuffer(
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let blocking = blocking_map != CL_FALSE;
+        // CL_MEM_USE_HOST_PTR: the spec requires the application's own pointer, holding the
+        // device's data once the map is complete.
+        let mirror = use_host_ptr(&m, offset, size)?;
         let (wire_sync, event_id) = if blocking { (sync.clone(), 0) } else { with_own_event(&q, &sync) };
         let segment = q.conn.acquire_segment(size)?;
         let req = EnqueueMapBuffer {
@@ -391,9 +399,6 @@ pub unsafe fn clEnqueueMapBuffer(
             return Err(rc.unwrap_or_else(|e| e));
         }
         let region = segment.region.as_ptr() as usize;
-        // CL_MEM_USE_HOST_PTR: the spec requires the application's own pointer, holding the
-        // device's data once the map is complete.
-        let mirror = use_host_ptr(&m).map(|h| Mirror { at: h + offset, shape: Strided::linear(size) });
         // SAFETY: event per API contract; the mirror covers part of the buffer's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, &segment, map_flags, mirror) };
         let ptr = mirror.map_or(region, |m| m.at);

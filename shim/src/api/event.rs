@@ -74,8 +74,8 @@ pub unsafe fn clSetEventCallback(
         let token =
             ev.conn.register_callback(Callback::Event { pfn, user_data: user_data as usize, event: event as usize });
         let rc = ev.conn.call(SetEventCallback { event: ev.id, callback_type, token });
-        if rc != Ok(CL_SUCCESS) {
-            ev.conn.unregister_callback(token);
+        // A callback already run (a worker that died meanwhile) has dropped its reference.
+        if rc != Ok(CL_SUCCESS) && ev.conn.unregister_callback(token).is_some() {
             crate::handle::release(event, Kind::Event);
         }
         rc

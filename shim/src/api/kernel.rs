@@ -12,10 +12,22 @@ use super::{creation, forward_info, retain_release};
 use crate::handle::{lookup, new_handle, KernelArgs, Kind, ObjData};
 use crate::info;
 
+/// Most arguments a kernel can have: each takes at least one byte of the driver's
+/// `CL_DEVICE_MAX_PARAMETER_SIZE`, which no device sets anywhere near this. A larger count is
+/// a worker making the shim allocate without bound.
+const MAX_KERNEL_ARGS: u32 = 1 << 16;
+
+/// A kernel's state; its argument slots grow as the application sets them, so nothing is
+/// allocated from the worker's count.
 fn kernel_data(num_args: u32) -> ObjData {
-    ObjData::Kernel {
-        num_args,
-        args: Mutex::new(KernelArgs { values: vec![None; num_args as usize], ..Default::default() }),
+    ObjData::Kernel { num_args, args: Mutex::new(KernelArgs::default()) }
+}
+
+/// Checks a kernel's argument count from the worker.
+fn checked_num_args(conn: &crate::conn::Conn, call: &str, num_args: u32) -> Result<u32, cl_int> {
+    match num_args <= MAX_KERNEL_ARGS {
+        true => Ok(num_args),
+        false => Err(conn.reject(call, &format!("a kernel of {num_args} arguments"))),
     }
 }
 
@@ -32,7 +44,8 @@ pub unsafe fn clCreateKernel(program: cl_program, kernel_name: *const c_char, er
         if reply.status != CL_SUCCESS {
             return Err(reply.status);
         }
-        Ok(new_handle(Kind::Kernel, id, &p.conn, kernel_data(reply.num_args)))
+        let num_args = checked_num_args(&p.conn, "clCreateKernel", reply.num_args)?;
+        Ok(new_handle(Kind::Kernel, id, &p.conn, kernel_data(num_args)))
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
@@ -59,6 +72,17 @@ pub unsafe fn clCreateKernelsInProgram(
     };
     if reply.status != CL_SUCCESS {
         return reply.status;
+    }
+    // With an array, the driver fills `count` <= num_kernels slots, one argument count each.
+    const CALL: &str = "clCreateKernelsInProgram";
+    let filled = reply.num_args.len();
+    if !kernels.is_null() && (filled != reply.count as usize || filled > ids.len()) {
+        return p.conn.reject(CALL, &format!("{filled} kernels for {} slots", ids.len()));
+    }
+    for &n in &reply.num_args {
+        if let Err(e) = checked_num_args(&p.conn, CALL, n) {
+            return e;
+        }
     }
     if !kernels.is_null() {
         for (i, (&id, &n)) in ids.iter().zip(&reply.num_args).enumerate() {
@@ -114,6 +138,9 @@ pub unsafe fn clSetKernelArg(
         }
     }
     let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
+    if a.values.len() <= arg_index as usize {
+        a.values.resize(arg_index as usize + 1, None);
+    }
     if a.values[arg_index as usize].as_ref() != Some(&value) {
         a.values[arg_index as usize] = Some(value);
         if !a.dirty.contains(&arg_index) {
@@ -141,7 +168,7 @@ pub fn take_dirty_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
     };
     let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
     let dirty = std::mem::take(&mut a.dirty);
-    dirty.into_iter().filter_map(|i| a.values[i as usize].clone().map(|v| (i, v))).collect()
+    dirty.into_iter().filter_map(|i| a.values.get(i as usize).cloned().flatten().map(|v| (i, v))).collect()
 }
 
 /// Puts arguments back as unsent after a failed enqueue, so the next one ships them again.

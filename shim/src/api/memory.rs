@@ -94,7 +94,7 @@ fn create_buffer(
     }
     let mirror = if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 };
     let conn = ctx.conn.clone();
-    create(&conn, Kind::Mem, ObjData::mem(flags, mirror, None), |id| {
+    create(&conn, Kind::Mem, ObjData::mem(flags, mirror, size, None), |id| {
         with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer {
             id,
             context: ctx.id,
@@ -141,7 +141,7 @@ pub unsafe fn clCreateSubBuffer(
 ) -> cl_mem {
     let r = (|| {
         let parent = lookup(buffer, Kind::Mem)?;
-        let ObjData::Mem { flags: parent_flags, host_ptr, image: None, .. } = &parent.data else {
+        let ObjData::Mem { flags: parent_flags, host_ptr, host_len, image: None, .. } = &parent.data else {
             return Err(CL_INVALID_MEM_OBJECT);
         };
         if create_type != CL_BUFFER_CREATE_TYPE_REGION || info.is_null() {
@@ -160,8 +160,14 @@ pub unsafe fn clCreateSubBuffer(
         if flags & HOST_ACCESS == 0 {
             own |= parent_flags & HOST_ACCESS;
         }
+        // The shim copies into the application's memory of the region: it must lie within the
+        // parent's, whatever the driver accepts.
+        let inside = region.origin.checked_add(region.size).is_some_and(|end| end <= *host_len);
+        if *host_ptr != 0 && !inside {
+            return Err(CL_INVALID_VALUE);
+        }
         let mirror = if *host_ptr != 0 { host_ptr + region.origin } else { 0 };
-        create(&parent.conn, Kind::Mem, ObjData::mem(own, mirror, None), |id| {
+        create(&parent.conn, Kind::Mem, ObjData::mem(own, mirror, region.size, None), |id| {
             parent.conn.call(CreateSubBuffer {
                 id,
                 buffer: parent.id,
@@ -225,12 +231,13 @@ unsafe fn create_image(
     } else {
         let (row, slice, total) = host_extent(elem, &wire_desc).ok_or(CL_INVALID_IMAGE_DESCRIPTOR)?;
         let size = |v: u64| usize::try_from(v).map_err(|_| CL_INVALID_IMAGE_SIZE);
-        let host = HostImage { ptr: host_ptr as usize, row_pitch: size(row)?, slice_pitch: size(slice)? };
+        let host =
+            HostImage { ptr: host_ptr as usize, len: size(total)?, row_pitch: size(row)?, slice_pitch: size(slice)? };
         (size(total)?, Some(host).filter(|_| flags & CL_MEM_USE_HOST_PTR != 0))
     };
     let meta = ImageMeta { elem: elem as usize, image_type: d.image_type, host };
     let mirror = host.map_or(0, |h| h.ptr);
-    let data = ObjData::mem(flags, mirror, Some(meta));
+    let data = ObjData::mem(flags, mirror, host.map_or(0, |h| h.len), Some(meta));
     let conn = ctx.conn.clone();
     create(&conn, Kind::Mem, data, |id| {
         with_host_data(&conn, host_ptr, len, |host_data| CreateImage {
@@ -339,7 +346,7 @@ pub unsafe fn clCreatePipe(
         if !properties.is_null() && unsafe { *properties } != 0 {
             return Err(CL_INVALID_VALUE);
         }
-        create(&ctx.conn, Kind::Mem, ObjData::mem(flags, 0, None), |id| {
+        create(&ctx.conn, Kind::Mem, ObjData::mem(flags, 0, 0, None), |id| {
             ctx.conn.call(CreatePipe { id, context: ctx.id, flags, packet_size, max_packets })
         })
     })();

@@ -52,7 +52,7 @@ pub unsafe fn clCreateProgramWithSource(
                 sources[i] = relative;
             }
         }
-        create(&ctx.conn, Kind::Program, ObjData::Program { app_source }, |id| {
+        create(&ctx.conn, Kind::Program, ObjData::program_with(app_source), |id| {
             ctx.conn.call(CreateProgramWithSource { id, context: ctx.id, sources })
         })
     })();
@@ -87,6 +87,8 @@ pub unsafe fn clBuildProgram(
         } else {
             // SAFETY: the application passes a function of clBuildProgram's pfn_notify type.
             let pfn = unsafe { std::mem::transmute::<*mut c_void, BuildNotifyFn>(pfn_notify) };
+            // Kept alive until its callback has run (see `Callback::Build`).
+            crate::handle::retain(program, Kind::Program);
             Some(p.conn.register_callback(Callback::Build {
                 pfn,
                 user_data: user_data as usize,
@@ -112,13 +114,20 @@ fn finish_build(conn: &Conn, notify: Option<u64>, reply: Result<(cl_int, bool), 
         }
         Ok((CL_SUCCESS, false)) => Ok(CL_SUCCESS),
         Ok((status, false)) => {
-            conn.unregister_callback(token);
+            forget_build_callback(conn, token);
             Ok(status)
         }
         Err(e) => {
-            conn.unregister_callback(token);
+            forget_build_callback(conn, token);
             Err(e)
         }
+    }
+}
+
+/// Drops a build callback that will never run, and the program reference it held.
+fn forget_build_callback(conn: &Conn, token: u64) {
+    if let Some(Callback::Build { program, .. }) = conn.unregister_callback(token) {
+        crate::handle::release(program as *mut c_void, Kind::Program);
     }
 }
 
@@ -126,7 +135,7 @@ fn finish_build(conn: &Conn, notify: Option<u64>, reply: Result<(cl_int, bool), 
 /// cannot read them itself).
 fn with_includes(p: &Object, options: Option<Vec<u8>>) -> (Option<Vec<u8>>, Option<AppIncludes>) {
     let source = match &p.data {
-        ObjData::Program { app_source: Some(s) } => s.clone(),
+        ObjData::Program { app_source: Some(s), .. } => s.clone(),
         _ => info::query(p, InfoTarget::Program, 0, CL_PROGRAM_SOURCE).unwrap_or_default(),
     };
     match crate::includes::gather(&source, options.as_deref()) {
@@ -173,6 +182,8 @@ fn build_notify(
     // SAFETY: the application passes a function of the pfn_notify type of clBuildProgram,
     // clCompileProgram and clLinkProgram (all the same).
     let pfn = unsafe { std::mem::transmute::<*mut c_void, BuildNotifyFn>(pfn_notify) };
+    // Kept alive until its callback has run (see `Callback::Build`).
+    crate::handle::retain(program, Kind::Program);
     Ok(Some(conn.register_callback(Callback::Build { pfn, user_data: user_data as usize, program: program as usize })))
 }
 
@@ -212,7 +223,7 @@ pub unsafe fn clCreateProgramWithBinary(
             }
         }
         match reply.status {
-            CL_SUCCESS => Ok(new_handle(Kind::Program, id, &ctx.conn, ObjData::PROGRAM)),
+            CL_SUCCESS => Ok(new_handle(Kind::Program, id, &ctx.conn, ObjData::program())),
             e => Err(e),
         }
     })();
@@ -233,7 +244,7 @@ pub unsafe fn clCreateProgramWithIL(
         if il.is_empty() {
             return Err(CL_INVALID_VALUE);
         }
-        create(&ctx.conn, Kind::Program, ObjData::PROGRAM, |id| {
+        create(&ctx.conn, Kind::Program, ObjData::program(), |id| {
             ctx.conn.call(CreateProgramWithIl { id, context: ctx.id, il })
         })
     })();
@@ -254,7 +265,7 @@ pub unsafe fn clCreateProgramWithBuiltInKernels(
         let devices = unsafe { self::device_list(num_devices, device_list)? }.ok_or(CL_INVALID_VALUE)?;
         // SAFETY: kernel_names is NUL-terminated.
         let names = unsafe { c_bytes(kernel_names) }.ok_or(CL_INVALID_VALUE)?;
-        create(&ctx.conn, Kind::Program, ObjData::PROGRAM, |id| {
+        create(&ctx.conn, Kind::Program, ObjData::program(), |id| {
             ctx.conn.call(CreateProgramWithBuiltInKernels { id, context: ctx.id, devices, names })
         })
     })();
@@ -326,7 +337,7 @@ pub unsafe fn clLinkProgram(
         let options = unsafe { c_bytes(options) };
         // The callback names the new program, so its handle exists before the driver links.
         let id = ctx.conn.alloc_id();
-        let handle = new_handle(Kind::Program, id, &ctx.conn, ObjData::PROGRAM);
+        let handle = new_handle(Kind::Program, id, &ctx.conn, ObjData::program());
         let discard = |e| {
             crate::handle::release(handle, Kind::Program);
             Err(e)
@@ -362,7 +373,10 @@ pub unsafe fn clLinkProgram(
 }
 
 /// `CL_PROGRAM_BINARIES`: the application passes an array of its own buffers, one per device,
-/// and the bytes go where those pointers say.
+/// and the bytes go where those pointers say. It sized them from the `CL_PROGRAM_BINARY_SIZES`
+/// it was told (`told_binary_sizes`): the worker's binaries must match those in number, and
+/// none may be longer, or the worker would decide how many bytes land in the application's
+/// memory.
 fn program_binaries(p: &Arc<Object>, size: usize, value: *mut c_void, size_ret: *mut usize) -> cl_int {
     let reply = match p.conn.call(GetProgramBinaries { program: p.id }) {
         Ok(r) => r,
@@ -376,10 +390,19 @@ fn program_binaries(p: &Arc<Object>, size: usize, value: *mut c_void, size_ret: 
         if size < need {
             return CL_INVALID_VALUE;
         }
+        let told = match told_binary_sizes(p) {
+            Ok(t) => t,
+            Err(e) => return e,
+        };
+        let fits = |(bin, &cap): (&Vec<u8>, &usize)| bin.len() <= cap;
+        if told.len() != reply.binaries.len() || !reply.binaries.iter().zip(&told).all(fits) {
+            return p.conn.reject("CL_PROGRAM_BINARIES", "binaries longer than the sizes it gave");
+        }
         let dsts = value.cast::<*mut u8>();
         for (i, bin) in reply.binaries.iter().enumerate() {
             // SAFETY: value holds one pointer per device (size checked); a non-NULL pointer is
-            // the application's buffer of CL_PROGRAM_BINARY_SIZES[i] bytes.
+            // the application's buffer of CL_PROGRAM_BINARY_SIZES[i] bytes, and the binary is
+            // no longer (checked above).
             unsafe {
                 let dst = *dsts.add(i);
                 if !dst.is_null() {
@@ -393,6 +416,28 @@ fn program_binaries(p: &Arc<Object>, size: usize, value: *mut c_void, size_ret: 
         unsafe { *size_ret = need };
     }
     CL_SUCCESS
+}
+
+/// The binary sizes the application was last told; asked now (and remembered) if it never
+/// asked, as its buffers can then only have come from the same answer.
+fn told_binary_sizes(p: &Object) -> Result<Vec<usize>, cl_int> {
+    let ObjData::Program { binary_sizes, .. } = &p.data else { return Err(CL_INVALID_PROGRAM) };
+    if let Some(told) = binary_sizes.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        return Ok(told);
+    }
+    let bytes = info::query(p, InfoTarget::Program, 0, CL_PROGRAM_BINARY_SIZES)?;
+    Ok(remember_binary_sizes(p, &bytes))
+}
+
+/// Records a `CL_PROGRAM_BINARY_SIZES` answer the application is given.
+fn remember_binary_sizes(p: &Object, bytes: &[u8]) -> Vec<usize> {
+    const W: usize = std::mem::size_of::<usize>();
+    let sizes: Vec<usize> =
+        bytes.chunks_exact(W).map(|c| usize::from_ne_bytes(c.try_into().unwrap_or([0; W]))).collect();
+    if let ObjData::Program { binary_sizes, .. } = &p.data {
+        *binary_sizes.lock().unwrap_or_else(|e| e.into_inner()) = Some(sizes.clone());
+    }
+    sizes
 }
 
 pub unsafe fn clGetProgramInfo(
@@ -413,9 +458,12 @@ pub unsafe fn clGetProgramInfo(
         info::get_info(program, Kind::Program, InfoTarget::Program, 0, param_name, size, value, size_ret, |p| {
             match (&p.data, param_name) {
                 // The source as the application wrote it, NUL-terminated as drivers return it.
-                (ObjData::Program { app_source: Some(s) }, CL_PROGRAM_SOURCE) => {
+                (ObjData::Program { app_source: Some(s), .. }, CL_PROGRAM_SOURCE) => {
                     Some(Ok(s.iter().copied().chain([0]).collect()))
                 }
+                (_, CL_PROGRAM_BINARY_SIZES) => Some(info::query(p, InfoTarget::Program, 0, param_name).inspect(|v| {
+                    remember_binary_sizes(p, v);
+                })),
                 _ => None,
             }
         })

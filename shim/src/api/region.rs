@@ -48,19 +48,23 @@ struct Shape {
     mirror: Option<Mirror>,
 }
 
-/// The rows of a `CL_MEM_USE_HOST_PTR` image's memory that `origin` and `region` cover.
-fn image_mirror(meta: ImageMeta, origin: [usize; 3], region: [usize; 3]) -> Option<Mirror> {
-    let h = meta.host?;
+/// The rows of a `CL_MEM_USE_HOST_PTR` image's memory that `origin` and `region` cover;
+/// `CL_INVALID_VALUE` when they leave the image's memory (the shim copies them itself).
+fn image_mirror(meta: ImageMeta, origin: [usize; 3], region: [usize; 3]) -> Result<Option<Mirror>, cl_int> {
+    let Some(h) = meta.host else { return Ok(None) };
     let row_step = if meta.image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY { h.slice_pitch } else { h.row_pitch };
-    let at = h.ptr + origin[0] * meta.elem + origin[1] * row_step + origin[2] * h.slice_pitch;
+    let offset =
+        [origin[0].checked_mul(meta.elem), origin[1].checked_mul(row_step), origin[2].checked_mul(h.slice_pitch)]
+            .into_iter()
+            .try_fold(h.ptr, |acc, o| o.and_then(|o| acc.checked_add(o)));
     let shape = Strided {
-        row_bytes: region[0] * meta.elem,
+        row_bytes: region[0].checked_mul(meta.elem).ok_or(CL_INVALID_VALUE)?,
         rows: region[1],
         slices: region[2],
         row_pitch: row_step,
         slice_pitch: h.slice_pitch,
     };
-    Some(Mirror { at, shape })
+    Mirror::within(offset.ok_or(CL_INVALID_VALUE)?, shape, h.ptr, h.len).map(Some)
 }
 
 /// The application's side of an image transfer: its rows at `row_pitch`, or between the
@@ -237,7 +241,7 @@ pub unsafe fn clEnqueueReadImage(
         let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
         let meta = image_meta(m)?;
         let host = image_host_shape(meta, region, row_pitch, slice_pitch)?;
-        let mirror = image_mirror(meta, origin, region);
+        let mirror = image_mirror(meta, origin, region)?;
         Ok(Shape { target: RegionTarget::Image { origin: wide(origin) }, region, host, offset: 0, mirror })
     };
     // SAFETY: forwarded API contract.
@@ -262,7 +266,7 @@ pub unsafe fn clEnqueueWriteImage(
         let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
         let meta = image_meta(m)?;
         let host = image_host_shape(meta, region, row_pitch, slice_pitch)?;
-        let mirror = image_mirror(meta, origin, region);
+        let mirror = image_mirror(meta, origin, region)?;
         Ok(Shape { target: RegionTarget::Image { origin: wide(origin) }, region, host, offset: 0, mirror })
     };
     // SAFETY: forwarded API contract.
@@ -289,9 +293,10 @@ unsafe fn rect_shape(
     let (host, offset) = rect_host_shape(h_origin, region, host_row_pitch, host_slice_pitch)?;
     // A CL_MEM_USE_HOST_PTR buffer's memory: the same box at the buffer's origin and pitches.
     let mirror = match buffer.data {
-        ObjData::Mem { host_ptr, image: None, .. } if host_ptr != 0 => {
+        ObjData::Mem { host_ptr, host_len, image: None, .. } if host_ptr != 0 => {
             let (shape, at) = rect_host_shape(b_origin, region, buffer_row_pitch, buffer_slice_pitch)?;
-            Some(Mirror { at: host_ptr + at, shape })
+            let at = host_ptr.checked_add(at).ok_or(CL_INVALID_VALUE)?;
+            Some(Mirror::within(at, shape, host_ptr, host_len)?)
         }
         _ => None,
     };
@@ -576,7 +581,17 @@ pub unsafe fn clEnqueueMapImage(
         }
         // SAFETY: origin and region hold three values per the API contract.
         let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
-        let size = Strided::packed(region[0] * meta.elem, region[1], region[2]).packed_len();
+        let packed = Strided::packed(region[0] * meta.elem, region[1], region[2]);
+        let size = packed.packed_len();
+        // The segment holds the rows packed: the pitches the application gets are those, and
+        // a worker that says otherwise would have it write past the mapping.
+        let row_pitch = packed.row_pitch;
+        let slice_pitch = match meta.image_type {
+            CL_MEM_OBJECT_IMAGE1D_ARRAY => row_pitch,
+            CL_MEM_OBJECT_IMAGE3D | CL_MEM_OBJECT_IMAGE2D_ARRAY => packed.slice_pitch,
+            _ => 0,
+        };
+        let mirror = image_mirror(meta, origin, region)?;
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let blocking = blocking_map != CL_FALSE;
@@ -599,14 +614,18 @@ pub unsafe fn clEnqueueMapImage(
                 return Err(other.map_or_else(|e| e, |r| r.status));
             }
         };
+        if (reply.row_pitch, reply.slice_pitch) != (row_pitch as u64, slice_pitch as u64) {
+            // The segment stays with the worker's mapping; it is not reused.
+            let what = format!("pitches {}/{} for rows packed at {row_pitch}", reply.row_pitch, reply.slice_pitch);
+            return Err(q.conn.reject("clEnqueueMapImage", &what));
+        }
         // CL_MEM_USE_HOST_PTR: the application's own memory, at its own pitches, as the spec
         // requires; otherwise the packed segment.
-        let mirror = image_mirror(meta, origin, region);
         // SAFETY: event per API contract; the mirror is within the image's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, &segment, map_flags, mirror) };
         let (ptr, row_pitch, slice_pitch) = match (mirror, meta.host) {
             (Some(m), Some(h)) => (m.at, h.row_pitch, if needs_slice { h.slice_pitch } else { 0 }),
-            _ => (segment.region.as_ptr() as usize, reply.row_pitch as usize, reply.slice_pitch as usize),
+            _ => (segment.region.as_ptr() as usize, row_pitch, slice_pitch),
         };
         // SAFETY: checked non-NULL above (row) or NULL-checked here (slice).
         unsafe {

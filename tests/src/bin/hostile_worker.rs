@@ -3,12 +3,30 @@
 //! must treat each as a dead worker, never crash or hang. Modes: garbage, truncated, oversized,
 //! scribble (a state word that means nothing), wrong-type (a well-formed reply of another call),
 //! twice (two replies to one request), exit (dies mid-call), silent (never answers).
+//!
+//! Scripted modes answer every call well-formed, as a driver that accepts everything would,
+//! and lie in one field each (issue 11, class 1: the worker never decides how many bytes land
+//! in the application's memory): long-binary (binaries longer than the sizes it gave),
+//! huge-num-args (a kernel of 0xFFFFFFFF arguments), wide-pitch (a mapped image's row pitch
+//! far past the packed rows), huge-welcome (40 000 platforms and devices), accept-all (no lie:
+//! the driver accepts out-of-range transfers the shim itself must refuse), die-on-finish
+//! (exits at the first `clFinish`, for the callback lifetime tests of class 3).
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
+use cloister_ipc::cl::*;
 use cloister_ipc::lane::{Lane, LANE_BYTES};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{channel, Enumerated, InfoReply, KernelsReply, ShimMessage, WorkerMessage, WORKER_ID_BIT};
+use cloister_ipc::{
+    channel, BinariesReply, BuildReply, Enumerated, IdsReply, InfoReply, KernelReply, KernelsReply, MapImageReply,
+    Request, ShimMessage, WorkerMessage, WORKER_ID_BIT,
+};
+
+const SCRIPTED: &[&str] =
+    &["long-binary", "huge-num-args", "wide-pitch", "huge-welcome", "accept-all", "die-on-finish"];
+
+/// The size every binary is said to have (`CL_PROGRAM_BINARY_SIZES`).
+const TOLD_BINARY: usize = 16;
 
 fn main() {
     let mode = std::env::var("CLOISTER_FAULT").unwrap_or_default().trim_start_matches("hostile:").to_string();
@@ -23,6 +41,18 @@ fn main() {
         platforms: vec![WORKER_ID_BIT],
         devices: vec![Enumerated { id: WORKER_ID_BIT | 1, platform: WORKER_ID_BIT }],
     };
+    // Small ids (short varints), so as many as possible fit one frame.
+    let welcome = match (mode.as_str(), welcome) {
+        ("huge-welcome", WorkerMessage::Welcome { version, driver, profile, layers, .. }) => WorkerMessage::Welcome {
+            version,
+            driver,
+            profile,
+            layers,
+            platforms: (1..20_000).collect(),
+            devices: (20_000..40_000).map(|id| Enumerated { id, platform: 1 + id % 100 }).collect(),
+        },
+        (_, w) => w,
+    };
     if channel::send(&sock, &welcome, &[]).is_err() {
         return;
     }
@@ -36,7 +66,65 @@ fn main() {
     }
 }
 
+/// Encodes one reply.
+macro_rules! enc {
+    ($v:expr) => {
+        postcard::to_allocvec(&$v).expect("a reply encodes")
+    };
+}
+
+/// A well-formed answer to `req`, with the lie `mode` tells.
+fn scripted(mode: &str, req: Request) -> Vec<u8> {
+    match req {
+        Request::GetInfo(r) => {
+            let value = match r.param {
+                CL_PROGRAM_BINARY_SIZES => TOLD_BINARY.to_ne_bytes().to_vec(),
+                CL_PROGRAM_NUM_DEVICES => 1u32.to_ne_bytes().to_vec(),
+                CL_EVENT_COMMAND_EXECUTION_STATUS => CL_COMPLETE.to_ne_bytes().to_vec(),
+                CL_PLATFORM_VERSION | 0x102F /* CL_DEVICE_VERSION */ => b"OpenCL 3.0 hostile\0".to_vec(),
+                CL_PLATFORM_EXTENSIONS => b"cl_khr_icd\0".to_vec(),
+                CL_DEVICE_TYPE => CL_DEVICE_TYPE_GPU.to_ne_bytes().to_vec(),
+                CL_DEVICE_AVAILABLE => 1u32.to_ne_bytes().to_vec(),
+                _ => b"hostile\0".to_vec(),
+            };
+            enc!(InfoReply { status: 0, value_status: 0, value })
+        }
+        Request::GetDeviceIds(_) => enc!(IdsReply { status: 0, ids: vec![WORKER_ID_BIT | 1] }),
+        Request::BuildProgram(_) | Request::CompileProgram(_) => enc!(BuildReply { status: 0, callback_sent: false }),
+        Request::GetProgramBinaries(_) => {
+            let len = if mode == "long-binary" { 1 << 16 } else { TOLD_BINARY };
+            enc!(BinariesReply { status: 0, binaries: vec![vec![0xAB; len]] })
+        }
+        Request::CreateKernel(_) => {
+            let num_args = if mode == "huge-num-args" { u32::MAX } else { 1 };
+            enc!(KernelReply { status: 0, num_args })
+        }
+        Request::CreateKernelsInProgram(r) => {
+            let n = if mode == "huge-num-args" { u32::MAX } else { 1 };
+            let count = r.ids.len().max(1) as u32;
+            enc!(KernelsReply { status: 0, count, num_args: vec![n; r.ids.len()] })
+        }
+        Request::EnqueueMapImage(r) => {
+            let row = r.region[0] * 4;
+            let row_pitch = if mode == "wide-pitch" { 1 << 20 } else { row };
+            enc!(MapImageReply { status: 0, row_pitch, slice_pitch: 0 })
+        }
+        Request::FlushOrFinish(r) if r.finish && mode == "die-on-finish" => std::process::exit(7),
+        // Every other call answers a plain CL_SUCCESS.
+        _ => enc!(0i32),
+    }
+}
+
 fn serve(lane: &Lane, mode: &str) {
+    if SCRIPTED.contains(&mode) {
+        while let Ok(request) = lane.wait_request(&|| true) {
+            let Ok(req) = cloister_ipc::decode_request(&request) else { return };
+            if lane.post_reply(&scripted(mode, req)).is_err() {
+                return;
+            }
+        }
+        return;
+    }
     while let Ok(_request) = lane.wait_request(&|| true) {
         let good =
             postcard::to_allocvec(&InfoReply { status: 0, value_status: 0, value: b"hostile\0".to_vec() }).unwrap();

@@ -1,0 +1,62 @@
+//! Issue 11, classes 1 and 3: a scripted hostile worker (tests/src/bin/hostile_worker.rs)
+//! answers every call well-formed and lies in one field; tests/c/hostile_replies.c guards each
+//! buffer it hands over with canary bytes. The worker never decides how many bytes land in the
+//! application's memory: each lie is a worker fault (`CL_DEVICE_NOT_AVAILABLE`) or refused,
+//! the canaries stay intact and the application lives. No callback runs after the application
+//! released its object.
+
+use cloister_tests::*;
+use std::time::{Duration, Instant};
+
+/// Runs the client in `mode` against the worker scripted with `worker_mode`, with a hard limit
+/// (the application is killed past it, so a hang fails the test instead of stalling it).
+fn run(worker_mode: &str, mode: &str) -> String {
+    let exe = c_client("hostile_replies");
+    let worker = env!("CARGO_BIN_EXE_cloister-hostile-worker");
+    let fault = format!("hostile:{worker_mode}");
+    let started = Instant::now();
+    let exe = exe.to_string_lossy();
+    let out = caged(
+        &[],
+        std::path::Path::new("/usr/bin/timeout"),
+        &["-s", "KILL", "60", &exe, mode],
+        &[("CLOISTER_WORKER", worker), ("CLOISTER_FAULT", &fault), ("CLOISTER_QUIET", "")],
+    );
+    let t = text(&out);
+    assert!(out.status.success(), "{mode}: the application failed or died ({:?}):\n{t}", out.status);
+    assert!(t.contains("survived"), "{mode}: the application did not finish:\n{t}");
+    assert!(!t.contains("FAILED"), "{mode}:\n{t}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{mode}: took {:?}:\n{t}", started.elapsed());
+    t
+}
+
+#[test]
+fn binary_longer_than_its_announced_size_is_a_fault() {
+    run("long-binary", "long-binary");
+}
+
+#[test]
+fn huge_kernel_argument_count_is_a_fault() {
+    run("huge-num-args", "huge-num-args");
+}
+
+#[test]
+fn mapped_image_pitch_comes_from_the_shim() {
+    run("wide-pitch", "wide-pitch");
+}
+
+#[test]
+fn use_host_ptr_copies_stay_within_the_buffer() {
+    run("accept-all", "use-host-ptr");
+}
+
+#[test]
+fn huge_welcome_is_refused() {
+    run("huge-welcome", "huge-welcome");
+}
+
+#[test]
+fn released_context_callback_never_runs() {
+    let t = run("die-on-finish", "context-callback");
+    assert!(t.contains("ok the released context's callback did not run"), "{t}");
+}
