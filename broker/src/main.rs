@@ -356,7 +356,14 @@ fn crashes(action: Option<CrashesCmd>) -> Result<ExitCode, String> {
             }
             println!("{:>5}  {:<22}  {:<60}  cause", "count", "latest", "signature");
             for (signature, count, newest) in cloister_crash_reports::group(&all) {
-                println!("{count:>5}  {:<22}  {signature:<60}  {}", newest.id, newest.report.cause.describe());
+                // Report files are data, possibly written by a hostile worker's run: escaped.
+                let e = |t: &str| cloister_crash_reports::escape(t, false);
+                println!(
+                    "{count:>5}  {:<22}  {:<60}  {}",
+                    e(&newest.id),
+                    e(&signature),
+                    e(&newest.report.cause.describe())
+                );
             }
             println!("\n{} reports in {}; `cloister crashes show ID` prints one", all.len(), dir.display());
         }
