@@ -242,6 +242,13 @@ const WORKER_CLOISTER_VARS: &[&str] = &[
 /// applications' kernel sources and binaries, so every folder from `cloister` down is 0700 and
 /// ours. Without `XDG_CACHE_HOME` or `HOME` it is under the password database's home, else a
 /// per-user private folder in /tmp: never one shared by users.
+///
+/// What it shares: one folder per (user, driver), used by every application of that user that
+/// the driver serves, so the driver's own kernel cache hits across applications. The worker
+/// can write all of it; what cloister itself puts there is checked before use (the worker's
+/// `tmp` is made again, staged header sets are compared with what they are named after), but
+/// the driver's own compiled-kernel cache is the driver's: a driver compromised in one
+/// application can change the kernels later applications of the same user get from it.
 pub fn cache_dir(driver: &Driver) -> std::io::Result<PathBuf> {
     use cloister_ipc::private;
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
