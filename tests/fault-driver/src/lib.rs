@@ -5,7 +5,8 @@
 //! (clEnqueueNDRangeKernel), `finish` (clFinish). Actions: crashes (`segv`, `abort`, `bus`,
 //! `exit`, `async-segv` a moment after the call returned), `hang`, `closefds`, and attacks that
 //! a caged driver must not be able to make (`exec`, `connect`, `readhome`, `writeout`,
-//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`). Each attack prints
+//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`; against later runs and the reports:
+//! `forge-report`, `poison-headers`, `tmp-file`; `whereami` prints the worker's HOME). Each attack prints
 //! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
 //!
 //! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
