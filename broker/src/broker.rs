@@ -302,15 +302,48 @@ const WORKER_CLOISTER_VARS: &[&str] = &[
 ];
 
 /// The worker's private, persistent cache directory: its only writable place (the driver's
-/// kernel cache lives there between runs), also its `HOME` and `TMPDIR`.
-pub fn cache_dir(driver: &Driver) -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
+/// kernel cache lives there between runs), also its `HOME` and `TMPDIR`. It holds the
+/// applications' kernel sources and binaries, so every folder from `cloister` down is 0700 and
+/// ours. Without `XDG_CACHE_HOME` or `HOME` it is under the password database's home, else a
+/// per-user private folder in /tmp: never one shared by users.
+///
+/// What it shares: one folder per (user, driver), used by every application of that user that
+/// the driver serves, so the driver's own kernel cache hits across applications. The worker
+/// can write all of it; what cloister itself puts there is checked before use (the worker's
+/// `tmp` is made again, staged header sets are compared with what they are named after), but
+/// the driver's own compiled-kernel cache is the driver's: a driver compromised in one
+/// application can change the kernels later applications of the same user get from it.
+pub fn cache_dir(driver: &Driver) -> std::io::Result<PathBuf> {
+    use cloister_ipc::private;
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => match private::home_dir() {
+            Some(h) => h.join(".cache"),
+            None => private::per_user_tmp("cache")?,
+        },
+    };
+    std::fs::create_dir_all(&base)?;
     let name: String =
         driver.name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
-    base.join("cloister").join("workers").join(name)
+    let dir = base.join("cloister").join("workers").join(name);
+    private::ensure_private_under(&base, &dir)?;
+    Ok(dir)
+}
+
+/// `<cache>/tmp`, the worker's `TMPDIR`: the worker may have replaced it with a file or a link
+/// (it owns its cache); whatever is there that is not our private folder is removed and the
+/// folder made again, so one hostile run cannot stop later workers of the driver.
+fn worker_tmp(cache: &Path) -> std::io::Result<PathBuf> {
+    let tmp = cache.join("tmp");
+    if cloister_ipc::private::check_private(&tmp).is_err() {
+        match std::fs::symlink_metadata(&tmp) {
+            Ok(m) if m.file_type().is_dir() => std::fs::remove_dir_all(&tmp)?,
+            Ok(_) => std::fs::remove_file(&tmp)?,
+            Err(_) => {}
+        }
+    }
+    cloister_ipc::private::ensure_private(&tmp)?;
+    Ok(tmp)
 }
 
 /// Starts a worker for `driver`; returns the shim's end of its channel. A thread waits for the
@@ -318,9 +351,8 @@ pub fn cache_dir(driver: &Driver) -> PathBuf {
 pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppStdio>) -> std::io::Result<Spawned> {
     let (ours, theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
     let recorder = FlightRecorder::create().map_err(|e| std::io::Error::other(e.to_string()))?;
-    let cache = cache_dir(driver);
-    let tmp = cache.join("tmp");
-    std::fs::create_dir_all(&tmp)?;
+    let cache = cache_dir(driver)?;
+    let tmp = worker_tmp(&cache)?;
     let theirs_raw = theirs.as_raw_fd();
     let recorder_raw = recorder.region().fd().as_raw_fd();
     let mut cmd = Command::new(&options.worker);
@@ -384,8 +416,9 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
     drop(sup_theirs);
     let recorder = std::sync::Arc::new(recorder);
     let pid = child.id();
+    let verdict = Arc::new(Verdict::default());
     let supervisor = {
-        let (recorder, learn, d) = (recorder.clone(), options.learn.clone(), driver.clone());
+        let (verdict, learn, d) = (verdict.clone(), options.learn.clone(), driver.clone());
         std::thread::spawn(move || {
             let Ok(Some((_, mut fds))) = channel::recv_raw(sup_ours.as_raw_fd()) else { return };
             let Some(listener) = fds.pop() else { return };
@@ -396,7 +429,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
                 }
                 None => {
                     let mut on_violation = |nr: i64| {
-                        recorder.header().trapped_syscall.store(nr, std::sync::atomic::Ordering::Release);
+                        verdict.trapped(nr);
                         // SAFETY: killing our own child, whose pid we hold until we reap it.
                         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                     };
@@ -413,8 +446,9 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
         options.profile.clone().unwrap_or_else(|| cloister_sandbox_policy::Profile::for_library(&driver.library).name);
     let exited = Arc::new(AtomicBool::new(false));
     if options.learn.is_none() {
-        let (recorder, exited, deadlines) = (recorder.clone(), exited.clone(), Deadlines::from_env());
-        std::thread::spawn(move || crate::watchdog::watch(pid, recorder, exited, deadlines));
+        let (recorder, exited, deadlines, verdict) =
+            (recorder.clone(), exited.clone(), Deadlines::from_env(), verdict.clone());
+        std::thread::spawn(move || crate::watchdog::watch(pid, recorder, exited, deadlines, verdict));
     }
     LIVE_WORKERS.fetch_add(1, Ordering::AcqRel);
     let note: DeathNote = Arc::new(std::sync::Mutex::new(None));
@@ -428,7 +462,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
             eprintln!("cloister: the worker for driver {} (pid {pid}) outlived its application: killed", driver.name);
             return;
         }
-        if let Some(cause) = death_cause(status, &recorder) {
+        if let Some(cause) = death_cause(status, &verdict) {
             let said = report_death(&driver, &profile, pid, cause, &recorder);
             *note_for_reaper.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
         }
@@ -457,15 +491,35 @@ pub fn drain_workers(limit: std::time::Duration) {
     }
 }
 
+/// What the broker itself saw of a worker's end, kept in broker memory: the call its watchdog
+/// killed it for, the system call its seccomp supervisor killed it for. The report's cause comes
+/// from here and from the wait status, never from the worker-writable flight recorder.
+#[derive(Default)]
+pub struct Verdict {
+    hung: std::sync::OnceLock<&'static str>,
+    trapped: std::sync::OnceLock<i64>,
+}
+
+impl Verdict {
+    /// The watchdog kills the worker for this call.
+    pub fn hung(&self, op: &'static str) {
+        let _ = self.hung.set(op);
+    }
+
+    /// The seccomp supervisor kills the worker for this system call.
+    pub fn trapped(&self, nr: i64) {
+        let _ = self.trapped.set(nr);
+    }
+}
+
 /// Why a worker ended, or `None` for a clean exit (its application went away).
-fn death_cause(status: std::process::ExitStatus, recorder: &FlightRecorder) -> Option<Cause> {
+fn death_cause(status: std::process::ExitStatus, verdict: &Verdict) -> Option<Cause> {
     use std::os::unix::process::ExitStatusExt;
-    if let Some(call) = recorder.hung_op() {
+    if let Some(&call) = verdict.hung.get() {
         let deadline_ms = Deadlines::from_env().for_op(call);
         return Some(Cause::Hang { call: call.to_string(), deadline_ms });
     }
-    let trapped = recorder.header().trapped_syscall.load(std::sync::atomic::Ordering::Acquire);
-    if trapped >= 0 {
+    if let Some(&trapped) = verdict.trapped.get() {
         let name = cloister_sandbox_policy::seccomp::syscall_name(trapped).map(str::to_string);
         return Some(Cause::TrappedSyscall { number: trapped, name });
     }
@@ -485,14 +539,17 @@ fn recorded(c: cloister_ipc::recorder::CallRecord) -> RecordedCall {
 /// Writes the report, says so on stderr, and returns what was said (for the application).
 fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder: &FlightRecorder) -> String {
     let mut report = CrashReport::new(&driver.name, &driver.library, profile, pid, cause);
-    report.in_flight = recorder.in_flight().into_iter().next().map(recorded);
-    report.last_calls = recorder.last_calls(32).into_iter().map(recorded).collect();
+    let w = &mut report.worker;
+    w.in_flight = recorder.in_flight().into_iter().next().map(recorded);
+    w.last_calls = recorder.last_calls(32).into_iter().map(recorded).collect();
     let h = recorder.header();
-    report.device = h.device.get();
-    report.program_source = h.program_source.get();
-    report.build_options = h.build_options.get();
-    // The call in flight groups repeats (a hang's cause names it already).
-    if let (Some(call), false) = (&report.in_flight, matches!(report.cause, Cause::Hang { .. })) {
+    w.device = h.device.get();
+    w.program_source = h.program_source.get();
+    w.build_options = h.build_options.get();
+    w.trapped_syscall = Some(h.trapped_syscall.load(Ordering::Acquire)).filter(|&nr| nr >= 0);
+    // The call in flight groups repeats (a hang's cause names it already). Its name is one of
+    // OP_NAMES (the recorder bounds it), so the worker cannot put text of its own here.
+    if let (Some(call), false) = (&report.worker.in_flight, matches!(report.cause, Cause::Hang { .. })) {
         report.signature = format!("{}:{}", report.signature, call.op);
     }
     let saved = cloister_crash_reports::crash_dir().map(|dir| report.write(&dir));
@@ -501,9 +558,15 @@ fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder
         Some(Err(e)) => format!("the report could not be written: {e}"),
         None => "no state directory for a report (set HOME or XDG_STATE_HOME)".into(),
     };
-    let during = report.in_flight.as_ref().map(|c| format!(" during {}", c.op)).unwrap_or_default();
-    let said =
-        format!("the worker for driver {} (pid {pid}) died{during}: {}; {place}", driver.name, report.cause.describe());
+    let during = report.worker.in_flight.as_ref().map(|c| format!(" during {}", c.op)).unwrap_or_default();
+    let said = cloister_crash_reports::escape(
+        &format!(
+            "the worker for driver {} (pid {pid}) died{during}: {}; {place}",
+            driver.name,
+            report.cause.describe()
+        ),
+        false,
+    );
     eprintln!("cloister: {said}");
     said
 }

@@ -70,14 +70,13 @@ impl Cage {
         sandbox: &SandboxOptions,
         learn: Option<&std::sync::Arc<crate::broker::LearnSink>>,
     ) -> Result<Self, String> {
+        // A fresh folder with a random name, whatever the base: another user who can write to
+        // the base (the shared /tmp without XDG_RUNTIME_DIR) cannot have prepared it.
         let base = std::env::var_os("XDG_RUNTIME_DIR")
             .map(PathBuf::from)
-            .filter(|p| p.is_dir())
+            .filter(|p| cloister_ipc::private::check_private(p).is_ok())
             .unwrap_or_else(std::env::temp_dir);
-        let dir = base.join(format!("cloister-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        set_mode(&dir, 0o700);
+        let dir = cloister_ipc::private::fresh_dir(&base, "cloister-run-").map_err(|e| e.to_string())?;
         let vendors = dir.join("vendors");
         let direct_vendors = dir.join("direct-vendors");
         let libdir = dir.join("lib");
@@ -141,11 +140,6 @@ impl Drop for Cage {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn set_mode(p: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
 }
 
 /// The drivers to cage: all registered ones, or the one `--driver` names.

@@ -356,7 +356,14 @@ fn crashes(action: Option<CrashesCmd>) -> Result<ExitCode, String> {
             }
             println!("{:>5}  {:<22}  {:<60}  cause", "count", "latest", "signature");
             for (signature, count, newest) in cloister_crash_reports::group(&all) {
-                println!("{count:>5}  {:<22}  {signature:<60}  {}", newest.id, newest.report.cause.describe());
+                // Report files are data, possibly written by a hostile worker's run: escaped.
+                let e = |t: &str| cloister_crash_reports::escape(t, false);
+                println!(
+                    "{count:>5}  {:<22}  {:<60}  {}",
+                    e(&newest.id),
+                    e(&signature),
+                    e(&newest.report.cause.describe())
+                );
             }
             println!("\n{} reports in {}; `cloister crashes show ID` prints one", all.len(), dir.display());
         }
@@ -369,31 +376,38 @@ fn crashes(action: Option<CrashesCmd>) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The per-user socket, in a folder only this user can enter.
-fn user_socket() -> std::path::PathBuf {
-    let dir = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(std::path::PathBuf::from)
-        // SAFETY: getuid cannot fail.
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("cloister-{}", unsafe { libc::getuid() })));
-    dir.join("cloister").join("broker.sock")
-}
-
 fn run_broker(
     socket: Option<std::path::PathBuf>,
     driver: Option<&str>,
     exit_with_parent: bool,
     sandbox: &cage::SandboxOptions,
 ) -> Result<ExitCode, String> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::DirBuilderExt;
     let install = Install::locate()?;
     let drivers = cage::choose_drivers(&install, driver)?;
-    let path = socket.unwrap_or_else(user_socket);
-    let dir = path.parent().ok_or("socket path has no folder")?;
-    let created = !dir.exists();
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    if created || dir.file_name().is_some_and(|n| n == "cloister") {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
-    }
+    let path = match socket {
+        // A folder the caller named: made private if we create it; if it exists, it is theirs
+        // to choose (the shim's private broker passes a fresh mkdtemp folder).
+        Some(path) => {
+            let dir = path.parent().ok_or("socket path has no folder")?;
+            if !dir.exists() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
+            path
+        }
+        // The per-user socket: every folder on the way must be ours and private, never one
+        // another user prepared.
+        None => {
+            let (base, path) = cloister_ipc::private::user_socket();
+            let dir = path.parent().ok_or("socket path has no folder")?;
+            cloister_ipc::private::ensure_private_under(&base, dir).map_err(|e| e.to_string())?;
+            path
+        }
+    };
     if path.exists() {
         // A live broker answers; a stale socket from a dead one is replaced.
         if std::os::unix::net::UnixStream::connect(&path).is_ok() || seqpacket_alive(&path) {

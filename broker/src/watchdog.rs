@@ -9,8 +9,15 @@ pub use cloister_ipc::deadlines::Deadlines;
 use cloister_ipc::recorder::{now_ns, FlightRecorder};
 
 /// Watches `recorder` until `exited` is set; kills `pid` if a call outlives its deadline, after
-/// noting the call in the recorder for the report.
-pub fn watch(pid: u32, recorder: Arc<FlightRecorder>, exited: Arc<AtomicBool>, deadlines: Deadlines) {
+/// noting the call in `verdict` (broker memory: the report's cause is what the watchdog did, not
+/// what the worker-writable recorder says).
+pub fn watch(
+    pid: u32,
+    recorder: Arc<FlightRecorder>,
+    exited: Arc<AtomicBool>,
+    deadlines: Deadlines,
+    verdict: Arc<crate::broker::Verdict>,
+) {
     let tick = Duration::from_millis(50.min(deadlines.info_ms.max(1)));
     while !exited.load(Ordering::Acquire) {
         std::thread::sleep(tick);
@@ -20,8 +27,7 @@ pub fn watch(pid: u32, recorder: Arc<FlightRecorder>, exited: Arc<AtomicBool>, d
             .into_iter()
             .find(|c| now.saturating_sub(c.start_ns) / 1_000_000 > deadlines.for_op(c.op));
         if let Some(call) = hung {
-            let index = cloister_ipc::deadlines::op_index(call.op).map_or(0, |i| i + 1);
-            recorder.header().hung_op.store(index, Ordering::Release);
+            verdict.hung(call.op);
             // SAFETY: killing our own child, not yet reaped (the reaper sets `exited` first).
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             return;

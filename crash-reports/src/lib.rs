@@ -34,8 +34,20 @@ pub struct CrashReport {
     pub driver: String,
     pub library: String,
     pub profile: String,
-    pub device: Option<String>,
+    /// What the broker itself saw: the wait status, its seccomp supervisor, its watchdog.
     pub cause: Cause,
+    /// Groups repeats of the same crash.
+    pub signature: String,
+    /// What the worker wrote into its flight recorder. The worker may be hostile, so none of
+    /// this is evidence, and text from here is printed with control characters escaped.
+    #[serde(rename = "reported_by_the_worker_untrusted", default)]
+    pub worker: WorkerReported,
+}
+
+/// The flight recorder's account, written by the worker (untrusted).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerReported {
+    pub device: Option<String>,
     pub in_flight: Option<RecordedCall>,
     pub last_calls: Vec<RecordedCall>,
     /// The last program the driver was given to build, and its build options.
@@ -43,8 +55,30 @@ pub struct CrashReport {
     pub program_source: Option<String>,
     #[serde(default)]
     pub build_options: Option<String>,
-    /// Groups repeats of the same crash.
-    pub signature: String,
+    /// The system call the worker's own SIGSYS handler says seccomp trapped.
+    #[serde(default)]
+    pub trapped_syscall: Option<i64>,
+}
+
+/// `text` safe to print on a terminal: control characters (escape sequences, carriage returns,
+/// backspaces), bidirectional overrides and other invisible formatting are shown as `\u{..}`
+/// escapes; `\n` is kept only where `keep_newlines` says so.
+pub fn escape(text: &str, keep_newlines: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let invisible =
+            matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}');
+        if c == '\n' && keep_newlines {
+            out.push(c);
+        } else if c == '\\' {
+            out.push_str("\\\\");
+        } else if c.is_control() || invisible {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl Cause {
@@ -102,33 +136,39 @@ impl CrashReport {
             driver: driver.into(),
             library: library.into(),
             profile: profile.into(),
-            device: None,
             cause,
-            in_flight: None,
-            last_calls: Vec::new(),
-            program_source: None,
-            build_options: None,
             signature,
+            worker: WorkerReported::default(),
         }
     }
 
-    /// Writes the report as `<dir>/<time>-<pid>.json` and returns its path.
+    /// Writes the report as `<dir>/<time>-<pid>.json` (0600: it holds the application's kernel
+    /// source) in a folder only this user can enter, and returns its path.
     pub fn write(&self, dir: &Path) -> std::io::Result<PathBuf> {
-        std::fs::create_dir_all(dir)?;
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        // A folder made by an older cloister (0755) is closed too.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         let path = dir.join(format!("{}-{}.json", self.time, self.pid));
         let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, json)?;
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        f.write_all(&json)?;
+        drop(f);
         std::fs::rename(&tmp, &path)?;
         Ok(path)
     }
 }
 
-/// `$XDG_STATE_HOME/cloister/crashes` (default `~/.local/state/cloister/crashes`).
+/// `$XDG_STATE_HOME/cloister/crashes` (default `~/.local/state/cloister/crashes`, with the home
+/// from the password database when `HOME` is unset).
 pub fn crash_dir() -> Option<PathBuf> {
     let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+        .or_else(|| cloister_ipc::private::home_dir().map(|h| h.join(".local/state")))?;
     Some(state.join("cloister").join("crashes"))
 }
 
@@ -145,7 +185,7 @@ mod tests {
             42,
             Cause::Signal { signal: 11, fault_address: Some(0x10) },
         );
-        r.in_flight = Some(RecordedCall { op: "BuildProgram".into(), lane: 1, start_ns: 5, end_ns: None });
+        r.worker.in_flight = Some(RecordedCall { op: "BuildProgram".into(), lane: 1, start_ns: 5, end_ns: None });
         assert_eq!(r.signature, "pocl:SIGSEGV");
         let json = serde_json::to_string(&r).unwrap();
         assert!(json.contains("\"kind\":\"signal\""), "{json}");
@@ -194,47 +234,75 @@ pub fn group(reports: &[Stored]) -> Vec<(String, usize, &Stored)> {
     groups
 }
 
-/// A report for people.
+/// A report for people. Everything the worker wrote is under its own heading and escaped.
 pub fn render(s: &Stored) -> String {
     let r = &s.report;
+    let e = |t: &str| escape(t, false);
     let mut out = format!(
         "crash {}\n  driver:    {} ({})\n  profile:   {}\n  worker:    pid {}\n  time:      {} (Unix seconds)\n  cause:     {}\n  signature: {}\n",
-        s.id,
-        r.driver,
-        r.library,
-        r.profile,
+        e(&s.id),
+        e(&r.driver),
+        e(&r.library),
+        e(&r.profile),
         r.pid,
         r.time,
-        r.cause.describe(),
-        r.signature
+        e(&r.cause.describe()),
+        e(&r.signature)
     );
-    if let Some(d) = &r.device {
-        out.push_str(&format!("  device:    {d}\n"));
+    let w = &r.worker;
+    out.push_str("  reported by the worker (untrusted):\n");
+    if let Some(d) = &w.device {
+        out.push_str(&format!("    device:    {}\n", e(d)));
     }
-    if let Some(c) = &r.in_flight {
-        out.push_str(&format!("  in flight: {} on lane {}\n", c.op, c.lane));
+    if let Some(nr) = w.trapped_syscall {
+        out.push_str(&format!("    says seccomp trapped system call {nr}\n"));
     }
-    if let Some(o) = &r.build_options {
-        out.push_str(&format!("  build options: {o}\n"));
+    if let Some(c) = &w.in_flight {
+        out.push_str(&format!("    in flight: {} on lane {}\n", e(&c.op), c.lane));
     }
-    if let Some(src) = &r.program_source {
-        out.push_str("  last program source:\n");
+    if let Some(o) = &w.build_options {
+        out.push_str(&format!("    build options: {}\n", e(o)));
+    }
+    if let Some(src) = &w.program_source {
+        out.push_str("    last program source:\n");
         for line in src.lines().take(40) {
-            out.push_str(&format!("    | {line}\n"));
+            out.push_str(&format!("      | {}\n", e(line)));
         }
     }
-    if !r.last_calls.is_empty() {
-        out.push_str("  last calls (oldest first):\n");
-        for c in &r.last_calls {
+    if !w.last_calls.is_empty() {
+        out.push_str("    last calls (oldest first):\n");
+        for c in &w.last_calls {
             let took = c
                 .end_ns
-                .map(|e| format!("{} us", e.saturating_sub(c.start_ns) / 1000))
+                .map(|end| format!("{} us", end.saturating_sub(c.start_ns) / 1000))
                 .unwrap_or_else(|| "unfinished".into());
-            out.push_str(&format!("    {:<28} lane {:<4} {took}\n", c.op, c.lane));
+            out.push_str(&format!("      {:<28} lane {:<4} {took}\n", e(&c.op), c.lane));
         }
     }
-    out.push_str(&format!("  file:      {}\n", s.path.display()));
+    out.push_str(&format!("  file:      {}\n", e(&s.path.display().to_string())));
     out
+}
+
+#[cfg(test)]
+mod escape_tests {
+    use super::*;
+
+    #[test]
+    fn worker_text_cannot_reach_the_terminal() {
+        let hostile = "dev\x1b[2J\x1b[HPassword: \r\x08\u{202e}x\u{9b}31m\\";
+        let shown = escape(hostile, false);
+        assert!(!shown.chars().any(|c| c.is_control()), "{shown:?}");
+        assert_eq!(shown, "dev\\u{1b}[2J\\u{1b}[HPassword: \\u{d}\\u{8}\\u{202e}x\\u{9b}31m\\\\");
+        assert_eq!(escape("a\nb", true), "a\nb");
+        assert_eq!(escape("a\nb", false), "a\\u{a}b");
+        let mut r = CrashReport::new("d", "l", "p", 1, Cause::Exit { status: 1 });
+        r.worker.device = Some(hostile.into());
+        r.worker.program_source = Some(format!("ok\n{hostile}"));
+        r.worker.build_options = Some(hostile.into());
+        let text = render(&Stored { id: "x".into(), path: "/r.json".into(), report: r });
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        assert!(text.contains("reported by the worker (untrusted)"), "{text}");
+    }
 }
 
 #[cfg(test)]
@@ -262,6 +330,10 @@ mod listing_tests {
         assert_eq!(groups.len(), 2);
         assert_eq!((groups[0].0.as_str(), groups[0].1), ("pocl:SIGSEGV", 2));
         assert!(render(&all[0]).contains("killed by signal 11 (SIGSEGV)"));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700, "the reports' folder is private");
+        assert_eq!(mode(&all[0].path), 0o600, "a report is private");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -12,6 +12,7 @@ pub mod fuzzing;
 pub mod handshake;
 pub mod image;
 pub mod lane;
+pub mod private;
 pub mod recorder;
 pub mod shm;
 pub mod wire;

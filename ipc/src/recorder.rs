@@ -37,9 +37,11 @@ pub struct RingEntry {
 #[repr(C)]
 pub struct RecorderHeader {
     pub magic: AtomicU64,
-    /// The system call seccomp trapped, or -1.
+    /// The system call the worker's own SIGSYS handler says seccomp trapped, or -1 (reported
+    /// as the worker's word only).
     pub trapped_syscall: AtomicI64,
-    /// Set by the broker's watchdog: `deadlines::all_ops` index + 1 of the call that hung, or 0.
+    /// Unused by the broker (kept for the layout): the watchdog's and the seccomp supervisor's
+    /// verdicts stay in broker memory, since the worker can write anything here.
     pub hung_op: AtomicU32,
     pub next_slot: AtomicU32,
     /// Entries written to the ring so far (the ring holds the last `RING`).

@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use cloister_ipc::handshake::Hello;
+use cloister_ipc::private;
 use cloister_ipc::{channel, BrokerReply, BrokerRequest};
 
 use crate::conn::{Conn, DeathWatcher};
@@ -173,15 +174,6 @@ fn respawn(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, String> {
     Conn::connect(grant_fd, &grant_driver, Some(&reuse))
 }
 
-/// The per-user broker's socket (`cloister broker`).
-fn user_socket() -> std::path::PathBuf {
-    let dir = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(std::path::PathBuf::from)
-        // SAFETY: getuid cannot fail.
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("cloister-{}", unsafe { libc::getuid() })));
-    dir.join("cloister").join("broker.sock")
-}
-
 /// The `cloister` binary beside this library (the shim finds its own file with dladdr).
 fn cloister_binary() -> Option<std::path::PathBuf> {
     // SAFETY: dladdr on an address inside this library fills a Dl_info with static strings.
@@ -201,7 +193,14 @@ fn start_private_broker() -> Result<(OwnedFd, String), String> {
     let bin = cloister_binary().ok_or(
         "no broker: set CLOISTER_SOCKET, run `cloister broker`, or start the application with `cloister run -- APP`",
     )?;
-    let path = std::env::temp_dir().join(format!("cloister-private-{}", std::process::id())).join("broker.sock");
+    // A fresh folder with a random name (mkdtemp, 0700): no other user can have put a socket
+    // where our broker will listen.
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        .filter(|p| private::check_private(p).is_ok())
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = private::fresh_dir(&base, "cloister-private-").map_err(|e| e.to_string())?;
+    let path = dir.join("broker.sock");
     let mut child = std::process::Command::new(&bin)
         .args(["broker", "--exit-with-parent", "--socket"])
         .arg(&path)
@@ -212,12 +211,14 @@ fn start_private_broker() -> Result<(OwnedFd, String), String> {
     let shown = path.display().to_string();
     for _ in 0..200 {
         if let Ok(sock) = connect_seqpacket(&shown) {
+            private::check_peer_is_us(sock.as_raw_fd(), &path)?;
             std::thread::spawn(move || {
                 let _ = child.wait();
             });
             return Ok((sock, shown));
         }
         if let Ok(Some(status)) = child.try_wait() {
+            let _ = std::fs::remove_dir(&dir);
             return Err(format!("the private broker exited: {status}"));
         }
         std::thread::sleep(Duration::from_millis(25));
@@ -227,14 +228,16 @@ fn start_private_broker() -> Result<(OwnedFd, String), String> {
 
 fn connect() -> Result<Runtime, String> {
     let (sock, path) = match std::env::var("CLOISTER_SOCKET") {
-        Ok(path) => (connect_seqpacket(&path).map_err(|e| format!("cannot reach the broker at {path}: {e}"))?, path),
-        Err(_) => {
-            let user = user_socket().display().to_string();
-            match connect_seqpacket(&user) {
-                Ok(sock) => (sock, user),
-                Err(_) => start_private_broker()?,
-            }
+        Ok(path) => {
+            let sock = connect_seqpacket(&path).map_err(|e| format!("cannot reach the broker at {path}: {e}"))?;
+            // Nothing (not even the hello with our stdio) goes to another user's process.
+            private::check_peer_is_us(sock.as_raw_fd(), std::path::Path::new(&path))?;
+            (sock, path)
         }
+        Err(_) => match user_broker() {
+            Some(found) => found,
+            None => start_private_broker()?,
+        },
     };
     let _ = path;
     // Two pipes go with the hello, never our own stdout and stderr (a terminal the driver could
@@ -279,6 +282,27 @@ fn connect() -> Result<Runtime, String> {
         }
     }
     Ok(Runtime { slots, broker: Some(Mutex::new(sock)) })
+}
+
+/// The per-user broker (`cloister broker`), if one of ours listens: its folders must be private
+/// to us and its process must run as us. One that is not is named once and passed over.
+fn user_broker() -> Option<(OwnedFd, String)> {
+    let (base, path) = private::user_socket();
+    let shown = path.display().to_string();
+    let dir = path.parent()?;
+    if !path.exists() {
+        return None;
+    }
+    if let Err(e) = private::check_private_under(&base, dir) {
+        warn(&format!("ignoring the broker socket {shown}: {e}"));
+        return None;
+    }
+    let sock = connect_seqpacket(&shown).ok()?;
+    if let Err(e) = private::check_peer_is_us(sock.as_raw_fd(), &path) {
+        warn(&e);
+        return None;
+    }
+    Some((sock, shown))
 }
 
 /// Greets a new worker; one that dies before its welcome (a driver crashing while it

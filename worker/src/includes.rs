@@ -2,6 +2,11 @@
 //! folder the driver can read (see the shim's `includes` module for why). The folder is named
 //! after the headers' contents, so an unchanged set of headers gives the driver the same build
 //! options as last time and its kernel cache still hits; an edited header gives a new folder.
+//!
+//! The folders live in the driver's cache, which every application of this user shares with
+//! that driver, and which a compromised worker can write. So a folder is reused only when it
+//! holds exactly the set it is named after (same folders, same files, same bytes, no links, no
+//! extra files); anything else is moved aside and staged afresh.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Component, Path, PathBuf};
@@ -72,17 +77,85 @@ fn prune(base: &Path) {
     }
 }
 
-/// Stages the headers (once per distinct set) and returns the build options with `-I`
-/// pointing at the copies.
-pub fn stage(inc: &AppIncludes, options: Option<&[u8]>) -> Result<Vec<u8>, cl_int> {
+/// Whether `root` holds exactly `inc`: every folder and file it names, with the same bytes,
+/// and nothing else (a planted extra header would shadow a system one); no links anywhere.
+fn holds_exactly(root: &Path, inc: &AppIncludes) -> bool {
+    use std::collections::BTreeMap;
+    let mut expected: BTreeMap<PathBuf, Option<&[u8]>> = BTreeMap::new();
+    let add_dirs = |p: &Path, expected: &mut BTreeMap<PathBuf, Option<&[u8]>>| {
+        for a in p.ancestors().take_while(|a| a.starts_with(root) && *a != root) {
+            expected.entry(a.to_path_buf()).or_insert(None);
+        }
+    };
+    for d in &inc.dirs {
+        let Some(p) = inside(root, d) else { return false };
+        add_dirs(&p, &mut expected);
+    }
+    for (path, bytes) in &inc.files {
+        let Some(p) = inside(root, path) else { return false };
+        if let Some(parent) = p.parent() {
+            add_dirs(parent, &mut expected);
+        }
+        expected.insert(p, Some(bytes));
+    }
+    let mut seen = 0usize;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { return false };
+        for entry in entries {
+            let Ok(entry) = entry else { return false };
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { return false };
+            match expected.get(&path) {
+                Some(None) if meta.file_type().is_dir() => stack.push(path),
+                Some(Some(bytes)) if meta.file_type().is_file() => {
+                    if std::fs::read(&path).ok().as_deref() != Some(*bytes) {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+            seen += 1;
+        }
+    }
+    seen == expected.len()
+}
+
+/// `<TMPDIR>/cloister-includes`, made again if something else took its place.
+fn staging_base() -> Result<PathBuf, cl_int> {
     let base = std::env::temp_dir().join("cloister-includes");
+    match std::fs::symlink_metadata(&base) {
+        Ok(m) if m.file_type().is_dir() => {}
+        Ok(_) => std::fs::remove_file(&base).map_err(|_| CL_OUT_OF_HOST_MEMORY)?,
+        Err(_) => {}
+    }
     std::fs::create_dir_all(&base).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+    Ok(base)
+}
+
+/// Stages the headers (once per distinct set, checked on reuse) and returns the build options
+/// with `-I` pointing at the copies.
+pub fn stage(inc: &AppIncludes, options: Option<&[u8]>) -> Result<Vec<u8>, cl_int> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let base = staging_base()?;
     let root = base.join(content_name(inc));
-    if root.is_dir() {
+    let exists = std::fs::symlink_metadata(&root).is_ok();
+    if exists && holds_exactly(&root, inc) {
         // Used again: keep it among the recent ones.
         let _ = std::fs::File::open(&root).and_then(|f| f.set_modified(std::time::SystemTime::now()));
     } else {
+        if exists {
+            // Not what its name says: move it out of the way (a rename works on a file, a
+            // link or a folder alike) and stage the set again.
+            let aside = base.join(format!(".bad-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+            if std::fs::rename(&root, &aside).is_ok() {
+                let _ = std::fs::remove_dir_all(&aside).or_else(|_| std::fs::remove_file(&aside));
+            }
+        }
         write_set(&base, &root, inc)?;
+        if !holds_exactly(&root, inc) {
+            return Err(CL_OUT_OF_HOST_MEMORY);
+        }
         prune(&base);
     }
     let mut flags = Vec::new();
@@ -126,5 +199,12 @@ mod tests {
         let b = dir_of(stage(&set("#define X 2"), Some(b"-DY")).unwrap());
         assert_ne!(a, b);
         assert_eq!(std::fs::read(Path::new(&b).join("x.h")).unwrap(), b"#define X 2");
+        // Tampered with (as another application's compromised worker could): staged afresh.
+        std::fs::write(Path::new(&a).join("x.h"), b"#define X 666").unwrap();
+        assert_eq!(a, dir_of(stage(&set("#define X 1"), Some(b"-DY")).unwrap()));
+        assert_eq!(std::fs::read(Path::new(&a).join("x.h")).unwrap(), b"#define X 1");
+        std::fs::write(Path::new(&a).join("stdio.h"), b"planted").unwrap();
+        assert_eq!(a, dir_of(stage(&set("#define X 1"), Some(b"-DY")).unwrap()));
+        assert!(!Path::new(&a).join("stdio.h").exists(), "an extra header is not kept");
     }
 }

@@ -5,8 +5,9 @@
 //! (clEnqueueNDRangeKernel), `finish` (clFinish). Actions: crashes (`segv`, `abort`, `bus`,
 //! `exit`, `async-segv` a moment after the call returned), `hang`, `closefds`, and attacks that
 //! a caged driver must not be able to make (`exec`, `connect`, `readhome`, `writeout`,
-//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`, `shrink-shm`, `tty`,
-//! `spawn-sleeper`; `linger` makes the process never exit). Each attack prints
+//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`, `shrink-shm`, `tty`, `spawn-sleeper`;
+//! `linger` makes the process never exit); against later runs and the reports: `forge-report`,
+//! `poison-headers`, `tmp-file`; `whereami` prints the worker's HOME). Each attack prints
 //! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
 //!
 //! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
@@ -125,6 +126,18 @@ fn fault_point(point: &str) {
                 libc::atexit(forever);
                 eprintln!("faultcl: linger armed");
             }
+            // Lies in the flight recorder (fd 4 in the worker): escape sequences in its text
+            // fields, a hang and a trapped system call that never happened; then a real SIGSEGV.
+            "forge-report" => {
+                forge_recorder();
+                std::ptr::write_volatile(16 as *mut u32, 1);
+            }
+            // Says where the worker's HOME (its cache) is, for the tests to check its owner.
+            "whereami" => eprintln!("faultcl: home={}", std::env::var("HOME").unwrap_or_default()),
+            // Rewrites every staged header of every application in this driver's cache.
+            "poison-headers" => report("poison-headers", poison_headers()),
+            // Replaces the cache's tmp (the worker's TMPDIR) with a file.
+            "tmp-file" => report("tmp-file", tmp_to_file()),
             other => eprintln!("faultcl: unknown action {other}"),
         }
     }
@@ -221,6 +234,57 @@ fn spawn_sleeper() -> Result<(), String> {
     } else {
         Err(std::io::Error::from_raw_os_error(rc).to_string())
     }
+}
+
+fn forge_recorder() {
+    use cloister_ipc::recorder::{FlightRecorder, RECORDER_BYTES, RECORDER_FD};
+    use std::os::fd::FromRawFd;
+    // SAFETY: dup of the worker's recorder fd; the copy is ours to own.
+    let fd = unsafe { libc::dup(RECORDER_FD) };
+    if fd < 0 {
+        eprintln!("faultcl: forge-report: no recorder: {}", errno());
+        return;
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let Ok(region) = cloister_ipc::shm::SharedRegion::from_fd(fd, RECORDER_BYTES) else { return };
+    let Ok(rec) = FlightRecorder::from_region(region) else { return };
+    let h = rec.header();
+    let lie = b"\x1b[2J\x1b[HPassword: \x07\r\x1b]0;pwned\x07";
+    h.device.set(lie);
+    h.program_source.set(lie);
+    h.build_options.set(lie);
+    h.hung_op.store(1, std::sync::atomic::Ordering::Release);
+    h.trapped_syscall.store(libc::SYS_execve, std::sync::atomic::Ordering::Release);
+    // The mapping stays: the broker reads it after we die.
+    std::mem::forget(rec);
+}
+
+fn poison_headers() -> Result<(), String> {
+    let base = std::env::temp_dir().join("cloister-includes");
+    let mut stack = vec![base];
+    let mut n = 0;
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "h") {
+                std::fs::write(&path, b"#define VAL 66\n").map_err(|e| e.to_string())?;
+                n += 1;
+            }
+        }
+    }
+    if n == 0 {
+        return Err("no staged header found".into());
+    }
+    Ok(())
+}
+
+fn tmp_to_file() -> Result<(), String> {
+    let tmp = std::env::temp_dir();
+    std::fs::remove_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::write(&tmp, b"not a folder").map_err(|e| e.to_string())
 }
 
 fn exec_shell() -> Result<(), String> {
