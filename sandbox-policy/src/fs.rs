@@ -9,11 +9,47 @@ use landlock::{Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, Rule
 use crate::profile::Profile;
 use crate::{LayerState, SandboxError};
 
+/// `path`, or when its last component ends in `*`, the entries of its folder that start with
+/// the rest (device nodes whose count differs between machines: `/dev/nvidia*`).
+fn expand(path: &str) -> Vec<String> {
+    let Some(prefix) = path.strip_suffix('*') else { return vec![path.to_string()] };
+    let (dir, start) = prefix.rsplit_once('/').unwrap_or(("", prefix));
+    let Ok(entries) = std::fs::read_dir(if dir.is_empty() { "/" } else { dir }) else { return vec![] };
+    let mut out: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(start))
+        .map(|n| format!("{dir}/{n}"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// `/proc/self` resolves to the worker's own /proc/PID directory, and landlock rules hold on to
+/// inodes: the rule covers this process's entries (and its threads'), nobody else's. procfs
+/// may drop and recreate an unused /proc/PID dentry with a new inode, which would silently end
+/// the rule (the driver would be denied, never granted more); an open O_PATH descriptor keeps
+/// the directory in use for the worker's life.
+fn pin_proc_self(path: &str) {
+    if path == "/proc/self" {
+        if let Ok(fd) = PathFd::new(path) {
+            std::mem::forget(fd);
+        }
+    }
+}
+
 fn add(
-    ruleset: landlock::RulesetCreated,
+    mut ruleset: landlock::RulesetCreated,
     path: &str,
     access: landlock::BitFlags<AccessFs>,
 ) -> Result<landlock::RulesetCreated, SandboxError> {
+    if path.ends_with('*') {
+        for p in expand(path) {
+            ruleset = add(ruleset, &p, access)?;
+        }
+        return Ok(ruleset);
+    }
+    pin_proc_self(path);
     let Ok(fd) = PathFd::new(path) else {
         return Ok(ruleset);
     };
@@ -61,4 +97,58 @@ pub fn apply(profile: &Profile, private_dirs: &[&Path], extra_read: &[&Path]) ->
         RulesetStatus::PartiallyEnforced => LayerState::On, // an older ABI: still confining
         RulesetStatus::NotEnforced => LayerState::Off("the kernel does not enforce landlock".into()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trailing_star_matches_the_entries_present() {
+        let dir = std::env::temp_dir().join(format!("cloister-expand-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for n in ["nvidia0", "nvidiactl", "other"] {
+            std::fs::write(dir.join(n), "").unwrap();
+        }
+        let d = dir.display().to_string();
+        assert_eq!(expand(&format!("{d}/nvidia*")), vec![format!("{d}/nvidia0"), format!("{d}/nvidiactl")]);
+        assert_eq!(expand(&format!("{d}/none*")), Vec::<String>::new());
+        assert_eq!(expand("/dev/null"), vec!["/dev/null".to_string()]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// In a child confined by the pocl profile: its own /proc entries and the CPU facts read,
+    /// its parent's environment (same uid: only landlock stands in the way), /etc/shadow and
+    /// programs in /usr/bin do not.
+    #[test]
+    fn proc_is_the_workers_own_and_programs_are_unreadable() {
+        let profile = Profile::builtin("pocl").unwrap();
+        let parent = std::process::id();
+        let r = crate::testutil::in_child(move || {
+            // SAFETY: prctl with constant arguments.
+            unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+            if apply(&profile, &[], &[]).map_err(|e| e.to_string())? != LayerState::On {
+                return Err("landlock not enforced".into());
+            }
+            for ok in ["/proc/self/status", "/proc/self/maps", "/proc/cpuinfo", "/proc/meminfo", "/proc/self/mounts"] {
+                std::fs::read(ok).map_err(|e| format!("{ok} should be readable: {e}"))?;
+            }
+            // A thread's view too.
+            std::thread::spawn(|| std::fs::read("/proc/thread-self/status").map(|_| ()))
+                .join()
+                .map_err(|_| "thread panicked".to_string())?
+                .map_err(|e| format!("/proc/thread-self/status: {e}"))?;
+            let parent_env = format!("/proc/{parent}/environ");
+            for denied in
+                [parent_env.as_str(), "/proc/1/environ", "/proc/kallsyms", "/etc/shadow", "/usr/bin/dash", "/bin/sh"]
+            {
+                if std::fs::read(denied).is_ok() {
+                    return Err(format!("{denied} should be denied"));
+                }
+            }
+            std::fs::read("/usr/bin/ld").map_err(|e| format!("the linker should stay readable: {e}"))?;
+            Ok(())
+        });
+        assert_eq!(r, Ok(()));
+    }
 }
