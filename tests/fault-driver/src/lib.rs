@@ -5,7 +5,10 @@
 //! (clEnqueueNDRangeKernel), `finish` (clFinish). Actions: crashes (`segv`, `abort`, `bus`,
 //! `exit`, `async-segv` a moment after the call returned), `hang`, `closefds`, and attacks that
 //! a caged driver must not be able to make (`exec`, `connect`, `readhome`, `writeout`,
-//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`). Each attack prints
+//! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`; and against the cage itself: `caps`
+//! (holds any capability), `parent-environ` (reads the parent's /proc environ),
+//! `sigqueue-parent`, `ioctl-tiocsti`, `vfork-chain` (65 vfork-style children alive at once),
+//! `broker` (asks the broker socket named by CLOISTER_FAULT_FILE for workers)). Each attack prints
 //! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
 //!
 //! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
@@ -147,7 +150,7 @@ fn exec_shell() -> Result<(), String> {
 fn holds_capabilities() -> Result<(), String> {
     let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
     let sets: Vec<&str> = status.lines().filter(|l| l.starts_with("Cap")).collect();
-    let held = sets.iter().any(|l| l.split_whitespace().nth(1).is_some_and(|v| v.trim_start_matches('0') != ""));
+    let held = sets.iter().any(|l| l.split_whitespace().nth(1).is_some_and(|v| !v.trim_start_matches('0').is_empty()));
     if held {
         Ok(())
     } else {
