@@ -154,13 +154,21 @@ mod tests {
                 .map_err(|_| "thread panicked".to_string())?
                 .map_err(|e| format!("/proc/thread-self/status: {e}"))?;
             let parent_env = format!("/proc/{parent}/environ");
-            for denied in
-                [parent_env.as_str(), "/proc/1/environ", "/proc/kallsyms", "/etc/shadow", "/usr/bin/dash", "/bin/sh"]
-            {
+            for denied in [
+                parent_env.as_str(),
+                "/proc/1/environ",
+                "/proc/kallsyms",
+                "/etc/shadow",
+                "/usr/bin/dash",
+                "/bin/sh",
+                "/sys/bus/pci/devices/0000:00:00.0/config",
+                "/sys/kernel/notes",
+            ] {
                 if std::fs::read(denied).is_ok() {
                     return Err(format!("{denied} should be denied"));
                 }
             }
+            std::fs::read("/sys/devices/system/cpu/online").map_err(|e| format!("CPU topology: {e}"))?;
             std::fs::read("/usr/bin/ld").map_err(|e| format!("the linker should stay readable: {e}"))?;
             // Signals stay inside the cage (landlock scope, on kernels from 6.12).
             // SAFETY: signal 0 only checks permission.
