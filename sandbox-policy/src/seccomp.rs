@@ -88,10 +88,22 @@ pub enum Spawning {
     Unsupervised,
 }
 
-/// Does a `clone` with these flags start a vfork-style child (not a thread, not a fork)?
+/// `clone` flags that make new namespaces. A child in a user namespace of its own holds every
+/// capability there (`CAP_NET_ADMIN` over a new network namespace: nf_tables, packet sockets),
+/// which unprivileged processes may create: no cage process may.
+pub const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET) as u64;
+
+/// Does a `clone` with these flags start a vfork-style child (not a thread, not a fork, in no
+/// new namespace)?
 pub fn is_vfork_clone(flags: u64) -> bool {
     let vfork = (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
-    flags & vfork == vfork && flags & libc::CLONE_THREAD as u64 == 0
+    flags & (vfork | libc::CLONE_THREAD as u64 | NAMESPACE_FLAGS) == vfork
 }
 
 /// Builds the filters for `profile`, vfork-style children going to the supervisor.
@@ -118,11 +130,11 @@ pub fn build_with(profile: &Profile, spawning: Spawning) -> Result<Vec<BpfProgra
     }
     // Threads always; vfork-style children only if the profile allows spawning (and then
     // through the supervisor, which bounds them); never fork.
-    let mut clone_rules =
-        vec![rule(vec![cond(0, SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64), libc::CLONE_THREAD as u64)?])?];
+    let thread = libc::CLONE_THREAD as u64;
+    let mut clone_rules = vec![rule(vec![cond(0, SeccompCmpOp::MaskedEq(thread | NAMESPACE_FLAGS), thread)?])?];
     if profile.spawn && spawning == Spawning::Unsupervised {
         let vfork = (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
-        clone_rules.push(rule(vec![cond(0, SeccompCmpOp::MaskedEq(vfork), vfork)?])?);
+        clone_rules.push(rule(vec![cond(0, SeccompCmpOp::MaskedEq(vfork | thread | NAMESPACE_FLAGS), vfork)?])?);
     }
     allow.insert(libc::SYS_clone, clone_rules);
     allow.insert(libc::SYS_clone3, vec![]);
@@ -364,6 +376,34 @@ mod tests {
         assert!(is_vfork_clone((libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u64));
         assert!(!is_vfork_clone(libc::SIGCHLD as u64));
         assert!(!is_vfork_clone((libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_THREAD) as u64));
+        assert!(!is_vfork_clone((libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWUSER) as u64));
+        assert!(!is_vfork_clone((libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWNET) as u64));
+        // A thread in a new namespace traps (the kernel would refuse some; the filter all).
+        let thread =
+            (libc::CLONE_VM | libc::CLONE_FS | libc::CLONE_FILES | libc::CLONE_SIGHAND | libc::CLONE_THREAD) as i64;
+        assert!(!allowed("pocl", || unsafe {
+            libc::syscall(libc::SYS_clone, thread | libc::CLONE_NEWNET as i64, 0, 0, 0, 0)
+        }));
+        assert!(!allowed("pocl", || unsafe {
+            libc::syscall(libc::SYS_clone, thread | libc::CLONE_NEWUTS as i64, 0, 0, 0, 0)
+        }));
+        // With no supervisor at all (old kernels), a vfork into a new user namespace still traps.
+        let p = Profile::builtin("pocl").unwrap();
+        let ended = run_in_child(move || {
+            // SAFETY: as in `allowed`.
+            unsafe {
+                libc::setrlimit(libc::RLIMIT_CORE, &libc::rlimit { rlim_cur: 0, rlim_max: 0 });
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            }
+            for f in build_with(&p, Spawning::Unsupervised).map_err(|e| e.to_string())? {
+                seccompiler::apply_filter(&f).map_err(|e| e.to_string())?;
+            }
+            let flags = (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWUSER | libc::SIGCHLD) as i64;
+            // SAFETY: trapped before the kernel runs it (a child sharing our stack otherwise).
+            unsafe { libc::syscall(libc::SYS_clone, flags, 0, 0, 0, 0) };
+            Ok(())
+        });
+        assert_eq!(ended, Ended::Signal(libc::SIGSYS));
         // A fork (no CLONE_VM) traps in every profile; with no supervisor, so does a vfork.
         assert!(!allowed("generic", || unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as i64, 0, 0, 0, 0) }));
         let vfork = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as i64;

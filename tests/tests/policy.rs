@@ -59,6 +59,7 @@ fn info_reports_every_layer() {
         "landlock: on",
         "seccomp: on",
         "network namespace: on",
+        "capabilities dropped: on",
     ] {
         assert!(t.contains(layer), "missing `{layer}` in:\n{t}");
     }
