@@ -136,34 +136,37 @@ pub enum Supervision<'a> {
     Enforce { on_violation: &'a mut dyn FnMut(i64), max_processes: Option<u64> },
 }
 
-/// The network namespace of `pid`, as the kernel names it (`net:[4026532...]`).
-fn netns_of(pid: &str) -> Option<std::path::PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
+/// The session of `pid` (`self` for the supervisor's own), from /proc/PID/stat.
+fn session_of(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name (which may hold anything, so up to the last ')'): state, ppid,
+    // pgrp, session.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(3)?.parse().ok()
 }
 
-/// How many processes live in the network namespace `ns`. Every process of a cage lives in the
-/// worker's own network namespace and cannot leave it (no capabilities), however it was
-/// started and whoever it was reparented to: counting the namespace counts the cage.
-pub fn processes_in(ns: &std::path::Path) -> u64 {
+/// How many processes live in session `sid`. The worker starts a session of its own and no
+/// caged process can leave it (`setsid` is in no profile): counting the session counts the
+/// cage, however its processes were started and whoever they were reparented to.
+pub fn processes_in_session(sid: u64) -> u64 {
     let Ok(dir) = std::fs::read_dir("/proc") else { return u64::MAX };
     dir.filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
-        .filter(|e| netns_of(&e.file_name().to_string_lossy()).as_deref() == Some(ns))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|n| session_of(n) == Some(sid))
         .count() as u64
 }
 
 /// Decides a vfork-style `clone` from `pid`: `None` lets it run, `Some(errno)` refuses it.
 /// `granted` holds the recent grants whose child may not show in /proc yet: they count too.
 fn decide_spawn(pid: u32, max: u64, granted: &mut Vec<std::time::Instant>) -> Option<i32> {
-    let Some(ns) = netns_of(&pid.to_string()) else { return Some(libc::EAGAIN) };
-    // A caller in the supervisor's own namespace is no cage (the namespace layer is off):
-    // there is nothing sound to count, so it may not spawn.
-    if netns_of("self").as_deref() == Some(ns.as_path()) {
+    let Some(sid) = session_of(&pid.to_string()) else { return Some(libc::EAGAIN) };
+    // A caller in the supervisor's own session is no cage: nothing sound to count.
+    if session_of("self") == Some(sid) {
         return Some(libc::EAGAIN);
     }
     let now = std::time::Instant::now();
     granted.retain(|t| now.duration_since(*t) < std::time::Duration::from_millis(100));
-    if processes_in(&ns) + granted.len() as u64 >= max {
+    if processes_in_session(sid) + granted.len() as u64 >= max {
         return Some(libc::EAGAIN);
     }
     granted.push(now);
@@ -336,5 +339,14 @@ mod tests {
         // ioctl numbers are recorded, by name where known; TIOCSTI never makes it in.
         assert!(p.ioctl_requests().unwrap().contains(&0x3000_0001), "{text}");
         assert!(text.contains("\"TCGETS\", # 4 calls") && text.contains("# TIOCSTI: 1 calls; never allowed"), "{text}");
+    }
+
+    #[test]
+    fn a_session_counts_its_processes() {
+        let sid = session_of("self").expect("own session");
+        assert!(processes_in_session(sid) >= 1);
+        assert_eq!(session_of(&std::process::id().to_string()), Some(sid));
+        // The supervisor's own session is no cage: spawning from it is refused.
+        assert_eq!(decide_spawn(std::process::id(), 1000, &mut Vec::new()), Some(libc::EAGAIN));
     }
 }
