@@ -156,20 +156,30 @@ pub fn processes_in_session(sid: u64) -> u64 {
         .count() as u64
 }
 
+/// The last spawn granted: its session, how many processes that session had, and when.
+type LastGrant = Option<(u64, u64, std::time::Instant)>;
+
 /// Decides a vfork-style `clone` from `pid`: `None` lets it run, `Some(errno)` refuses it.
-/// `granted` holds the recent grants whose child may not show in /proc yet: they count too.
-fn decide_spawn(pid: u32, max: u64, granted: &mut Vec<std::time::Instant>) -> Option<i32> {
+/// A child granted a moment ago may not show in /proc yet: the count waits (at most 20 ms)
+/// until the session has grown past what it was at that grant, so no grant is missed.
+fn decide_spawn(pid: u32, max: u64, last: &mut LastGrant) -> Option<i32> {
     let Some(sid) = session_of(&pid.to_string()) else { return Some(libc::EAGAIN) };
     // A caller in the supervisor's own session is no cage: nothing sound to count.
     if session_of("self") == Some(sid) {
         return Some(libc::EAGAIN);
     }
-    let now = std::time::Instant::now();
-    granted.retain(|t| now.duration_since(*t) < std::time::Duration::from_millis(100));
-    if processes_in_session(sid) + granted.len() as u64 >= max {
+    let mut count = processes_in_session(sid);
+    if let Some((last_sid, before, at)) = *last {
+        let limit = at + std::time::Duration::from_millis(20);
+        while last_sid == sid && count <= before && std::time::Instant::now() < limit {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            count = processes_in_session(sid);
+        }
+    }
+    if count >= max {
         return Some(libc::EAGAIN);
     }
-    granted.push(now);
+    *last = Some((sid, count, std::time::Instant::now()));
     None
 }
 
@@ -181,7 +191,7 @@ pub fn observe(listener: OwnedFd) -> Observed {
 /// Broker side: answers the listener until every supervised process is gone.
 pub fn supervise(listener: OwnedFd, mut mode: Supervision) -> Observed {
     let mut seen = Observed::default();
-    let mut granted = Vec::new();
+    let mut granted: LastGrant = None;
     loop {
         let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
@@ -347,6 +357,6 @@ mod tests {
         assert!(processes_in_session(sid) >= 1);
         assert_eq!(session_of(&std::process::id().to_string()), Some(sid));
         // The supervisor's own session is no cage: spawning from it is refused.
-        assert_eq!(decide_spawn(std::process::id(), 1000, &mut Vec::new()), Some(libc::EAGAIN));
+        assert_eq!(decide_spawn(std::process::id(), 1000, &mut None), Some(libc::EAGAIN));
     }
 }
