@@ -269,3 +269,42 @@ fn a_worker_cannot_ask_the_broker_for_workers() {
     assert!(caged.contains("completed without fault"), "{caged}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// As an unprivileged user the worker makes a user namespace for its network namespace, and
+/// held every capability there (CAP_NET_ADMIN: nf_tables, packet sockets). Now none. Runs when
+/// the tests run as root (which can switch users), like the broker's other-user test.
+#[test]
+fn no_capabilities_in_the_cage_as_a_user() {
+    if libc_geteuid() != 0 || !std::path::Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv to run as another user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let exe = c_client("survivor");
+    let dir = std::env::temp_dir().join(format!("cloister-attack-user-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let exe_copy = dir.join("survivor");
+    std::fs::copy(&exe, &exe_copy).unwrap();
+    std::fs::set_permissions(&exe_copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    let out = std::process::Command::new("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(cloister())
+        .args(["run", "--require-sandbox", "--profile", "pocl", "--driver"])
+        .arg(fault_driver())
+        .arg("--")
+        .arg(&exe_copy)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &home)
+        .env("CLOISTER_FAULT", "enqueue:caps")
+        .output()
+        .expect("run cloister as another user");
+    let t = text(&out);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(t.contains("faultcl: caps blocked") && t.contains("CapBnd:\t0000000000000000"), "{t}");
+    assert!(out.status.success() && t.contains("completed without fault"), "{t}");
+}
