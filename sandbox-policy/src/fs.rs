@@ -12,7 +12,9 @@ use crate::profile::Profile;
 use crate::{LayerState, SandboxError};
 
 /// `path`, or when its last component ends in `*`, the entries of its folder that start with
-/// the rest (device nodes whose count differs between machines: `/dev/nvidia*`).
+/// the rest and are not folders themselves (device nodes whose count differs between machines:
+/// `/dev/nvidia*`; a folder matched, like /dev/nvidia-caps, would give rights to create
+/// files in it).
 fn expand(path: &str) -> Vec<String> {
     let Some(prefix) = path.strip_suffix('*') else { return vec![path.to_string()] };
     let (dir, start) = prefix.rsplit_once('/').unwrap_or(("", prefix));
@@ -22,6 +24,7 @@ fn expand(path: &str) -> Vec<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with(start))
         .map(|n| format!("{dir}/{n}"))
+        .filter(|p| !Path::new(p).is_dir())
         .collect();
     out.sort();
     out
@@ -125,6 +128,7 @@ mod tests {
         for n in ["nvidia0", "nvidiactl", "other"] {
             std::fs::write(dir.join(n), "").unwrap();
         }
+        std::fs::create_dir_all(dir.join("nvidia-caps")).unwrap();
         let d = dir.display().to_string();
         assert_eq!(expand(&format!("{d}/nvidia*")), vec![format!("{d}/nvidia0"), format!("{d}/nvidiactl")]);
         assert_eq!(expand(&format!("{d}/none*")), Vec::<String>::new());
