@@ -1,5 +1,5 @@
-//! The worker's cage: process hygiene, resource limits, a network namespace, landlock and a
-//! seccomp allow-list, driven by per-driver profiles kept as reviewed data files in
+//! The worker's cage: process hygiene, resource limits, a network namespace, landlock, every
+//! capability dropped, and a seccomp allow-list, driven by per-driver profiles kept as reviewed data files in
 //! `profiles/`. Each layer reports whether it is on, and why not, so `cloister info` can show it.
 
 pub mod caps;

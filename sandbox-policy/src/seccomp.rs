@@ -1,6 +1,10 @@
-//! The seccomp layer: an allow-list from the profile, with a few calls checked by argument.
-//! Anything else traps: the worker's SIGSYS handler records the call in the flight recorder
-//! (shared with the broker) and the worker dies, so the report names the forbidden call.
+//! The seccomp layer: an allow-list from the profile, with calls checked by argument: `clone`
+//! (threads; vfork-style children through the broker's supervisor, which bounds how many live
+//! at once; never a fork, never a new namespace), the calls that name a process (only the
+//! worker itself), `ioctl` (only the profile's request numbers) and `socket` (only the profile's
+//! domains). Anything else goes to the broker's supervisor (or, on kernels without listeners,
+//! traps to the worker's SIGSYS handler), which records the call and kills the worker, so the
+//! report names the forbidden call.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
