@@ -162,6 +162,61 @@ fn peer_uid(fd: RawFd) -> std::io::Result<u32> {
     Ok(cred.uid)
 }
 
+/// Refuses a client that runs inside a cage: a worker, or anything a worker started, may not
+/// ask the broker for anything (it could have it start workers without end, or pose as an
+/// application). Every caged process lives in its worker's own network namespace and cannot
+/// leave it (it holds no capabilities), so a peer outside the broker's namespace is refused.
+/// The peer is pinned by a pidfd taken at connect time (`SO_PEERPIDFD`), so its pid cannot be
+/// reused between the look and the answer. A genuine application in another network namespace
+/// than its broker is refused too; it can use a broker of its own (`cloister run`).
+fn not_caged(fd: RawFd) -> Result<(), String> {
+    const SO_PEERPIDFD: libc::c_int = 77;
+    let mut pidfd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: pidfd/len are valid out pointers of the right size.
+    let rc = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, SO_PEERPIDFD, (&mut pidfd as *mut libc::c_int).cast(), &mut len)
+    };
+    // SAFETY: a fresh pidfd from the kernel, or none.
+    let pidfd = (rc == 0 && pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd) });
+    let pid = match &pidfd {
+        Some(p) => std::fs::read_to_string(format!("/proc/self/fdinfo/{}", p.as_raw_fd()))
+            .ok()
+            .and_then(|t| t.lines().find_map(|l| l.strip_prefix("Pid:").map(|v| v.trim().to_string())))
+            .ok_or("cannot identify the client's process")?,
+        // Kernels before 6.5: the pid from SO_PEERCRED.
+        None => peer_pid(fd).map_err(|e| format!("SO_PEERCRED: {e}"))?.to_string(),
+    };
+    let theirs = std::fs::read_link(format!("/proc/{pid}/ns/net")).map_err(|e| format!("client's namespace: {e}"))?;
+    let ours = std::fs::read_link("/proc/self/ns/net").map_err(|e| format!("own namespace: {e}"))?;
+    if let Some(p) = &pidfd {
+        // SAFETY: signal 0 through a valid pidfd only checks that the process still lives.
+        if unsafe { libc::syscall(libc::SYS_pidfd_send_signal, p.as_raw_fd(), 0, std::ptr::null::<u8>(), 0) } != 0 {
+            return Err("the client is gone".into());
+        }
+    }
+    if theirs != ours {
+        return Err(format!(
+            "client (pid {pid}) runs in another network namespace than this broker: a caged driver may not ask the broker for anything"
+        ));
+    }
+    Ok(())
+}
+
+fn peer_pid(fd: RawFd) -> std::io::Result<i32> {
+    // SAFETY: zeroed ucred is valid; getsockopt fills it.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred/len are valid out pointers of the right size.
+    let rc = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.pid)
+}
+
 fn serve_client(
     client: &OwnedFd,
     config: &BrokerConfig,
@@ -174,6 +229,11 @@ fn serve_client(
         let reason = format!("client runs as uid {uid}, this broker serves uid {me} only");
         // Read the client's hello first: closing a socket with unread data resets it, and the
         // client would see a reset instead of the reason.
+        let _ = channel::recv::<BrokerRequest>(client);
+        let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
+        return Err(reason);
+    }
+    if let Err(reason) = not_caged(client.as_raw_fd()) {
         let _ = channel::recv::<BrokerRequest>(client);
         let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
@@ -417,6 +477,14 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
     let recorder = std::sync::Arc::new(recorder);
     let pid = child.id();
     let verdict = Arc::new(Verdict::default());
+    // The worker's own profile, for its spawn limit (a profile file that no longer parses
+    // means no spawning: the worker refuses to start with it anyway).
+    let max_processes = match &options.profile {
+        Some(p) => cloister_sandbox_policy::Profile::load(p).ok(),
+        None => Some(cloister_sandbox_policy::Profile::for_library(&driver.library)),
+    }
+    .filter(|p| p.spawn)
+    .map(|p| p.limits.processes);
     let supervisor = {
         let (verdict, learn, d) = (verdict.clone(), options.learn.clone(), driver.clone());
         std::thread::spawn(move || {
@@ -433,7 +501,10 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
                         // SAFETY: killing our own child, whose pid we hold until we reap it.
                         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                     };
-                    cloister_sandbox_policy::learn::supervise(listener, Supervision::Enforce(&mut on_violation));
+                    cloister_sandbox_policy::learn::supervise(
+                        listener,
+                        Supervision::Enforce { on_violation: &mut on_violation, max_processes },
+                    );
                 }
             }
         })

@@ -16,6 +16,7 @@ const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 const SECCOMP_USER_NOTIF_FLAG_CONTINUE: u32 = 1;
 const IOCTL_NOTIF_RECV: libc::c_ulong = 0xC050_2100;
 const IOCTL_NOTIF_SEND: libc::c_ulong = 0xC018_2101;
+const IOCTL_NOTIF_ID_VALID: libc::c_ulong = 0x4008_2102;
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(not(target_arch = "x86_64"))]
@@ -93,6 +94,10 @@ pub struct Observed {
     pub spawned: bool,
     /// The programs it executed.
     pub executed: std::collections::BTreeSet<String>,
+    /// ioctl request (the 32 bits the kernel reads) -> how many times.
+    pub ioctls: BTreeMap<u32, u64>,
+    /// The socket() domains it asked for.
+    pub socket_domains: std::collections::BTreeSet<u64>,
 }
 
 impl Observed {
@@ -103,6 +108,10 @@ impl Observed {
         }
         self.spawned |= other.spawned;
         self.executed.extend(other.executed.iter().cloned());
+        for (nr, n) in &other.ioctls {
+            *self.ioctls.entry(*nr).or_default() += n;
+        }
+        self.socket_domains.extend(other.socket_domains.iter().copied());
     }
 }
 
@@ -120,9 +129,58 @@ fn read_string(pid: u32, addr: u64) -> Option<String> {
 pub enum Supervision<'a> {
     /// Learning: note it and let it run.
     Observe,
-    /// Enforcing: every call that reaches the listener is forbidden. `on_violation` gets its
-    /// number (to record it and kill the worker); the call itself fails with EPERM.
-    Enforce(&'a mut dyn FnMut(i64)),
+    /// Enforcing: a vfork-style `clone` is counted against `max_processes` (when the profile
+    /// allows spawning: `Some`); every other call that reaches the listener is forbidden.
+    /// `on_violation` gets its number (to record it and kill the worker); the call itself fails
+    /// with EPERM.
+    Enforce { on_violation: &'a mut dyn FnMut(i64), max_processes: Option<u64> },
+}
+
+/// The session of `pid` (`self` for the supervisor's own), from /proc/PID/stat.
+fn session_of(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name (which may hold anything, so up to the last ')'): state, ppid,
+    // pgrp, session.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// How many processes live in session `sid`. The worker starts a session of its own and no
+/// caged process can leave it (`setsid` is in no profile): counting the session counts the
+/// cage, however its processes were started and whoever they were reparented to.
+pub fn processes_in_session(sid: u64) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return u64::MAX };
+    dir.filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|n| session_of(n) == Some(sid))
+        .count() as u64
+}
+
+/// The last spawn granted: its session, how many processes that session had, and when.
+type LastGrant = Option<(u64, u64, std::time::Instant)>;
+
+/// Decides a vfork-style `clone` from `pid`: `None` lets it run, `Some(errno)` refuses it.
+/// A child granted a moment ago may not show in /proc yet: the count waits (at most 20 ms)
+/// until the session has grown past what it was at that grant, so no grant is missed.
+fn decide_spawn(pid: u32, max: u64, last: &mut LastGrant) -> Option<i32> {
+    let Some(sid) = session_of(&pid.to_string()) else { return Some(libc::EAGAIN) };
+    // A caller in the supervisor's own session is no cage: nothing sound to count.
+    if session_of("self") == Some(sid) {
+        return Some(libc::EAGAIN);
+    }
+    let mut count = processes_in_session(sid);
+    if let Some((last_sid, before, at)) = *last {
+        let limit = at + std::time::Duration::from_millis(20);
+        while last_sid == sid && count <= before && std::time::Instant::now() < limit {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            count = processes_in_session(sid);
+        }
+    }
+    if count >= max {
+        return Some(libc::EAGAIN);
+    }
+    *last = Some((sid, count, std::time::Instant::now()));
+    None
 }
 
 /// Broker side: answers the listener until every observed process is gone.
@@ -133,6 +191,7 @@ pub fn observe(listener: OwnedFd) -> Observed {
 /// Broker side: answers the listener until every supervised process is gone.
 pub fn supervise(listener: OwnedFd, mut mode: Supervision) -> Observed {
     let mut seen = Observed::default();
+    let mut granted: LastGrant = None;
     loop {
         let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
@@ -169,9 +228,31 @@ pub fn supervise(listener: OwnedFd, mut mode: Supervision) -> Observed {
                 seen.executed.insert(real);
             }
         }
+        if req.data.nr as i64 == libc::SYS_ioctl {
+            *seen.ioctls.entry(req.data.args[1] as u32).or_default() += 1;
+        }
+        if req.data.nr as i64 == libc::SYS_socket {
+            seen.socket_domains.insert(req.data.args[0] & 0xffff_ffff);
+        }
+        let cont = NotifResp { id: req.id, val: 0, error: 0, flags: SECCOMP_USER_NOTIF_FLAG_CONTINUE };
         let mut resp = match &mut mode {
-            Supervision::Observe => NotifResp { id: req.id, val: 0, error: 0, flags: SECCOMP_USER_NOTIF_FLAG_CONTINUE },
-            Supervision::Enforce(on_violation) => {
+            Supervision::Observe => cont,
+            Supervision::Enforce { max_processes: Some(max), .. }
+                if req.data.nr as i64 == libc::SYS_clone && crate::seccomp::is_vfork_clone(req.data.args[0]) =>
+            {
+                let decision = decide_spawn(req.pid, *max, &mut granted);
+                // The caller's pid was read while it waited in the call; still waiting means it
+                // was not reused meanwhile.
+                // SAFETY: the ioctl reads a u64 id.
+                let valid =
+                    unsafe { libc::ioctl(listener.as_raw_fd(), IOCTL_NOTIF_ID_VALID, &req.id as *const u64) } == 0;
+                match decision {
+                    None if valid => cont,
+                    None => continue,
+                    Some(errno) => NotifResp { id: req.id, val: 0, error: -errno, flags: 0 },
+                }
+            }
+            Supervision::Enforce { on_violation, .. } => {
                 on_violation(req.data.nr as i64);
                 NotifResp { id: req.id, val: 0, error: -libc::EPERM, flags: 0 }
             }
@@ -221,6 +302,27 @@ pub fn write_profile(name: &str, library: &str, command: &str, seen: &Observed) 
         out.push_str(&format!("    {name:?}, # {count} calls\n"));
     }
     out.push_str("]\n");
+    if !seen.ioctls.is_empty() {
+        out.push_str("# ioctl requests seen (beyond the base set every profile gets), with how often: review each.\n");
+        out.push_str("ioctls = [\n");
+        for (nr, count) in &seen.ioctls {
+            let name = crate::ioctl::display(*nr);
+            if crate::ioctl::NEVER.contains(nr) {
+                out.push_str(&format!("    # {name}: {count} calls; never allowed (terminal input injection)\n"));
+                continue;
+            }
+            out.push_str(&format!("    {name:?}, # {count} calls\n"));
+        }
+        out.push_str("]\n");
+    }
+    if !seen.socket_domains.is_empty() {
+        let names: Vec<String> = seen
+            .socket_domains
+            .iter()
+            .filter_map(|d| crate::profile::SOCKET_DOMAINS.iter().find(|(_, v)| v == d).map(|(n, _)| format!("{n:?}")))
+            .collect();
+        out.push_str(&format!("socket_domains = [{}]\n", names.join(", ")));
+    }
     out
 }
 
@@ -235,11 +337,26 @@ mod tests {
         seen.calls.insert(libc::SYS_openat, 3);
         seen.calls.insert(libc::SYS_clone, 2);
         seen.spawned = true;
+        seen.ioctls.insert(0x5401, 4);
+        seen.ioctls.insert(0x3000_0001, 1);
+        seen.ioctls.insert(0x5412, 1);
         let text = write_profile("learned-x", "/opt/x/libx.so.1", "app --flag", &seen);
         let p = Profile::parse(&text).unwrap();
         assert_eq!(p.libraries, vec!["libx".to_string()]);
         assert!(p.spawn);
         assert_eq!(p.seccomp.allow, vec!["read".to_string(), "openat".to_string()]);
         assert!(text.contains("# clone: 2 calls"));
+        // ioctl numbers are recorded, by name where known; TIOCSTI never makes it in.
+        assert!(p.ioctl_requests().unwrap().contains(&0x3000_0001), "{text}");
+        assert!(text.contains("\"TCGETS\", # 4 calls") && text.contains("# TIOCSTI: 1 calls; never allowed"), "{text}");
+    }
+
+    #[test]
+    fn a_session_counts_its_processes() {
+        let sid = session_of("self").expect("own session");
+        assert!(processes_in_session(sid) >= 1);
+        assert_eq!(session_of(&std::process::id().to_string()), Some(sid));
+        // The supervisor's own session is no cage: spawning from it is refused.
+        assert_eq!(decide_spawn(std::process::id(), 1000, &mut None), Some(libc::EAGAIN));
     }
 }

@@ -1,8 +1,10 @@
-//! The worker's cage: process hygiene, resource limits, a network namespace, landlock and a
-//! seccomp allow-list, driven by per-driver profiles kept as reviewed data files in
+//! The worker's cage: process hygiene, resource limits, a network namespace, landlock, every
+//! capability dropped, and a seccomp allow-list, driven by per-driver profiles kept as reviewed data files in
 //! `profiles/`. Each layer reports whether it is on, and why not, so `cloister info` can show it.
 
+pub mod caps;
 pub mod fs;
+pub mod ioctl;
 pub mod learn;
 pub mod process;
 pub mod profile;
@@ -86,7 +88,7 @@ pub fn apply(spec: &CageSpec) -> (Vec<Layer>, Option<std::os::fd::OwnedFd>) {
     let mut layers = vec![close_fds_except(spec.keep_fds)];
     layers.extend(process::hygiene());
     if !spec.confine {
-        for name in ["rlimits", "network namespace", "landlock", "seccomp"] {
+        for name in ["rlimits", "network namespace", "landlock", "capabilities dropped", "seccomp"] {
             layers.push(Layer { name, state: LayerState::Off("sandbox disabled for this worker".into()) });
         }
         return (layers, None);
@@ -94,14 +96,22 @@ pub fn apply(spec: &CageSpec) -> (Vec<Layer>, Option<std::os::fd::OwnedFd>) {
     layers.extend(process::rlimits(spec.profile));
     layers.push(process::no_network());
     layers.push(result_layer("landlock", fs::apply(spec.profile, spec.private_dirs, spec.extra_read)));
+    // Last before seccomp: the namespaces and landlock need privileges, capset and prctl are
+    // not in any allow-list.
+    layers.push(caps::drop_all());
     let mut listener = None;
-    let seccomp = seccomp::build(spec.profile).and_then(|f| seccomp::install(&f)).map(|l| {
+    let filters = seccomp::build(spec.profile)
+        .and_then(|f| Ok((f, seccomp::build_with(spec.profile, seccomp::Spawning::Unsupervised)?)));
+    let seccomp = filters.and_then(|(f, fallback)| seccomp::install(&f, &fallback)).map(|l| {
         listener = l;
         LayerState::On
     });
     layers.push(result_layer("seccomp", seccomp));
     (layers, listener)
 }
+
+#[cfg(test)]
+pub(crate) mod testutil;
 
 #[cfg(test)]
 mod tests {

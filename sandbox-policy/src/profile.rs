@@ -14,6 +14,15 @@ pub struct Limits {
     /// 0: no limit.
     #[serde(default)]
     pub address_space_mib: u64,
+    /// Most processes alive at once in the worker's cage (the worker itself included) when the
+    /// profile allows spawning; the broker's supervisor answers EAGAIN to a vfork-style clone
+    /// past it. RLIMIT_NPROC cannot do this: it does not bind root, and counts per user.
+    #[serde(default = "default_processes")]
+    pub processes: u64,
+}
+
+fn default_processes() -> u64 {
+    16
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -29,6 +38,26 @@ pub struct Filesystem {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Seccomp {
     pub allow: Vec<String>,
+    /// The `ioctl` requests the driver may make, by name (`TCGETS`) or number (`0x5401`, or a
+    /// TOML integer), compared on the request's 32 bits as the kernel reads them. Only used when
+    /// `allow` names `ioctl`; absent, only the harmless base set (`ioctl::BASE`) is allowed.
+    #[serde(default)]
+    pub ioctls: Vec<IoctlName>,
+    /// `ioctl` type bytes allowed whatever the request's number, size and direction (NVIDIA's
+    /// `_IOWR('F', nr, size)` requests on /dev/nvidia*): one character each.
+    #[serde(default)]
+    pub ioctl_types: Vec<String>,
+    /// The `socket()` domains allowed when `allow` names `socket`: `AF_UNIX` when absent.
+    #[serde(default)]
+    pub socket_domains: Vec<String>,
+}
+
+/// An ioctl request as a profile writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum IoctlName {
+    Number(u64),
+    Name(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +77,14 @@ pub struct Profile {
     pub seccomp: Seccomp,
 }
 
+/// Socket domains a profile may name.
+pub const SOCKET_DOMAINS: &[(&str, u64)] = &[
+    ("AF_UNIX", libc::AF_UNIX as u64),
+    ("AF_INET", libc::AF_INET as u64),
+    ("AF_INET6", libc::AF_INET6 as u64),
+    ("AF_NETLINK", libc::AF_NETLINK as u64),
+];
+
 /// The profiles shipped with cloister, as reviewed source files.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("pocl", include_str!("../profiles/pocl.toml")),
@@ -63,7 +100,68 @@ impl Profile {
                 return Err(SandboxError::Profile(format!("profile {}: unknown system call {name}", p.name)));
             }
         }
+        p.ioctl_requests()?;
+        p.ioctl_type_bytes()?;
+        p.socket_domain_numbers()?;
         Ok(p)
+    }
+
+    /// The ioctl requests this profile allows, with the base set; refuses unknown names and the
+    /// requests no driver may have (terminal input injection).
+    pub fn ioctl_requests(&self) -> Result<Vec<u32>, SandboxError> {
+        let mut out: Vec<u32> =
+            crate::ioctl::BASE.iter().map(|n| crate::ioctl::number(n).expect("base names")).collect();
+        for i in &self.seccomp.ioctls {
+            let nr = match i {
+                IoctlName::Number(n) => u32::try_from(*n).ok(),
+                IoctlName::Name(s) => crate::ioctl::number(s),
+            }
+            .ok_or_else(|| SandboxError::Profile(format!("profile {}: unknown ioctl {i:?}", self.name)))?;
+            if crate::ioctl::NEVER.contains(&nr) {
+                return Err(SandboxError::Profile(format!(
+                    "profile {}: ioctl {} is never allowed (it injects terminal input)",
+                    self.name,
+                    crate::ioctl::name(nr).unwrap_or("?")
+                )));
+            }
+            out.push(nr);
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// The ioctl type bytes allowed whole.
+    pub fn ioctl_type_bytes(&self) -> Result<Vec<u8>, SandboxError> {
+        self.seccomp
+            .ioctl_types
+            .iter()
+            .map(|t| match t.as_bytes() {
+                [b] => Ok(*b),
+                _ => {
+                    Err(SandboxError::Profile(format!("profile {}: ioctl type {t:?} is not one character", self.name)))
+                }
+            })
+            .collect()
+    }
+
+    /// The socket domains allowed, as numbers.
+    pub fn socket_domain_numbers(&self) -> Result<Vec<u64>, SandboxError> {
+        let names: Vec<&str> = if self.seccomp.socket_domains.is_empty() {
+            vec!["AF_UNIX"]
+        } else {
+            self.seccomp.socket_domains.iter().map(String::as_str).collect()
+        };
+        names
+            .iter()
+            .map(|n| {
+                SOCKET_DOMAINS
+                    .iter()
+                    .find(|(name, _)| name == n)
+                    .map(|&(_, v)| v)
+                    .ok_or_else(|| SandboxError::Profile(format!("profile {}: unknown socket domain {n}", self.name)))
+            })
+            .collect()
     }
 
     pub fn builtin(name: &str) -> Option<Self> {

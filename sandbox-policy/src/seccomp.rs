@@ -1,6 +1,10 @@
-//! The seccomp layer: an allow-list from the profile, with a few calls checked by argument.
-//! Anything else traps: the worker's SIGSYS handler records the call in the flight recorder
-//! (shared with the broker) and the worker dies, so the report names the forbidden call.
+//! The seccomp layer: an allow-list from the profile, with calls checked by argument: `clone`
+//! (threads; vfork-style children through the broker's supervisor, which bounds how many live
+//! at once; never a fork, never a new namespace), the calls that name a process (only the
+//! worker itself), `ioctl` (only the profile's request numbers) and `socket` (only the profile's
+//! domains). Anything else goes to the broker's supervisor (or, on kernels without listeners,
+//! traps to the worker's SIGSYS handler), which records the call and kills the worker, so the
+//! report names the forbidden call.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
@@ -74,11 +78,50 @@ fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, SandboxError> {
     SeccompRule::new(conds).map_err(|e| SandboxError::Seccomp(e.to_string()))
 }
 
+fn cond32(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SandboxError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(|e| SandboxError::Seccomp(e.to_string()))
+}
+
+/// Where a vfork-style `clone` goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spawning {
+    /// To the broker's supervisor, which counts the cage's processes and lets it run, or answers
+    /// EAGAIN past the profile's limit (the flags are registers: no TOCTOU).
+    Supervised,
+    /// Allowed in the filter, unbounded: kernels without user-notification listeners.
+    Unsupervised,
+}
+
+/// `clone` flags that make new namespaces. A child in a user namespace of its own holds every
+/// capability there (`CAP_NET_ADMIN` over a new network namespace: nf_tables, packet sockets),
+/// which unprivileged processes may create: no cage process may.
+pub const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET) as u64;
+
+/// Does a `clone` with these flags start a vfork-style child (not a thread, not a fork, in no
+/// new namespace)?
+pub fn is_vfork_clone(flags: u64) -> bool {
+    let vfork = (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
+    flags & (vfork | libc::CLONE_THREAD as u64 | NAMESPACE_FLAGS) == vfork
+}
+
+/// Builds the filters for `profile`, vfork-style children going to the supervisor.
+pub fn build(profile: &Profile) -> Result<Vec<BpfProgram>, SandboxError> {
+    build_with(profile, Spawning::Supervised)
+}
+
 /// Builds the filters for `profile`. Two filters, because seccomp takes the strictest answer
 /// of all installed filters: the first makes `clone3` fail with ENOSYS (its flags live in
 /// memory, out of BPF's reach, and glibc then falls back to `clone`, whose flags we can check);
-/// the second is the allow-list, trapping everything else.
-pub fn build(profile: &Profile) -> Result<Vec<BpfProgram>, SandboxError> {
+/// the second is the allow-list, trapping everything else. Calls that name another process
+/// (`kill`, `tgkill`, `rt_sigqueueinfo`, `prlimit64`) must name the worker itself; `ioctl` only
+/// with the profile's request numbers; `socket` only in the profile's domains.
+pub fn build_with(profile: &Profile, spawning: Spawning) -> Result<Vec<BpfProgram>, SandboxError> {
     if SYSCALLS.is_empty() {
         return Err(SandboxError::Unsupported(format!("no system call table for {}", std::env::consts::ARCH)));
     }
@@ -89,18 +132,46 @@ pub fn build(profile: &Profile) -> Result<Vec<BpfProgram>, SandboxError> {
         let nr = syscall_number(name).ok_or_else(|| SandboxError::Profile(format!("unknown system call {name}")))?;
         allow.insert(nr, vec![]);
     }
-    // Threads always; vfork-style children only if the profile allows spawning; never fork.
-    let mut clone_rules =
-        vec![rule(vec![cond(0, SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64), libc::CLONE_THREAD as u64)?])?];
-    if profile.spawn {
+    // Threads always; vfork-style children only if the profile allows spawning (and then
+    // through the supervisor, which bounds them); never fork.
+    let thread = libc::CLONE_THREAD as u64;
+    let mut clone_rules = vec![rule(vec![cond(0, SeccompCmpOp::MaskedEq(thread | NAMESPACE_FLAGS), thread)?])?];
+    if profile.spawn && spawning == Spawning::Unsupervised {
         let vfork = (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
-        clone_rules.push(rule(vec![cond(0, SeccompCmpOp::MaskedEq(vfork), vfork)?])?);
+        clone_rules.push(rule(vec![cond(0, SeccompCmpOp::MaskedEq(vfork | thread | NAMESPACE_FLAGS), vfork)?])?);
     }
     allow.insert(libc::SYS_clone, clone_rules);
     allow.insert(libc::SYS_clone3, vec![]);
-    // Signals only to itself: a driver must not signal the broker or the application.
+    // Signals and limits only to itself: a driver must not signal, or change the limits of, the
+    // broker or the application (same uid: the kernel would let it). 0 means "myself" to prlimit.
     allow.insert(libc::SYS_kill, vec![rule(vec![cond(0, SeccompCmpOp::Eq, pid)?])?]);
     allow.insert(libc::SYS_tgkill, vec![rule(vec![cond(0, SeccompCmpOp::Eq, pid)?])?]);
+    if let Some(rules) = allow.get_mut(&libc::SYS_rt_sigqueueinfo) {
+        *rules = vec![rule(vec![cond(0, SeccompCmpOp::Eq, pid)?])?];
+    }
+    if let Some(rules) = allow.get_mut(&libc::SYS_rt_tgsigqueueinfo) {
+        *rules = vec![rule(vec![cond(0, SeccompCmpOp::Eq, pid)?])?];
+    }
+    if let Some(rules) = allow.get_mut(&libc::SYS_prlimit64) {
+        *rules = vec![rule(vec![cond(0, SeccompCmpOp::Eq, 0)?])?, rule(vec![cond(0, SeccompCmpOp::Eq, pid)?])?];
+    }
+    if let Some(ioctl) = allow.get_mut(&libc::SYS_ioctl) {
+        let mut rules = Vec::new();
+        for nr in profile.ioctl_requests()? {
+            rules.push(rule(vec![cond32(1, SeccompCmpOp::Eq, nr as u64)?])?);
+        }
+        for t in profile.ioctl_type_bytes()? {
+            rules.push(rule(vec![cond32(1, SeccompCmpOp::MaskedEq(0xff00), (t as u64) << 8)?])?);
+        }
+        *ioctl = rules;
+    }
+    if let Some(socket) = allow.get_mut(&libc::SYS_socket) {
+        let mut rules = Vec::new();
+        for domain in profile.socket_domain_numbers()? {
+            rules.push(rule(vec![cond32(0, SeccompCmpOp::Eq, domain)?])?);
+        }
+        *socket = rules;
+    }
     let mut no_clone3 = BTreeMap::new();
     no_clone3.insert(libc::SYS_clone3, vec![]);
     let first = SeccompFilter::new(no_clone3, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch)
@@ -120,7 +191,7 @@ pub fn build(profile: &Profile) -> Result<Vec<BpfProgram>, SandboxError> {
 /// kills the worker. That is robust where a SIGSYS handler is not (compilers inside drivers,
 /// LLVM's among them, install their own SIGSYS handlers). Kernels without listeners get the
 /// SIGSYS trap instead, and `None`.
-pub fn install(filters: &[BpfProgram]) -> Result<Option<std::os::fd::OwnedFd>, SandboxError> {
+pub fn install(filters: &[BpfProgram], fallback: &[BpfProgram]) -> Result<Option<std::os::fd::OwnedFd>, SandboxError> {
     let Some((last, first)) = filters.split_last() else { return Ok(None) };
     for f in first {
         seccompiler::apply_filter(f).map_err(|e| SandboxError::Seccomp(e.to_string()))?;
@@ -146,6 +217,8 @@ pub fn install(filters: &[BpfProgram]) -> Result<Option<std::os::fd::OwnedFd>, S
         // SAFETY: the kernel returned a fresh fd.
         return Ok(Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) }));
     }
+    // No listener: the variant that needs no supervisor (vfork-style children unbounded).
+    let last = fallback.last().unwrap_or(last);
     seccompiler::apply_filter(last).map_err(|e| SandboxError::Seccomp(e.to_string()))?;
     Ok(None)
 }
@@ -215,5 +288,129 @@ mod tests {
             assert_eq!(filters.len(), 2);
             assert!(filters[1].len() > p.seccomp.allow.len(), "{name}");
         }
+    }
+
+    use crate::testutil::{run_in_child, Ended};
+
+    /// Runs `call` in a child confined by `profile`'s filters (no listener: a violation is
+    /// SIGSYS) and says whether it was allowed.
+    fn allowed(profile: &str, call: impl FnOnce() -> i64) -> bool {
+        let p = Profile::builtin(profile).unwrap();
+        let ended = run_in_child(move || {
+            // SAFETY: prctl/setrlimit with constant arguments (no core file for the SIGSYS).
+            unsafe {
+                libc::setrlimit(libc::RLIMIT_CORE, &libc::rlimit { rlim_cur: 0, rlim_max: 0 });
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            }
+            for f in build(&p).map_err(|e| e.to_string())? {
+                seccompiler::apply_filter(&f).map_err(|e| e.to_string())?;
+            }
+            call();
+            Ok(())
+        });
+        match ended {
+            Ended::Returned(Ok(())) => true,
+            Ended::Signal(libc::SIGSYS) => false,
+            other => panic!("unexpected end: {other:?}"),
+        }
+    }
+
+    fn pid() -> i64 {
+        // SAFETY: getpid cannot fail.
+        unsafe { libc::getpid() as i64 }
+    }
+
+    // SAFETY (the calls below): raw system calls with scalar arguments or null pointers the
+    // kernel checks; the point is whether seccomp lets them reach it.
+
+    #[test]
+    fn signals_only_to_itself() {
+        assert!(allowed("pocl", || unsafe { libc::syscall(libc::SYS_kill, pid(), 0) }));
+        assert!(!allowed("pocl", || unsafe { libc::syscall(libc::SYS_kill, pid() + 1, 0) }));
+        assert!(allowed("pocl", || unsafe { libc::syscall(libc::SYS_tgkill, pid(), pid(), 0) }));
+        assert!(!allowed("pocl", || unsafe { libc::syscall(libc::SYS_tgkill, pid() - 1, pid(), 0) }));
+        for profile in ["generic", "nvidia"] {
+            let info = [0u8; 128];
+            assert!(allowed(profile, || unsafe { libc::syscall(libc::SYS_rt_sigqueueinfo, pid(), 0, info.as_ptr()) }));
+            assert!(!allowed(profile, || unsafe {
+                libc::syscall(libc::SYS_rt_sigqueueinfo, pid() + 1, 0, info.as_ptr())
+            }));
+        }
+        assert!(!allowed("pocl", || unsafe { libc::syscall(libc::SYS_rt_sigqueueinfo, pid(), 0, 0) }));
+    }
+
+    #[test]
+    fn limits_only_of_itself() {
+        let null = std::ptr::null::<u8>();
+        assert!(allowed("pocl", || unsafe { libc::syscall(libc::SYS_prlimit64, 0, 7, null, null) }));
+        assert!(allowed("pocl", || unsafe { libc::syscall(libc::SYS_prlimit64, pid(), 7, null, null) }));
+        assert!(!allowed("pocl", || unsafe { libc::syscall(libc::SYS_prlimit64, pid() + 1, 7, null, null) }));
+        assert!(!allowed("generic", || unsafe { libc::syscall(libc::SYS_prlimit64, 1, 7, null, null) }));
+    }
+
+    #[test]
+    fn ioctl_by_request_number() {
+        let tcgets = libc::TCGETS as i64;
+        let mut buf = [0u8; 256];
+        let b = buf.as_mut_ptr();
+        assert!(allowed("pocl", || unsafe { libc::syscall(libc::SYS_ioctl, 0, tcgets, b) }));
+        assert!(!allowed("pocl", || unsafe { libc::syscall(libc::SYS_ioctl, 0, tcgets + 1, b) }));
+        assert!(!allowed("pocl", || unsafe { libc::syscall(libc::SYS_ioctl, 0, tcgets - 1, b) }));
+        // The kernel reads 32 bits of the request; so does the filter.
+        assert!(allowed("pocl", || unsafe { libc::syscall(libc::SYS_ioctl, 0, tcgets | (1 << 32), b) }));
+        assert!(!allowed("generic", || unsafe { libc::syscall(libc::SYS_ioctl, 0, libc::TIOCSTI as i64, b) }));
+        // NVIDIA's 'F' requests pass whatever their number and size; the next type does not.
+        let nv = 0xC020_46D6_i64; // _IOWR('F', 0xd6, 32 bytes)
+        assert!(allowed("nvidia", || unsafe { libc::syscall(libc::SYS_ioctl, -1, nv, b) }));
+        assert!(!allowed("nvidia", || unsafe { libc::syscall(libc::SYS_ioctl, -1, nv + 0x100, b) }));
+        assert!(!allowed("nvidia", || unsafe { libc::syscall(libc::SYS_ioctl, -1, nv - 0x100, b) }));
+    }
+
+    #[test]
+    fn sockets_only_in_listed_domains() {
+        let stream = libc::SOCK_STREAM as i64;
+        assert!(allowed("nvidia", || unsafe { libc::syscall(libc::SYS_socket, libc::AF_UNIX as i64, stream, 0) }));
+        assert!(!allowed("nvidia", || unsafe { libc::syscall(libc::SYS_socket, libc::AF_UNIX as i64 + 1, stream, 0) }));
+        assert!(!allowed("generic", || unsafe { libc::syscall(libc::SYS_socket, libc::AF_UNIX as i64, stream, 0) }));
+        assert!(!allowed("pocl", || unsafe { libc::syscall(libc::SYS_socket, libc::AF_UNIX as i64, stream, 0) }));
+    }
+
+    #[test]
+    fn threads_pass_and_processes_go_to_the_supervisor() {
+        assert!(is_vfork_clone((libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u64));
+        assert!(!is_vfork_clone(libc::SIGCHLD as u64));
+        assert!(!is_vfork_clone((libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_THREAD) as u64));
+        assert!(!is_vfork_clone((libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWUSER) as u64));
+        assert!(!is_vfork_clone((libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWNET) as u64));
+        // A thread in a new namespace traps (the kernel would refuse some; the filter all).
+        let thread =
+            (libc::CLONE_VM | libc::CLONE_FS | libc::CLONE_FILES | libc::CLONE_SIGHAND | libc::CLONE_THREAD) as i64;
+        assert!(!allowed("pocl", || unsafe {
+            libc::syscall(libc::SYS_clone, thread | libc::CLONE_NEWNET as i64, 0, 0, 0, 0)
+        }));
+        assert!(!allowed("pocl", || unsafe {
+            libc::syscall(libc::SYS_clone, thread | libc::CLONE_NEWUTS as i64, 0, 0, 0, 0)
+        }));
+        // With no supervisor at all (old kernels), a vfork into a new user namespace still traps.
+        let p = Profile::builtin("pocl").unwrap();
+        let ended = run_in_child(move || {
+            // SAFETY: as in `allowed`.
+            unsafe {
+                libc::setrlimit(libc::RLIMIT_CORE, &libc::rlimit { rlim_cur: 0, rlim_max: 0 });
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            }
+            for f in build_with(&p, Spawning::Unsupervised).map_err(|e| e.to_string())? {
+                seccompiler::apply_filter(&f).map_err(|e| e.to_string())?;
+            }
+            let flags = (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWUSER | libc::SIGCHLD) as i64;
+            // SAFETY: trapped before the kernel runs it (a child sharing our stack otherwise).
+            unsafe { libc::syscall(libc::SYS_clone, flags, 0, 0, 0, 0) };
+            Ok(())
+        });
+        assert_eq!(ended, Ended::Signal(libc::SIGSYS));
+        // A fork (no CLONE_VM) traps in every profile; with no supervisor, so does a vfork.
+        assert!(!allowed("generic", || unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as i64, 0, 0, 0, 0) }));
+        let vfork = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as i64;
+        assert!(!allowed("pocl", || unsafe { libc::syscall(libc::SYS_clone, vfork, 0, 0, 0, 0) }));
     }
 }

@@ -22,6 +22,8 @@ fn learned_profile_confines_the_workload_it_was_learned_from() {
     let text_profile = std::fs::read_to_string(&profile).expect("learned profile written");
     assert!(text_profile.contains("spawn = true"), "pocl runs the linker, which learning must see:\n{text_profile}");
     assert!(text_profile.contains("\"execve\""), "{text_profile}");
+    // ioctl requests are recorded by number (the linker probes its output for a terminal).
+    assert!(text_profile.contains("ioctls = [\n    \"TCGETS\", #"), "{text_profile}");
 
     let fresh = cache.join("second");
     let run = |p: &std::path::Path| {
@@ -57,6 +59,7 @@ fn info_reports_every_layer() {
         "landlock: on",
         "seccomp: on",
         "network namespace: on",
+        "capabilities dropped: on",
     ] {
         assert!(t.contains(layer), "missing `{layer}` in:\n{t}");
     }

@@ -7,7 +7,10 @@
 //! a caged driver must not be able to make (`exec`, `connect`, `readhome`, `writeout`,
 //! `kill-parent`, `ptrace-parent`, `fork50`, `fds100k`, `shrink-shm`, `tty`, `spawn-sleeper`;
 //! `linger` makes the process never exit); against later runs and the reports: `forge-report`,
-//! `poison-headers`, `tmp-file`; `whereami` prints the worker's HOME). Each attack prints
+//! `poison-headers`, `tmp-file`; `whereami` prints the worker's HOME); against the cage itself: `caps`
+//! (holds any capability), `parent-environ` (reads the parent's /proc environ),
+//! `sigqueue-parent`, `ioctl-tiocsti`, `vfork-chain` (65 vfork-style children alive at once),
+//! `broker` (asks the broker socket named by CLOISTER_FAULT_FILE for workers). Each attack prints
 //! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
 //!
 //! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
@@ -138,6 +141,12 @@ fn fault_point(point: &str) {
             "poison-headers" => report("poison-headers", poison_headers()),
             // Replaces the cache's tmp (the worker's TMPDIR) with a file.
             "tmp-file" => report("tmp-file", tmp_to_file()),
+            "caps" => report("caps", holds_capabilities()),
+            "parent-environ" => report("parent-environ", read_parent_environ()),
+            "sigqueue-parent" => report("sigqueue-parent", sigqueue_parent()),
+            "ioctl-tiocsti" => report("ioctl-tiocsti", ioctl_tiocsti()),
+            "vfork-chain" => report("vfork-chain", vfork_chain(VFORK_DEPTH)),
+            "broker" => report("broker", ask_the_broker()),
             other => eprintln!("faultcl: unknown action {other}"),
         }
     }
@@ -287,11 +296,158 @@ fn tmp_to_file() -> Result<(), String> {
     std::fs::write(&tmp, b"not a folder").map_err(|e| e.to_string())
 }
 
+/// Runs a shell, straight and through the dynamic loader (`ld.so /bin/sh`: execve of the
+/// loader, which the cage must allow, and the loader maps the shell itself); succeeds if
+/// either route ran it.
 fn exec_shell() -> Result<(), String> {
-    match std::process::Command::new("/bin/sh").arg("-c").arg("exit 0").status() {
+    let run = |cmd: &mut std::process::Command| match cmd.status() {
         Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!("shell ended with {s}")),
+        Ok(s) => Err(format!("ended with {s}")),
         Err(e) => Err(e.to_string()),
+    };
+    let straight = run(std::process::Command::new("/bin/sh").arg("-c").arg("exit 0"));
+    let loader = ["/lib64/ld-linux-x86-64.so.2", "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"]
+        .into_iter()
+        .find(|l| std::path::Path::new(l).exists())
+        .ok_or("no dynamic loader found".to_string())
+        .and_then(|l| run(std::process::Command::new(l).arg("/bin/sh").arg("-c").arg("exit 0")));
+    match (straight, loader) {
+        (Ok(()), _) | (_, Ok(())) => Ok(()),
+        (Err(a), Err(b)) => Err(format!("/bin/sh: {a}; ld.so /bin/sh: {b}")),
+    }
+}
+
+/// Holds any capability, in any of the five sets.
+fn holds_capabilities() -> Result<(), String> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    let sets: Vec<&str> = status.lines().filter(|l| l.starts_with("Cap")).collect();
+    let held = sets.iter().any(|l| l.split_whitespace().nth(1).is_some_and(|v| !v.trim_start_matches('0').is_empty()));
+    if held {
+        Ok(())
+    } else {
+        Err(format!("none held: {}", sets.join(" ")))
+    }
+}
+
+/// Reads the parent's environment (in the cage, the broker's: its secrets).
+fn read_parent_environ() -> Result<(), String> {
+    // SAFETY: getppid cannot fail.
+    let ppid = unsafe { libc::getppid() };
+    std::fs::read(format!("/proc/{ppid}/environ")).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Queues signal 0 (a probe: it proves delivery would work, harming nothing) to the parent.
+fn sigqueue_parent() -> Result<(), String> {
+    // si_code SI_QUEUE (-1), as sigqueue(3) sends: the kernel refuses codes >= 0 from users.
+    let mut info = [0u8; 128];
+    info[8..12].copy_from_slice(&(-1i32).to_ne_bytes());
+    // SAFETY: rt_sigqueueinfo reads 128 bytes of siginfo from `info`; signal 0 only probes.
+    let rc = unsafe { libc::syscall(libc::SYS_rt_sigqueueinfo, libc::getppid(), 0, info.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// Issues TIOCSTI (terminal input injection) on /dev/null: the kernel answers ENOTTY, so it
+/// harms nothing, but reaching the kernel at all is what the cage must refuse.
+fn ioctl_tiocsti() -> Result<(), String> {
+    // SAFETY: opening /dev/null; the ioctl reads one byte from `c`.
+    unsafe {
+        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+        if fd < 0 {
+            return Err(format!("open /dev/null: {}", errno()));
+        }
+        let c = b'x';
+        libc::ioctl(fd, libc::TIOCSTI, &c as *const u8);
+        libc::close(fd);
+    }
+    Ok(())
+}
+
+/// How deep the vfork chain goes: far past any profile's process limit.
+const VFORK_DEPTH: usize = 64;
+/// The deepest link reached and the first error, written by the children (they share our
+/// memory: CLONE_VM).
+static CHAIN_DEPTH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static CHAIN_ERRNO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+const CHAIN_STACK: usize = 64 * 1024;
+
+extern "C" fn chain_link(arg: *mut c_void) -> libc::c_int {
+    let depth = arg as usize;
+    CHAIN_DEPTH.fetch_max(depth, std::sync::atomic::Ordering::SeqCst);
+    if depth < VFORK_DEPTH {
+        chain_spawn(depth + 1);
+    }
+    0
+}
+
+/// Starts link `depth` as a vfork-style child (the parent waits, suspended, until it ends) on
+/// its own preallocated stack.
+fn chain_spawn(depth: usize) {
+    static STACKS: OnceLock<usize> = OnceLock::new();
+    let base = *STACKS.get_or_init(|| {
+        // SAFETY: an anonymous mapping for every link's stack, made before the first clone.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                CHAIN_STACK * (VFORK_DEPTH + 1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        p as usize
+    });
+    let top = (base + CHAIN_STACK * (depth + 1)) as *mut c_void;
+    // SAFETY: libc::clone runs chain_link on the given (unused, mapped) stack; CLONE_VFORK
+    // suspends us until it exits, so no two links use one stack.
+    let pid = unsafe {
+        libc::clone(chain_link, top, libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, depth as *mut c_void)
+    };
+    if pid < 0 {
+        let _ = CHAIN_ERRNO.compare_exchange(
+            0,
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(-1),
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        return;
+    }
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+}
+
+/// A chain of vfork-style children, each alive while the next one runs: `VFORK_DEPTH + 1`
+/// processes at once at its deepest.
+fn vfork_chain(n: usize) -> Result<(), String> {
+    chain_spawn(1);
+    let reached = CHAIN_DEPTH.load(std::sync::atomic::Ordering::SeqCst);
+    if reached >= n {
+        Ok(())
+    } else {
+        let e = std::io::Error::from_raw_os_error(CHAIN_ERRNO.load(std::sync::atomic::Ordering::SeqCst));
+        Err(format!("{reached} of {n} links: {e}"))
+    }
+}
+
+/// Connects to the broker socket named by CLOISTER_FAULT_FILE and asks it for workers, as a
+/// shim would.
+fn ask_the_broker() -> Result<(), String> {
+    use cloister_ipc::{channel, BrokerReply, BrokerRequest};
+    let path = std::env::var("CLOISTER_FAULT_FILE").map_err(|_| "CLOISTER_FAULT_FILE not set".to_string())?;
+    let sock = channel::connect_seqpacket(std::path::Path::new(&path)).map_err(|e| e.to_string())?;
+    channel::send(&sock, &BrokerRequest::Hello(cloister_ipc::handshake::Hello::new()), &[])
+        .map_err(|e| e.to_string())?;
+    match channel::recv::<BrokerReply>(&sock).map_err(|e| e.to_string())? {
+        (BrokerReply::Workers { grants, .. }, _) => {
+            eprintln!("faultcl: the broker granted {} workers", grants.len());
+            Ok(())
+        }
+        (BrokerReply::Refused { reason }, _) => Err(format!("broker refused: {reason}")),
+        _ => Err("unexpected reply".into()),
     }
 }
 
