@@ -148,20 +148,6 @@ pub fn serve(listener: OwnedFd, config: BrokerConfig) {
     }
 }
 
-fn peer_uid(fd: RawFd) -> std::io::Result<u32> {
-    // SAFETY: zeroed ucred is valid; getsockopt fills it.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: cred/len are valid out pointers of the right size.
-    let rc = unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(cred.uid)
-}
-
 /// Refuses a client that runs inside a cage: a worker, or anything a worker started, may not
 /// ask the broker for anything (it could have it start workers without end, or pose as an
 /// application). Every caged process lives in its worker's own network namespace and cannot
@@ -185,7 +171,9 @@ fn not_caged(fd: RawFd) -> Result<(), String> {
             .and_then(|t| t.lines().find_map(|l| l.strip_prefix("Pid:").map(|v| v.trim().to_string())))
             .ok_or("cannot identify the client's process")?,
         // Kernels before 6.5: the pid from SO_PEERCRED.
-        None => peer_pid(fd).map_err(|e| format!("SO_PEERCRED: {e}"))?.to_string(),
+        None => {
+            cloister_ipc::private::peer_cred(fd).map(|c| c.pid).map_err(|e| format!("SO_PEERCRED: {e}"))?.to_string()
+        }
     };
     let theirs = std::fs::read_link(format!("/proc/{pid}/ns/net")).map_err(|e| format!("client's namespace: {e}"))?;
     let ours = std::fs::read_link("/proc/self/ns/net").map_err(|e| format!("own namespace: {e}"))?;
@@ -203,20 +191,6 @@ fn not_caged(fd: RawFd) -> Result<(), String> {
     Ok(())
 }
 
-fn peer_pid(fd: RawFd) -> std::io::Result<i32> {
-    // SAFETY: zeroed ucred is valid; getsockopt fills it.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: cred/len are valid out pointers of the right size.
-    let rc = unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(cred.pid)
-}
-
 fn serve_client(
     client: &OwnedFd,
     config: &BrokerConfig,
@@ -224,7 +198,7 @@ fn serve_client(
 ) -> Result<(), String> {
     // SAFETY: getuid cannot fail.
     let me = unsafe { libc::getuid() };
-    let uid = peer_uid(client.as_raw_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let uid = cloister_ipc::private::peer_uid(client.as_raw_fd()).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     if uid != me {
         let reason = format!("client runs as uid {uid}, this broker serves uid {me} only");
         // Read the client's hello first: closing a socket with unread data resets it, and the

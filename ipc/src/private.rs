@@ -75,19 +75,25 @@ pub fn ensure_private(path: &Path) -> Result<()> {
 /// Like `ensure_private`, for `path` and every folder between `base` (trusted, not checked)
 /// and it.
 pub fn ensure_private_under(base: &Path, path: &Path) -> Result<()> {
+    each_folder_under(base, path, ensure_private)
+}
+
+/// Runs `check` on every folder from `base` (exclusive) down to `path` (inclusive).
+fn each_folder_under(base: &Path, path: &Path, check: fn(&Path) -> Result<()>) -> Result<()> {
     let rel = path
         .strip_prefix(base)
         .map_err(|_| Error::other(format!("{} is not under {}", path.display(), base.display())))?;
     let mut at = base.to_path_buf();
     for c in rel.components() {
         at.push(c);
-        ensure_private(&at)?;
+        check(&at)?;
     }
     Ok(())
 }
 
-/// The uid of the process at the other end of a connected Unix socket.
-pub fn peer_uid(fd: RawFd) -> Result<u32> {
+/// The credentials (`SO_PEERCRED`: pid, uid, gid at connect time) of the process at the other
+/// end of a connected Unix socket.
+pub fn peer_cred(fd: RawFd) -> Result<libc::ucred> {
     // SAFETY: zeroed ucred is valid; getsockopt fills it.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -98,7 +104,12 @@ pub fn peer_uid(fd: RawFd) -> Result<u32> {
     if rc != 0 {
         return Err(Error::last_os_error());
     }
-    Ok(cred.uid)
+    Ok(cred)
+}
+
+/// The uid of the process at the other end of a connected Unix socket.
+pub fn peer_uid(fd: RawFd) -> Result<u32> {
+    peer_cred(fd).map(|c| c.uid)
 }
 
 /// Refuses a socket whose listener is not us: nothing may be sent to another user's process.
@@ -169,15 +180,7 @@ pub fn user_socket() -> (PathBuf, PathBuf) {
 
 /// Checks (without creating anything) that every folder between `base` and `path` is private.
 pub fn check_private_under(base: &Path, path: &Path) -> Result<()> {
-    let rel = path
-        .strip_prefix(base)
-        .map_err(|_| Error::other(format!("{} is not under {}", path.display(), base.display())))?;
-    let mut at = base.to_path_buf();
-    for c in rel.components() {
-        at.push(c);
-        check_private(&at)?;
-    }
-    Ok(())
+    each_folder_under(base, path, check_private)
 }
 
 #[cfg(test)]
