@@ -131,8 +131,8 @@ pub enum Supervision<'a> {
     Observe,
     /// Enforcing: a vfork-style `clone` is counted against `max_processes` (when the profile
     /// allows spawning: `Some`); every other call that reaches the listener is forbidden.
-    /// `on_violation` gets its number (to record it and kill the worker); the call itself fails
-    /// with EPERM.
+    /// `on_violation` gets its number (to record it and kill the worker); the process that made
+    /// the call is killed before it returns (with EPERM, never seen).
     Enforce { on_violation: &'a mut dyn FnMut(i64), max_processes: Option<u64> },
 }
 
@@ -254,6 +254,16 @@ pub fn supervise(listener: OwnedFd, mut mode: Supervision) -> Observed {
             }
             Supervision::Enforce { on_violation, .. } => {
                 on_violation(req.data.nr as i64);
+                // The caller dies before its call returns, so no driver code runs after a
+                // violation: the worker the broker kills may be the PID namespace's outer
+                // process, whose death reaches the caller only later. The id is checked first,
+                // so `req.pid` is still the blocked caller, not a reused pid.
+                // SAFETY: the ioctl reads a u64 id; kill has no memory preconditions.
+                unsafe {
+                    if libc::ioctl(listener.as_raw_fd(), IOCTL_NOTIF_ID_VALID, &req.id as *const u64) == 0 {
+                        libc::kill(req.pid as i32, libc::SIGKILL);
+                    }
+                }
                 NotifResp { id: req.id, val: 0, error: -libc::EPERM, flags: 0 }
             }
         };
