@@ -115,3 +115,16 @@ pub fn caged(cloister_args: &[&str], program: &Path, args: &[&str], env: &[(&str
     }
     cmd.output().expect("cannot run cloister")
 }
+
+/// Waits up to `limit` for `path` to appear (a broker's socket, once it listens); says whether
+/// it did.
+pub fn wait_for_path(path: &Path, limit: std::time::Duration) -> bool {
+    let end = std::time::Instant::now() + limit;
+    while !path.exists() {
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    true
+}

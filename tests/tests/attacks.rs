@@ -243,12 +243,7 @@ fn a_worker_cannot_ask_the_broker_for_workers() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("start cloister broker");
-        for _ in 0..200 {
-            if socket.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_for_path(&socket, std::time::Duration::from_millis(10000));
         let out = direct(
             &exe,
             &[],

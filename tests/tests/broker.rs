@@ -3,7 +3,6 @@
 
 use cloister_tests::*;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 fn cloister_only_registry() -> std::path::PathBuf {
     ensure_built();
@@ -38,12 +37,7 @@ fn a_per_user_broker_serves_applications_and_refuses_other_users() {
         .spawn()
         .expect("start cloister broker");
     let socket = runtime.join("cloister/broker.sock");
-    for _ in 0..100 {
-        if socket.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_path(&socket, std::time::Duration::from_millis(5000));
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(runtime.join("cloister")).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "the socket folder must be private");

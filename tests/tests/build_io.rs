@@ -5,7 +5,6 @@
 use cloister_tests::*;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 fn header_dir(tag: &str, val: u32) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("cloister-inc-{tag}-{}", std::process::id()));
@@ -76,12 +75,7 @@ fn printf_reaches_the_application_through_a_shared_broker() {
         .spawn()
         .expect("start cloister broker");
     let socket = runtime.join("cloister/broker.sock");
-    for _ in 0..100 {
-        if socket.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_path(&socket, std::time::Duration::from_millis(5000));
     let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
     let out = run(Command::new(&exe)
         .current_dir(&dir)

@@ -154,12 +154,7 @@ fn a_per_user_broker_ends_the_workers_of_a_client_that_exited() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start cloister broker");
-    for _ in 0..100 {
-        if socket.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_path(&socket, std::time::Duration::from_millis(5000));
     ensure_built();
     let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
     // Output to a file, not a pipe: a worker that held the application's stdio (as before
