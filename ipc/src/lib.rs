@@ -5,6 +5,7 @@ pub mod advertised;
 pub mod api_table;
 pub mod channel;
 pub mod cl;
+pub mod copy;
 pub mod deadlines;
 pub mod dispatch;
 pub mod extension_table;
