@@ -113,7 +113,7 @@ mod tests {
         assert_eq!(json["ratios"]["w"].as_f64(), Some(2.5));
         assert_eq!(json["ratios"]["n"].as_f64(), Some(1.0));
         assert_eq!(json["load"].as_u64(), Some(3));
-        assert_eq!(json["caged"]["results"][0]["max_ns"].as_f64(), Some(27.5));
+        assert_eq!(json["caged"]["results"][0]["median_ns"].as_f64(), Some(25.0));
         assert_eq!(json["direct"]["results"][1]["min_ns"].as_f64(), Some(40.0));
     }
 

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -15,6 +16,52 @@ use cloister_ipc::{ArgValue, ObjectId};
 use crate::conn::Conn;
 
 pub use cloister_ipc::ObjectKind as Kind;
+
+/// A hasher for the shim's hot maps (handles by address, cached info by parameter, accepted
+/// kernel-argument shapes), which `clGetDeviceInfo` and `clSetKernelArg` consult on every call:
+/// one multiply per word instead of SipHash. Their keys come from this process (heap addresses,
+/// the application's own parameter names), never from the worker, so there is no one to flood
+/// them with colliding keys.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        // FxHash's step (rustc's own hasher): rotate, mix in, multiply by a large odd constant.
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_ne_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.add(n.into());
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.add(n.into());
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    fn write_usize(&mut self, n: usize) {
+        // Heap addresses: the low bits are alignment, the high bits are all alike.
+        self.add((n >> 4) as u64);
+    }
+}
+
+/// A `HashMap` with the `FastHasher`.
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+/// A `HashSet` with the `FastHasher`.
+pub type FastSet<K> = std::collections::HashSet<K, BuildHasherDefault<FastHasher>>;
 
 /// What the application holds. Only the dispatch pointer lives here (the ICD loader reads it);
 /// the object is found through the registry, keyed by the handle's address.
@@ -56,7 +103,7 @@ pub struct KernelArgs {
     pub dirty: Vec<u32>,
     /// The argument shapes the driver has accepted (`kernel::ArgShape`): a value of a known
     /// shape is recorded here and sent with the next enqueue; a new shape is checked at once.
-    pub accepted: std::collections::HashSet<(u32, u64, u8)>,
+    pub accepted: FastSet<(u32, u64, u8)>,
 }
 
 /// What the shim needs to pack an image's rows: the pixel size and the image type, and for a
@@ -135,9 +182,13 @@ pub struct Object {
     pub id: ObjectId,
     pub conn: Arc<Conn>,
     refs: AtomicU32,
-    /// Platform and device info never changes: cached after the first query.
-    pub info_cache: Mutex<HashMap<(u32, u64), Vec<u8>>>,
+    /// Platform and device info never changes: cached after the first query, read under a
+    /// shared lock by every later one (`cached_info`).
+    info_cache: RwLock<FastMap<(u32, u64), Vec<u8>>>,
     pub data: ObjData,
+    /// Set once no handle leads here any more: the application released the object, or the
+    /// handle was rebound to a successor, or its worker forgotten. A thread's `RECENT` entry
+    /// for it is then stale.
     released: AtomicBool,
     /// Run, last registered first, when the application's last reference goes.
     destructors: Mutex<Vec<(DestructorFn, usize)>>,
@@ -160,6 +211,16 @@ impl Object {
         }
     }
 
+    /// Hands the cached value under `key` to `f` without copying it; `None` if there is none.
+    pub fn cached_info<R>(&self, key: (u32, u64), f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.info_cache.read().unwrap_or_else(|e| e.into_inner()).get(&key).map(|v| f(v))
+    }
+
+    /// Caches `value` under `key` (see `info_cache`).
+    pub fn cache_info(&self, key: (u32, u64), value: Vec<u8>) {
+        self.info_cache.write().unwrap_or_else(|e| e.into_inner()).insert(key, value);
+    }
+
     /// Ties callback `token` to this object's life (see `owned_callbacks`).
     pub fn own_callback(&self, token: u64) {
         self.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner()).push(token);
@@ -176,8 +237,8 @@ unsafe impl Send for Handle {}
 // SAFETY: as above.
 unsafe impl Sync for Handle {}
 
-fn registry() -> &'static RwLock<HashMap<usize, Arc<Object>>> {
-    static REG: std::sync::OnceLock<RwLock<HashMap<usize, Arc<Object>>>> = std::sync::OnceLock::new();
+fn registry() -> &'static RwLock<FastMap<usize, Arc<Object>>> {
+    static REG: std::sync::OnceLock<RwLock<FastMap<usize, Arc<Object>>>> = std::sync::OnceLock::new();
     REG.get_or_init(Default::default)
 }
 
@@ -197,27 +258,113 @@ pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjDat
         id,
         conn: conn.clone(),
         refs: AtomicU32::new(1),
-        info_cache: Mutex::new(HashMap::new()),
+        info_cache: RwLock::new(FastMap::default()),
         data,
         released: AtomicBool::new(false),
         destructors: Mutex::new(Vec::new()),
         owned_callbacks: Mutex::new(Vec::new()),
     });
-    registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj);
+    let old = registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj);
+    if let Some(old) = old {
+        old.released.store(true, Ordering::Release);
+    }
     conn.remember(id, h);
 }
 
 /// Forgets every handle of a worker's objects, so the connection can go (the fuzz harness
 /// ends each input with this; the handles' cells are left allocated, as in the quarantine).
 pub fn forget_worker(conn: &Arc<Conn>) {
-    registry().write().unwrap_or_else(|e| e.into_inner()).retain(|_, o| !Arc::ptr_eq(&o.conn, conn));
+    registry().write().unwrap_or_else(|e| e.into_inner()).retain(|_, o| {
+        let keep = !Arc::ptr_eq(&o.conn, conn);
+        if !keep {
+            o.released.store(true, Ordering::Release);
+        }
+        keep
+    });
+    forget_recent(|o| Arc::ptr_eq(&o.conn, conn));
+}
+
+/// How many objects each thread keeps at hand (`RECENT`).
+const RECENT_SLOTS: usize = 8;
+
+/// The objects a thread looked up last, by handle address; the oldest entry makes room.
+struct Recent {
+    entries: [Option<(usize, Arc<Object>)>; RECENT_SLOTS],
+    next: usize,
+}
+
+impl Recent {
+    fn find(&self, h: usize, kind: Kind) -> Option<&Arc<Object>> {
+        self.entries.iter().flatten().find(|e| e.0 == h).filter(|e| fresh(e, h, kind)).map(|e| &e.1)
+    }
+
+    fn insert(&mut self, h: usize, obj: Arc<Object>) {
+        let slot = match self.entries.iter().position(|e| e.as_ref().is_some_and(|e| e.0 == h)) {
+            Some(i) => i,
+            None => {
+                self.next = (self.next + 1) % RECENT_SLOTS;
+                self.next
+            }
+        };
+        self.entries[slot] = Some((h, obj));
+    }
+}
+
+thread_local! {
+    /// The objects this thread looked up last: the calls an application repeats on a few
+    /// handles (`clSetKernelArg`, `clGetDeviceInfo`, enqueues) find their object here, without
+    /// the registry's lock, hashing or reference counting. An entry is good while its object is
+    /// not `released` (then the registry has no such handle any more, or another object behind
+    /// it).
+    static RECENT: std::cell::RefCell<Recent> =
+        const { std::cell::RefCell::new(Recent { entries: [const { None }; RECENT_SLOTS], next: 0 }) };
+}
+
+/// Whether `obj`, found under `h`, is what a lookup of `h` as `kind` must answer now. A
+/// platform or device whose worker died goes through the registry (`lookup`), which waits for
+/// its successor.
+#[inline]
+fn fresh(entry: &(usize, Arc<Object>), h: usize, kind: Kind) -> bool {
+    let (addr, obj) = entry;
+    *addr == h
+        && obj.kind == kind
+        && !obj.released.load(Ordering::Acquire)
+        && !(matches!(kind, Kind::Platform | Kind::Device) && obj.conn.is_dead())
+}
+
+/// Drops this thread's entries whose objects match (the others' go stale by `released`).
+fn forget_recent(matches: impl Fn(&Object) -> bool) {
+    let _ = RECENT.try_with(|r| {
+        if let Ok(mut r) = r.try_borrow_mut() {
+            for slot in r.entries.iter_mut() {
+                if slot.as_ref().is_some_and(|(_, o)| matches(o)) {
+                    *slot = None;
+                }
+            }
+        }
+    });
 }
 
 fn lookup_once(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
-    match registry().read().unwrap_or_else(|e| e.into_inner()).get(&(h as usize)) {
-        Some(o) if o.kind == kind => Ok(o.clone()),
-        _ => Err(kind.invalid()),
+    let h = h as usize;
+    let recent = RECENT.try_with(|r| {
+        let r = r.try_borrow().ok()?;
+        r.find(h, kind).cloned()
+    });
+    if let Ok(Some(o)) = recent {
+        return Ok(o);
     }
+    let found = match registry().read().unwrap_or_else(|e| e.into_inner()).get(&h) {
+        Some(o) if o.kind == kind => o.clone(),
+        _ => return Err(kind.invalid()),
+    };
+    // Not while a `with_object` up the stack lends out an entry: then this one is not kept.
+    let _ = RECENT.try_with(|r| {
+        if let Ok(mut r) = r.try_borrow_mut() {
+            r.insert(h, found.clone());
+        }
+    });
+    Ok(found)
 }
 
 /// Validates `h` as a live handle of `kind`. A platform or device whose worker just died is
@@ -228,6 +375,29 @@ pub fn lookup(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
         return lookup_once(h, kind);
     }
     Ok(found)
+}
+
+/// `f` applied to the live object of `kind` behind `h`, as `lookup` finds it. For the calls an
+/// application makes in tight loops: an object in this thread's `RECENT` is lent to `f` from
+/// there, with no reference count touched. While `f` runs, lookups it makes still read
+/// `RECENT` but do not change it.
+#[inline]
+pub fn with_object<R>(h: *const c_void, kind: Kind, f: impl FnOnce(&Object) -> R) -> Result<R, cl_int> {
+    let addr = h as usize;
+    let mut f = Some(f);
+    let lent = RECENT.try_with(|r| {
+        let r = r.try_borrow().ok()?;
+        let obj = r.find(addr, kind)?;
+        f.take().map(|f| f(obj))
+    });
+    if let Ok(Some(v)) = lent {
+        return Ok(v);
+    }
+    let obj = lookup(h, kind)?;
+    match f.take() {
+        Some(f) => Ok(f(&obj)),
+        None => Err(kind.invalid()), // not reached: `f` is taken only when it ran
+    }
 }
 
 pub fn retain(h: *const c_void, kind: Kind) -> cl_int {
@@ -256,6 +426,7 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
         return CL_SUCCESS;
     }
     registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
+    forget_recent(|o| std::ptr::eq(o, &*obj));
     obj.conn.forget(obj.id);
     for token in std::mem::take(&mut *obj.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner())) {
         obj.conn.unregister_context_callback(token);
