@@ -301,6 +301,10 @@ fn main() {
             }
         });
         for (label, size, ops) in [("4k", 4usize << 10, 50), ("1m", 1 << 20, 10), ("64m", 64 << 20, 1)] {
+            let names = ["write_", "read_", "map_read_", "map_write_"].map(|op| format!("{op}{label}"));
+            if !names.iter().any(|n| bench.wanted(n) || bench.wanted(&format!("{n}_nb"))) {
+                continue;
+            }
             let buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, null_mut(), &mut err);
             check("clCreateBuffer", err);
             let mut host = vec![1u8; size];
