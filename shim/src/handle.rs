@@ -58,6 +58,64 @@ impl Hasher for FastHasher {
     }
 }
 
+/// How many answers an object's `InfoCache` holds without a lock: more than the parameters of
+/// a device, which clinfo asks all of.
+const INFO_SLOTS: usize = 256;
+
+/// Cached info answers, which never change once cached: each slot of `table` is written once
+/// and read by every later query with one load, no lock and no reference count; what does not
+/// fit (an application asking for device lists of ever new types) goes to `overflow`.
+#[derive(Default)]
+pub struct InfoCache {
+    table: std::sync::OnceLock<Box<[std::sync::OnceLock<((u32, u64), Box<[u8]>)>]>>,
+    overflowed: AtomicBool,
+    overflow: RwLock<FastMap<(u32, u64), Vec<u8>>>,
+}
+
+impl InfoCache {
+    /// The slots to try for `key`, in order (open addressing; nothing is ever removed, so an
+    /// empty slot ends the search).
+    fn probe(key: (u32, u64)) -> impl Iterator<Item = usize> {
+        let mut h = FastHasher::default();
+        std::hash::Hash::hash(&key, &mut h);
+        // The high bits: a multiplicative hash mixes the key into them.
+        let start = (h.finish() >> 48) as usize;
+        (0..INFO_SLOTS).map(move |i| (start + i) % INFO_SLOTS)
+    }
+
+    fn get<R>(&self, key: (u32, u64), f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if let Some(table) = self.table.get() {
+            for i in Self::probe(key) {
+                match table[i].get() {
+                    Some((k, v)) if *k == key => return Some(f(v)),
+                    Some(_) => continue,
+                    None => break,
+                }
+            }
+        }
+        if !self.overflowed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.overflow.read().unwrap_or_else(|e| e.into_inner()).get(&key).map(|v| f(v))
+    }
+
+    fn insert(&self, key: (u32, u64), value: Vec<u8>) {
+        let table = self.table.get_or_init(|| (0..INFO_SLOTS).map(|_| std::sync::OnceLock::new()).collect());
+        let mut value = value.into_boxed_slice();
+        for i in Self::probe(key) {
+            match table[i].set((key, value)) {
+                Ok(()) => return,
+                Err((_, v)) => value = v,
+            }
+            if table[i].get().is_some_and(|(k, _)| *k == key) {
+                return; // another thread cached the same answer first
+            }
+        }
+        self.overflow.write().unwrap_or_else(|e| e.into_inner()).entry(key).or_insert_with(|| value.into_vec());
+        self.overflowed.store(true, Ordering::Release);
+    }
+}
+
 /// A `HashMap` with the `FastHasher`.
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 /// A `HashSet` with the `FastHasher`.
@@ -182,9 +240,8 @@ pub struct Object {
     pub id: ObjectId,
     pub conn: Arc<Conn>,
     refs: AtomicU32,
-    /// Platform and device info never changes: cached after the first query, read under a
-    /// shared lock by every later one (`cached_info`).
-    info_cache: RwLock<FastMap<(u32, u64), Vec<u8>>>,
+    /// Platform and device info never changes: cached after the first query (`cached_info`).
+    info_cache: InfoCache,
     pub data: ObjData,
     /// Set once no handle leads here any more: the application released the object, or the
     /// handle was rebound to a successor, or its worker forgotten. A thread's `RECENT` entry
@@ -213,12 +270,12 @@ impl Object {
 
     /// Hands the cached value under `key` to `f` without copying it; `None` if there is none.
     pub fn cached_info<R>(&self, key: (u32, u64), f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        self.info_cache.read().unwrap_or_else(|e| e.into_inner()).get(&key).map(|v| f(v))
+        self.info_cache.get(key, f)
     }
 
-    /// Caches `value` under `key` (see `info_cache`).
+    /// Caches `value` under `key` (see `info_cache`); a key cached already keeps its value.
     pub fn cache_info(&self, key: (u32, u64), value: Vec<u8>) {
-        self.info_cache.write().unwrap_or_else(|e| e.into_inner()).insert(key, value);
+        self.info_cache.insert(key, value);
     }
 
     /// Ties callback `token` to this object's life (see `owned_callbacks`).
@@ -258,7 +315,7 @@ pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjDat
         id,
         conn: conn.clone(),
         refs: AtomicU32::new(1),
-        info_cache: RwLock::new(FastMap::default()),
+        info_cache: InfoCache::default(),
         data,
         released: AtomicBool::new(false),
         destructors: Mutex::new(Vec::new()),
@@ -441,4 +498,65 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     }
     quarantine(h as usize);
     CL_SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_cache_keeps_every_answer_beyond_its_table_and_the_first_of_each_key() {
+        let cache = InfoCache::default();
+        assert_eq!(cache.get((1, 0), <[u8]>::to_vec), None);
+        let n = INFO_SLOTS as u32 * 3;
+        for p in 0..n {
+            cache.insert((p, u64::from(p % 7)), p.to_ne_bytes().to_vec());
+        }
+        cache.insert((5, 1000), b"first".to_vec());
+        cache.insert((5, 1000), b"second".to_vec());
+        for p in 0..n {
+            assert_eq!(cache.get((p, u64::from(p % 7)), <[u8]>::to_vec), Some(p.to_ne_bytes().to_vec()), "{p}");
+            assert_eq!(cache.get((p, 99), <[u8]>::to_vec), None, "{p}");
+        }
+        assert_eq!(cache.get((5, 1000), <[u8]>::to_vec), Some(b"first".to_vec()));
+    }
+
+    #[test]
+    fn info_cache_answers_threads_that_fill_it_at_once() {
+        let cache = std::sync::Arc::new(InfoCache::default());
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let cache = cache.clone();
+                std::thread::spawn(move || {
+                    for p in 0..200u32 {
+                        cache.insert((p, t % 2), vec![p as u8, (t % 2) as u8]);
+                        assert_eq!(cache.get((p, t % 2), <[u8]>::to_vec), Some(vec![p as u8, (t % 2) as u8]));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        for p in 0..200u32 {
+            for a in 0..2u64 {
+                assert_eq!(cache.get((p, a), <[u8]>::to_vec), Some(vec![p as u8, a as u8]));
+            }
+        }
+    }
+
+    #[test]
+    fn fast_hasher_spreads_neighbouring_handles_and_params() {
+        let hash = |k: &dyn Fn(&mut FastHasher)| {
+            let mut h = FastHasher::default();
+            k(&mut h);
+            h.finish()
+        };
+        let handles: std::collections::HashSet<u64> =
+            (0..1000usize).map(|i| hash(&|h| h.write_usize(0x5555_0000 + 32 * i))).collect();
+        assert_eq!(handles.len(), 1000);
+        let params: std::collections::HashSet<u64> =
+            (0x1000..0x1100u32).map(|p| hash(&|h| std::hash::Hash::hash(&(p, 0u64), h))).collect();
+        assert_eq!(params.len(), 0x100);
+    }
 }
