@@ -62,12 +62,15 @@ impl Hasher for FastHasher {
 /// a device, which clinfo asks all of.
 const INFO_SLOTS: usize = 256;
 
+/// One answer of an `InfoCache` table: (parameter, auxiliary key) and the value, set once.
+type InfoSlot = std::sync::OnceLock<((u32, u64), Box<[u8]>)>;
+
 /// Cached info answers, which never change once cached: each slot of `table` is written once
 /// and read by every later query with one load, no lock and no reference count; what does not
 /// fit (an application asking for device lists of ever new types) goes to `overflow`.
 #[derive(Default)]
 pub struct InfoCache {
-    table: std::sync::OnceLock<Box<[std::sync::OnceLock<((u32, u64), Box<[u8]>)>]>>,
+    table: std::sync::OnceLock<Box<[InfoSlot]>>,
     overflowed: AtomicBool,
     overflow: RwLock<FastMap<(u32, u64), Vec<u8>>>,
 }
@@ -75,6 +78,7 @@ pub struct InfoCache {
 impl InfoCache {
     /// The slots to try for `key`, in order (open addressing; nothing is ever removed, so an
     /// empty slot ends the search).
+    #[inline]
     fn probe(key: (u32, u64)) -> impl Iterator<Item = usize> {
         let mut h = FastHasher::default();
         std::hash::Hash::hash(&key, &mut h);
@@ -83,6 +87,7 @@ impl InfoCache {
         (0..INFO_SLOTS).map(move |i| (start + i) % INFO_SLOTS)
     }
 
+    #[inline]
     fn get<R>(&self, key: (u32, u64), f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         if let Some(table) = self.table.get() {
             for i in Self::probe(key) {
@@ -269,6 +274,7 @@ impl Object {
     }
 
     /// Hands the cached value under `key` to `f` without copying it; `None` if there is none.
+    #[inline]
     pub fn cached_info<R>(&self, key: (u32, u64), f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         self.info_cache.get(key, f)
     }
@@ -351,6 +357,7 @@ struct Recent {
 }
 
 impl Recent {
+    #[inline]
     fn find(&self, h: usize, kind: Kind) -> Option<&Arc<Object>> {
         self.entries.iter().flatten().find(|e| e.0 == h).filter(|e| fresh(e, h, kind)).map(|e| &e.1)
     }

@@ -131,6 +131,17 @@ impl Incoming<'_> {
         }
     }
 
+    /// Whether `slot` (a recorded value, which the driver accepted) has this value's shape:
+    /// the same size of bytes, the same `__local` size, or the same object.
+    fn fits(&self, slot: Option<&ArgValue>) -> bool {
+        match (self, slot) {
+            (Incoming::Bytes(new), Some(ArgValue::Bytes(old))) => old.len() == new.len(),
+            (Incoming::Local(n), Some(ArgValue::Local(old))) => old == n,
+            (Incoming::Object { id, .. }, Some(ArgValue::Object(old))) => old == id,
+            _ => false,
+        }
+    }
+
     /// Records the value in `slot`, reusing what is there: `false` if it was there already.
     fn store(&self, slot: &mut Option<ArgValue>) -> bool {
         match (self, slot.as_mut()) {
@@ -183,7 +194,8 @@ pub unsafe fn clSetKernelArg(
         };
         let shape = (arg_index, arg_size as u64, incoming.shape_kind());
         let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
-        if !a.accepted.contains(&shape) {
+        let accepted = incoming.fits(a.values.get(arg_index as usize).and_then(Option::as_ref));
+        if !accepted && !a.accepted.contains(&shape) {
             drop(a);
             // A shape the driver has not seen: ask it now, so an error comes from this call (a
             // wrong size, a NULL `__local` size) and not from a later enqueue.
