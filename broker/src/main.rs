@@ -90,6 +90,13 @@ enum Cmd {
         /// Shorter runs (noisier figures), for smoke tests.
         #[arg(long)]
         quick: bool,
+        /// Keep N busy processes spinning beside both runs, so caged and direct are measured
+        /// under the same load.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        load: usize,
+        /// Run only the workloads whose names contain one of these comma-separated strings.
+        #[arg(long, value_name = "PATTERN")]
+        only: Option<String>,
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
@@ -150,7 +157,9 @@ fn main() -> ExitCode {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench { driver, json, quick, sandbox } => run_bench(driver.as_deref(), json, quick, &sandbox),
+        Cmd::Bench { driver, json, quick, load, only, sandbox } => {
+            run_bench(driver.as_deref(), &BenchOptions { json, quick, load, only }, &sandbox)
+        }
     };
     match result {
         Ok(code) => code,
@@ -270,12 +279,49 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
     Ok(ExitCode::FAILURE)
 }
 
-fn run_bench(
-    driver: Option<&str>,
+/// `cloister bench`'s flags beside the driver and the sandbox.
+struct BenchOptions {
     json: bool,
     quick: bool,
-    sandbox: &cage::SandboxOptions,
-) -> Result<ExitCode, String> {
+    load: usize,
+    only: Option<String>,
+}
+
+/// `--load`'s busy processes: killed (and reaped) when this goes, whichever way `run_bench`
+/// ends; each also gets SIGKILL from the kernel if `cloister` itself dies first.
+struct Load(Vec<std::process::Child>);
+
+impl Load {
+    fn start(client: &std::path::Path, n: usize) -> Result<Self, String> {
+        use std::os::unix::process::CommandExt;
+        let mut load = Load(Vec::with_capacity(n));
+        for _ in 0..n {
+            let mut cmd = Command::new(client);
+            cmd.arg("--spin").stdin(std::process::Stdio::null());
+            // SAFETY: prctl is async-signal-safe and touches only the child being started.
+            unsafe {
+                cmd.pre_exec(|| match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                });
+            }
+            let child = cmd.spawn().map_err(|e| format!("cannot start a busy process ({}): {e}", client.display()))?;
+            load.0.push(child);
+        }
+        Ok(load)
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxOptions) -> Result<ExitCode, String> {
     let install = Install::locate()?;
     let client = install.worker.with_file_name("cloister-bench-client");
     if !client.exists() {
@@ -286,8 +332,11 @@ fn run_bench(
     let cage = Cage::start(&install, drivers, sandbox)?;
     let run_client = |caged: bool| -> Result<serde_json::Value, String> {
         let mut cmd = Command::new(&client);
-        if quick {
+        if opts.quick {
             cmd.arg("--quick");
+        }
+        if let Some(only) = &opts.only {
+            cmd.arg("--only").arg(only);
         }
         if caged {
             cage.configure(&mut cmd, false);
@@ -304,9 +353,11 @@ fn run_bench(
         }
         serde_json::from_slice(&out.stdout).map_err(|e| format!("benchmark client printed bad JSON: {e}"))
     };
+    let load = Load::start(&client, opts.load)?;
     let direct = run_client(false)?;
     let caged = run_client(true)?;
-    print!("{}", bench::render(&direct, &caged, json));
+    drop(load);
+    print!("{}", bench::render(&direct, &caged, opts.load, opts.json));
     Ok(ExitCode::SUCCESS)
 }
 
