@@ -44,7 +44,8 @@ pub fn check(options: &WorkerOptions, driver: &Driver) -> Result<Checked, String
             weaker: layers.into_iter().filter(|l| !l.ends_with(": on")).collect(),
         }),
         Err(e) => Err(match died {
-            Some(cause) if !e.starts_with("refused") => format!("its worker died at start-up: {cause}"),
+            // The broker said it already, with the report's path.
+            Some(_) if !e.starts_with("refused") => "its worker died at start-up (above)".to_string(),
             _ => e,
         }),
     }
