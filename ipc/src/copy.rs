@@ -19,11 +19,7 @@ pub fn threads() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        std::env::var("CLOISTER_COPY_THREADS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|n| (1..=64).contains(n))
-            .unwrap_or((cores / 2).clamp(1, 4))
+        crate::settings::number("CLOISTER_COPY_THREADS", (cores / 2).clamp(1, 4), 1..=64)
     })
 }
 

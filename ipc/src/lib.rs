@@ -15,6 +15,7 @@ pub mod image;
 pub mod lane;
 pub mod private;
 pub mod recorder;
+pub mod settings;
 pub mod shm;
 pub mod wire;
 

@@ -31,9 +31,9 @@ pub enum Mode {
 
 impl Mode {
     pub fn from_env() -> Mode {
-        match std::env::var("CLOISTER_STAGING").as_deref() {
-            Ok("plain") => Mode::Plain,
-            Ok("pinned") => Mode::Pinned,
+        match cloister_ipc::settings::staging() {
+            "plain" => Mode::Plain,
+            "pinned" => Mode::Pinned,
             _ => Mode::Auto,
         }
     }
