@@ -394,6 +394,8 @@ fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxO
     if !client.exists() {
         return Err(format!("benchmark client not found at {}", client.display()));
     }
+    let sandbox = &sandbox.resolve()?;
+    cloister_ipc::settings::check_all();
     let mut drivers = cage::choose_drivers(&install, driver)?;
     drivers.truncate(1);
     let cage = Cage::start(&install, drivers, sandbox)?;
