@@ -85,6 +85,13 @@ enum Cmd {
     },
     /// Print the coverage table of every OpenCL entry point (Markdown, as in the README).
     Coverage,
+    /// Print a shell completion script (e.g. `cloister completions bash > /etc/bash_completion.d/cloister`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page, in roff (`cloister manpage > cloister.1; man ./cloister.1`).
+    Manpage,
     /// Run the same micro-benchmarks directly on the driver and through the cage; print both
     /// and the ratio.
     Bench {
@@ -178,6 +185,18 @@ fn main() -> ExitCode {
         Cmd::Info { driver, sandbox } => info(driver.as_deref(), &sandbox),
         Cmd::Broker { socket, driver, exit_with_parent, sandbox } => {
             run_broker(socket, driver.as_deref(), exit_with_parent, &sandbox)
+        }
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "cloister", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Manpage => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut std::io::stdout())
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(|e| format!("cannot write the manual page: {e}"))
         }
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());

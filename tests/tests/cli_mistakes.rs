@@ -175,3 +175,21 @@ fn signals_are_forwarded_to_the_application() {
     assert_eq!(status.code(), Some(3), "{rest}");
     assert!(rest.contains("got-usr1"), "{rest}");
 }
+
+/// Shell completions and the manual page come from the same CLI description as `--help`: the
+/// bash script is valid bash and knows the subcommands; the page is roff naming them.
+#[test]
+fn completions_and_manual_page_are_generated_from_the_cli() {
+    let dir = scratch("completions");
+    let out = cloister_in(&dir, &dir, &["completions", "bash"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let script = dir.join("cloister.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+    let syntax = Command::new("bash").arg("-n").arg(&script).output().unwrap();
+    assert!(syntax.status.success(), "{}", text(&syntax));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("_cloister") && s.contains("policy") && s.contains("--no-check"), "{s}");
+    let out = cloister_in(&dir, &dir, &["manpage"], &[]);
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && page.contains(".TH cloister 1") && page.contains("crashes"), "{page}");
+}
