@@ -133,7 +133,14 @@ impl ObjData {
 
     /// A zero-copy buffer (or sub-buffer) whose memory is `view`.
     pub fn shared_mem(flags: u64, view: SharedView) -> Self {
-        ObjData::Mem { flags, host_ptr: 0, host_len: 0, image: None, maps: Mutex::new(HashMap::new()), shared: Some(view) }
+        ObjData::Mem {
+            flags,
+            host_ptr: 0,
+            host_len: 0,
+            image: None,
+            maps: Mutex::new(HashMap::new()),
+            shared: Some(view),
+        }
     }
 
     /// A zero-copy buffer's memory, if this is one.

@@ -621,8 +621,8 @@ pub unsafe fn clEnqueueMapImage(
         }
         // CL_MEM_USE_HOST_PTR: the application's own memory, at its own pitches, as the spec
         // requires; otherwise the packed segment.
-        // SAFETY: event per API contract; the mirror is within the image's host memory.
         let view = (segment.id, segment.region.as_ptr());
+        // SAFETY: event per API contract; the mirror is within the image's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, view, map_flags, mirror) };
         let (ptr, row_pitch, slice_pitch) = match (mirror, meta.host) {
             (Some(m), Some(h)) => (m.at, h.row_pitch, if needs_slice { h.slice_pitch } else { 0 }),
