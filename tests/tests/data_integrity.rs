@@ -27,10 +27,3 @@ fn zero_copy_buffers_keep_every_byte() {
 fn staged_buffers_keep_every_byte() {
     passes(&[("CLOISTER_ZERO_COPY", "0")]);
 }
-
-/// `CLOISTER_STAGING=pinned` (an experiment for discrete GPUs): staged transfers go through a
-/// `CL_MEM_USE_HOST_PTR` buffer over each segment and a device-side copy.
-#[test]
-fn pinned_staging_keeps_every_byte() {
-    passes(&[("CLOISTER_ZERO_COPY", "0"), ("CLOISTER_STAGING", "pinned")]);
-}

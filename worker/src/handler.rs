@@ -88,9 +88,6 @@ pub struct Worker {
     pub objects: ObjectTable,
     pub segments: Segments,
     mappings: Mutex<HashMap<u64, Mapping>>,
-    /// `CLOISTER_STAGING=pinned`: per (segment, context), a `CL_MEM_USE_HOST_PTR` buffer over
-    /// the segment, released when the segment is dropped.
-    staging: Mutex<HashMap<(u64, usize), usize>>,
 }
 
 /// One lane's server: the worker state plus that lane's bulk area.
@@ -634,9 +631,6 @@ impl Handler for LaneServer<'_> {
     fn enqueue_write_buffer(&self, r: EnqueueWriteBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        if pinned_staging() && matches!(r.data, DataRef::Segment { .. }) {
-            return self.pinned_transfer(q, m, true, r.blocking, r.offset as usize, &r.data, &r.sync);
-        }
         let (src, _keep) = tri!(self.data(&r.data));
         let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
         let f = driver_fn!(q, clEnqueueWriteBuffer);
@@ -649,9 +643,6 @@ impl Handler for LaneServer<'_> {
     fn enqueue_read_buffer(&self, r: EnqueueReadBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        if pinned_staging() && matches!(r.into, DataRef::Segment { .. }) {
-            return self.pinned_transfer(q, m, false, r.blocking, r.offset as usize, &r.into, &r.sync);
-        }
         let (dst, _keep) = tri!(self.data(&r.into));
         // A lane's bulk area is reused by the next call, so reads into it block.
         let blocking = if matches!(r.into, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
@@ -1395,122 +1386,10 @@ impl Handler for LaneServer<'_> {
     }
 
     fn drop_segment(&self, r: DropSegment) -> i32 {
-        self.worker.staging.lock().unwrap_or_else(|e| e.into_inner()).retain(|&(segment, _), &mut b| {
-            if segment == r.segment {
-                // SAFETY: our staging buffer over this segment, a live driver handle; no transfer
-                // through the segment is in flight (the shim drops only idle segments).
-                if let Some(release) = unsafe { crate::driver::dispatch(b) }.clReleaseMemObject {
-                    // SAFETY: as above; this drops our only reference.
-                    unsafe { release(b as *mut c_void) };
-                }
-            }
-            segment != r.segment
-        });
         match self.worker.segments.remove(r.segment) {
             Some(_) => CL_SUCCESS,
             None => CL_INVALID_VALUE,
         }
-    }
-}
-
-/// `CLOISTER_STAGING=pinned` (for measuring discrete GPUs, issue 12): transfers through shared
-/// segments go through a `CL_MEM_USE_HOST_PTR` buffer over the segment (memory the driver may
-/// pin) and a device-side copy, instead of the driver reading or writing the plain pages.
-fn pinned_staging() -> bool {
-    static PINNED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PINNED.get_or_init(|| std::env::var("CLOISTER_STAGING").is_ok_and(|v| v == "pinned"))
-}
-
-impl LaneServer<'_> {
-    /// The staging buffer over `segment` in `m`'s context, made on first use.
-    fn staging_buffer(&self, m: usize, segment: u64) -> Result<usize, cl_int> {
-        let ctx: usize = mem_info(m, false, CL_MEM_CONTEXT)?;
-        let mut cache = self.worker.staging.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&b) = cache.get(&(segment, ctx)) {
-            return Ok(b);
-        }
-        let seg = self.worker.segments.get(segment).ok_or(CL_INVALID_VALUE)?;
-        // SAFETY: ctx is the live context of a live buffer.
-        let create = unsafe { crate::driver::dispatch(ctx) }.clCreateBuffer.ok_or(CL_INVALID_OPERATION)?;
-        let mut rc = CL_SUCCESS;
-        let flags = CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR;
-        // SAFETY: a live context; the segment's mapping outlives the buffer (released in
-        // drop_segment before the segment goes).
-        let b = unsafe { create(ctx as _, flags, seg.len(), seg.as_ptr().cast(), &mut rc) };
-        if rc != CL_SUCCESS || b.is_null() {
-            return Err(if rc == CL_SUCCESS { CL_OUT_OF_RESOURCES } else { rc });
-        }
-        cache.insert((segment, ctx), b as usize);
-        Ok(b as usize)
-    }
-
-    /// A read or write of `m` through a segment's staging buffer: for a write, a map and unmap
-    /// of the staged range (the driver's way to take host memory it was given) and a copy into
-    /// `m`; for a read, the copy out of `m` and a map of the staged range (after which the
-    /// segment holds the bytes). The last command's event is the transfer's: the application's
-    /// if it asked for one (its command type is then the copy's or the map's), waited for if
-    /// the transfer blocks.
-    #[allow(clippy::too_many_arguments)]
-    fn pinned_transfer(
-        &self,
-        q: usize,
-        m: usize,
-        write: bool,
-        blocking: bool,
-        offset: usize,
-        data: &DataRef,
-        sync: &EnqueueSync,
-    ) -> cl_int {
-        let DataRef::Segment { id, offset: at, len } = *data else { return CL_INVALID_VALUE };
-        let map = driver_fn!(q, clEnqueueMapBuffer);
-        let unmap = driver_fn!(q, clEnqueueUnmapMemObject);
-        let copy = driver_fn!(q, clEnqueueCopyBuffer);
-        let wait_for = driver_fn!(q, clWaitForEvents);
-        let release = driver_fn!(q, clReleaseEvent);
-        let (host, _keep) = tri!(self.data(data));
-        let staging = tri!(self.staging_buffer(m, id)) as *mut c_void;
-        let wait = tri!(self.wait_list(sync));
-        let (at, len, n) = (at as usize, len as usize, wait.len() as u32);
-        let (mut rc, mut last) = (CL_SUCCESS, null_mut());
-        // SAFETY: live queue and buffers; the wait list holds live events; the mapped pointer
-        // is only compared and handed back to the driver.
-        let mut rc = unsafe {
-            if write {
-                let p = map(q as _, staging, CL_FALSE, CL_MAP_WRITE, at, len, n, wait_ptr(&wait), null_mut(), &mut rc);
-                if rc != CL_SUCCESS {
-                    return rc;
-                }
-                rc = unmap(q as _, staging, p, 0, null(), null_mut());
-                if rc == CL_SUCCESS && p.cast::<u8>() != host {
-                    rc = CL_OUT_OF_RESOURCES; // USE_HOST_PTR maps must return the host pointer
-                }
-                if rc == CL_SUCCESS {
-                    rc = copy(q as _, staging, m as _, at, offset, len, 0, null(), &mut last);
-                }
-                rc
-            } else {
-                rc = copy(q as _, m as _, staging, offset, at, len, n, wait_ptr(&wait), null_mut());
-                if rc != CL_SUCCESS {
-                    return rc;
-                }
-                let p = map(q as _, staging, CL_FALSE, CL_MAP_READ, at, len, 0, null(), &mut last, &mut rc);
-                if rc == CL_SUCCESS {
-                    let unmapped = unmap(q as _, staging, p, 0, null(), null_mut());
-                    rc = if p.cast::<u8>() != host { CL_OUT_OF_RESOURCES } else { unmapped };
-                }
-                rc
-            }
-        };
-        if rc == CL_SUCCESS && blocking {
-            // SAFETY: `last` is the live event just returned.
-            rc = unsafe { wait_for(1, &last) };
-        }
-        if sync.event.is_none() && !last.is_null() {
-            // SAFETY: our own reference on the event.
-            unsafe { release(last) };
-            last = null_mut();
-        }
-        self.adopt_event(sync, last, rc)
     }
 }
 
