@@ -11,6 +11,7 @@ mod includes;
 mod notify;
 mod objects;
 mod segments;
+mod staging;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
@@ -353,4 +354,6 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
             break;
         }
     }
+    // The lane's memory goes away with this thread: no driver may keep it pinned.
+    worker.staging.forget_region(lane.bulk_ptr());
 }
