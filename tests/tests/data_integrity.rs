@@ -27,3 +27,10 @@ fn zero_copy_buffers_keep_every_byte() {
 fn staged_buffers_keep_every_byte() {
     passes(&[("CLOISTER_ZERO_COPY", "0")]);
 }
+
+/// Staged transfers with their shared memory pinned in the context (`CLOISTER_STAGING=pinned`,
+/// forced on pocl; see worker/src/staging.rs).
+#[test]
+fn pinned_staging_keeps_every_byte() {
+    passes(&[("CLOISTER_ZERO_COPY", "0"), ("CLOISTER_STAGING", "pinned")]);
+}
