@@ -189,6 +189,19 @@ mod tests {
     }
 
     #[test]
+    fn a_region_kept_without_its_fd_stays_shared() {
+        let r = SharedRegion::create("test", 8192).unwrap();
+        let peer = SharedRegion::from_fd(r.fd().try_clone().unwrap(), 8192).unwrap();
+        let m = r.into_mapping();
+        assert_eq!(m.len(), 8192);
+        // SAFETY: both mappings are 8192 bytes of the same memfd.
+        unsafe {
+            *m.as_ptr().add(8191) = 7;
+            assert_eq!(*peer.as_ptr().add(8191), 7);
+        }
+    }
+
+    #[test]
     fn unsealed_fds_are_refused() {
         // SAFETY: a plain memfd, as a hostile peer would send.
         let raw = unsafe { libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };

@@ -327,3 +327,21 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     quarantine(h as usize);
     CL_SUCCESS
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_views_never_reach_outside_their_buffer() {
+        let region = cloister_ipc::shm::SharedRegion::create("test", 1 << 16).unwrap();
+        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: 1 << 16 };
+        assert!(view.at(0, 1 << 16).is_some());
+        assert!(view.at(1, 1 << 16).is_none());
+        assert!(view.at(usize::MAX, 2).is_none());
+        let sub = view.window(4096, 8192).unwrap();
+        assert_eq!(sub.at(0, 8192), view.at(4096, 1));
+        assert!(sub.at(8192, 1).is_none());
+        assert!(view.window(60000, 8192).is_none());
+    }
+}
