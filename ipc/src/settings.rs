@@ -84,6 +84,7 @@ pub fn check_all() {
     crate::deadlines::Deadlines::from_env();
     crash_loop();
     staging();
+    choice("CLOISTER_ZERO_COPY", "1", &["0", "1"]);
     crate::copy::threads();
     crate::lane::spin_budget();
 }

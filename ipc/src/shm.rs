@@ -118,6 +118,50 @@ impl SharedRegion {
     }
 }
 
+impl SharedRegion {
+    /// Keeps the mapping and closes the fd: a region both sides have mapped needs no fd any
+    /// more, and an application with thousands of buffers must not run out of descriptors.
+    pub fn into_mapping(self) -> SharedMapping {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so its fd is read out exactly once (and closed when
+        // the read copy drops); the mapping passes to the SharedMapping, which unmaps it.
+        drop(unsafe { std::ptr::read(&this.fd) });
+        SharedMapping { base: this.base, len: this.len }
+    }
+}
+
+/// A shared mapping whose fd is closed (see `SharedRegion::into_mapping`). Unmapped on drop.
+pub struct SharedMapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: plain shared memory, accessed through raw pointers only, as for SharedRegion.
+unsafe impl Send for SharedMapping {}
+// SAFETY: as above.
+unsafe impl Sync for SharedMapping {}
+
+impl SharedMapping {
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for SharedMapping {
+    fn drop(&mut self) {
+        // SAFETY: base/len describe a mapping taken over from a SharedRegion; nobody else unmaps.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len.max(1)) };
+    }
+}
+
 impl Drop for SharedRegion {
     fn drop(&mut self) {
         // SAFETY: base/len describe a mapping we created and nobody else unmaps.
@@ -142,6 +186,19 @@ mod tests {
         }
         let peer = SharedRegion::from_fd(r.fd().try_clone().unwrap(), 8192).unwrap();
         assert_eq!(peer.len(), 8192);
+    }
+
+    #[test]
+    fn a_region_kept_without_its_fd_stays_shared() {
+        let r = SharedRegion::create("test", 8192).unwrap();
+        let peer = SharedRegion::from_fd(r.fd().try_clone().unwrap(), 8192).unwrap();
+        let m = r.into_mapping();
+        assert_eq!(m.len(), 8192);
+        // SAFETY: both mappings are 8192 bytes of the same memfd.
+        unsafe {
+            *m.as_ptr().add(8191) = 7;
+            assert_eq!(*peer.as_ptr().add(8191), 7);
+        }
     }
 
     #[test]

@@ -444,9 +444,13 @@ wire_calls! {
         id: ObjectId, context: ObjectId, device: ObjectId, properties: Option<Vec<u64>>,
     } -> i32;
     /// `properties` is `Some` for `clCreateBufferWithProperties`.
+    /// `memory`: a zero-copy buffer's own memory, a segment of at least `size` bytes the
+    /// shim sent (and filled with any `CL_MEM_COPY_HOST_PTR` data): the worker creates the
+    /// buffer with `CL_MEM_USE_HOST_PTR` over it, keeps it mapped as long as the driver's
+    /// buffer lives, and drops the segment's fd.
     CreateBuffer(create_buffer) {
         id: ObjectId, context: ObjectId, properties: Option<Vec<u64>>, flags: u64, size: u64,
-        host_data: Option<DataRef>,
+        host_data: Option<DataRef>, memory: Option<u64>,
     } -> i32;
     CreateSubBuffer(create_sub_buffer) { id: ObjectId, buffer: ObjectId, flags: u64, origin: u64, size: u64 } -> i32;
     /// `host_data` holds the application's host memory with the pitches of `desc`.
@@ -531,9 +535,12 @@ wire_calls! {
     } -> i32;
     /// Maps and copies the region into `segment`, which the application sees as the mapping.
     /// A non-blocking map returns at once; `FillMapping` copies once its event is complete.
+    /// With `in_place` (a zero-copy buffer), `segment` only names the mapping: the shim hands
+    /// out its own view of the buffer's memory, and the worker copies only if the driver mapped
+    /// elsewhere than the buffer's host pointer.
     EnqueueMapBuffer(enqueue_map_buffer) {
         queue: ObjectId, mem: ObjectId, blocking: bool, flags: u64, offset: u64, size: u64, segment: u64,
-        sync: EnqueueSync,
+        in_place: bool, sync: EnqueueSync,
     } -> i32;
     /// A non-blocking map has completed: copy the mapped region into its segment now.
     FillMapping(fill_mapping) { segment: u64 } -> i32;

@@ -430,9 +430,16 @@ impl Conn {
             }
         }
         let region = SharedRegion::create("cloister-segment", len).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        let id = self.share_region(&region)?;
+        Ok(Segment { id, region })
+    }
+
+    /// Sends the worker a region under a fresh segment id (the fd goes with the message, so
+    /// the caller may close its own once this returns).
+    pub fn share_region(&self, region: &SharedRegion) -> Result<u64, cl_int> {
         let id = self.alloc_id();
         self.send(&ShimMessage::NewSegment { segment: id }, &[region.fd().as_raw_fd()])?;
-        Ok(Segment { id, region })
+        Ok(id)
     }
 
     /// Returns a segment to the pool, dropping the oldest ones beyond `SEGMENT_POOL_BYTES`.

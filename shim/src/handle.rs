@@ -153,7 +153,11 @@ fn quarantine(h: usize) {
 
 /// A mapping the application holds: where it points, and the segment behind it.
 pub struct MapRecord {
-    pub segment: crate::conn::Segment,
+    /// The worker's name for the mapping: the segment's id, or a fresh id for a mapping of a
+    /// zero-copy buffer's own memory.
+    pub id: ObjectId,
+    /// The segment the application sees (`None`: the zero-copy buffer's memory itself).
+    pub segment: Option<crate::conn::Segment>,
     pub flags: u64,
     /// For a `CL_MEM_USE_HOST_PTR` object: the application's rows the mapping points at, packed
     /// back into the segment when a writing map is unmapped.
@@ -202,6 +206,8 @@ pub enum ObjData {
         host_len: usize,
         image: Option<ImageMeta>,
         maps: Mutex<HashMap<usize, Vec<MapRecord>>>,
+        /// A zero-copy buffer's memory, shared with the worker (see `SharedView`).
+        shared: Option<SharedView>,
     },
     /// `app_source` is the application's own text when the driver was given a rewritten one
     /// (absolute `#include` names made relative to the staged headers' root).
@@ -232,7 +238,57 @@ impl ObjData {
     }
 
     pub fn mem(flags: u64, host_ptr: usize, host_len: usize, image: Option<ImageMeta>) -> Self {
-        ObjData::Mem { flags, host_ptr, host_len, image, maps: Mutex::new(HashMap::new()) }
+        ObjData::Mem { flags, host_ptr, host_len, image, maps: Mutex::new(HashMap::new()), shared: None }
+    }
+
+    /// A zero-copy buffer (or sub-buffer) whose memory is `view`.
+    pub fn shared_mem(flags: u64, view: SharedView) -> Self {
+        ObjData::Mem {
+            flags,
+            host_ptr: 0,
+            host_len: 0,
+            image: None,
+            maps: Mutex::new(HashMap::new()),
+            shared: Some(view),
+        }
+    }
+
+    /// A zero-copy buffer's memory, if this is one.
+    pub fn shared_view(&self) -> Option<&SharedView> {
+        match self {
+            ObjData::Mem { shared, .. } => shared.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// A zero-copy buffer's memory as this process sees it: `len` bytes at `offset` of a mapping
+/// shared with the worker, where the driver keeps the buffer (`CL_MEM_USE_HOST_PTR` there). A
+/// sub-buffer's view is a window of its parent's. The worker may write it at any time: it is
+/// data, never a length or pointer the shim trusts.
+#[derive(Clone)]
+pub struct SharedView {
+    pub memory: Arc<cloister_ipc::shm::SharedMapping>,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl SharedView {
+    /// The address of bytes `[offset, offset + size)` of the buffer, if they lie within it
+    /// (checked here, whatever the driver would say: the shim hands out or copies through it).
+    pub fn at(&self, offset: usize, size: usize) -> Option<*mut u8> {
+        let end = offset.checked_add(size)?;
+        if end > self.len || self.offset.checked_add(self.len)? > self.memory.len() {
+            return None;
+        }
+        // SAFETY: offset + self.offset is within the mapping, checked above.
+        Some(unsafe { self.memory.as_ptr().add(self.offset + offset) })
+    }
+
+    /// The window `[origin, origin + size)` of this view, for a sub-buffer.
+    pub fn window(&self, origin: usize, size: usize) -> Option<SharedView> {
+        self.at(origin, size)?;
+        Some(SharedView { memory: self.memory.clone(), offset: self.offset + origin, len: size })
     }
 }
 
@@ -565,5 +621,18 @@ mod tests {
         let params: std::collections::HashSet<u64> =
             (0x1000..0x1100u32).map(|p| hash(&|h| std::hash::Hash::hash(&(p, 0u64), h))).collect();
         assert_eq!(params.len(), 0x100);
+    }
+
+    #[test]
+    fn shared_views_never_reach_outside_their_buffer() {
+        let region = cloister_ipc::shm::SharedRegion::create("test", 1 << 16).unwrap();
+        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: 1 << 16 };
+        assert!(view.at(0, 1 << 16).is_some());
+        assert!(view.at(1, 1 << 16).is_none());
+        assert!(view.at(usize::MAX, 2).is_none());
+        let sub = view.window(4096, 8192).unwrap();
+        assert_eq!(sub.at(0, 8192), view.at(4096, 1));
+        assert!(sub.at(8192, 1).is_none());
+        assert!(view.window(60000, 8192).is_none());
     }
 }

@@ -142,6 +142,45 @@ static void use_host_ptr(void) {
     check("guard bytes after the read buffer", intact(dst, big));
 }
 
+/* A zero-copy buffer (the worker says the device is host-unified): the shim computes every
+ * address it hands out or copies through from the buffer's size, whatever the worker says, and
+ * the worker scribbling over the shared memory changes data, never where it goes. */
+static void zero_copy(void) {
+    cl_int err;
+    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
+    check("queue", err == CL_SUCCESS);
+    const size_t len = 1 << 20, big = 2 << 20;
+    cl_mem buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, len, NULL, &err);
+    check("zero-copy buffer", err == CL_SUCCESS);
+    unsigned char *dst = guarded(big);
+    err = clEnqueueReadBuffer(q, buf, CL_TRUE, 0, big, dst, 0, NULL, NULL);
+    printf("blocking read past the end: %d\n", err);
+    check("blocking read past the end refused", err == CL_INVALID_VALUE);
+    err = clEnqueueReadBuffer(q, buf, CL_TRUE, 0, len, dst, 0, NULL, NULL);
+    check("blocking read", err == CL_SUCCESS);
+    err = clEnqueueWriteBuffer(q, buf, CL_TRUE, len / 2, len, dst, 0, NULL, NULL);
+    check("blocking write past the end refused", err == CL_INVALID_VALUE);
+    void *m = clEnqueueMapBuffer(q, buf, CL_TRUE, CL_MAP_READ, len / 2, len, 0, NULL, NULL, &err);
+    printf("map past the end: %d\n", err);
+    check("map past the end refused", err == CL_INVALID_VALUE && m == NULL);
+    unsigned char *p = clEnqueueMapBuffer(q, buf, CL_TRUE, CL_MAP_WRITE, 0, len, 0, NULL, NULL, &err);
+    check("map", err == CL_SUCCESS && p != NULL);
+    if (p) {
+        memset(p, 1, len);
+        check("unmap", clEnqueueUnmapMemObject(q, buf, p, 0, NULL, NULL) == CL_SUCCESS);
+    }
+    cl_buffer_region sub = {len / 2, len};
+    cl_mem s = clCreateSubBuffer(buf, 0, CL_BUFFER_CREATE_TYPE_REGION, &sub, &err);
+    printf("sub-buffer past the end: %d\n", err);
+    check("sub-buffer past the end refused", err == CL_INVALID_VALUE && s == NULL);
+    sub.size = len / 4;
+    s = clCreateSubBuffer(buf, 0, CL_BUFFER_CREATE_TYPE_REGION, &sub, &err);
+    check("sub-buffer", err == CL_SUCCESS);
+    m = clEnqueueMapBuffer(q, s, CL_TRUE, CL_MAP_READ, 0, len / 2, 0, NULL, NULL, &err);
+    check("sub-buffer map past its end refused", err == CL_INVALID_VALUE && m == NULL);
+    check("guard bytes after the read buffer", intact(dst, big));
+}
+
 static volatile int released_ctx = 0, ran_after_release = 0, live_heard = 0;
 
 static void CL_CALLBACK released_notify(const char *info, const void *pi, size_t cb, void *user_data) {
@@ -199,6 +238,8 @@ int main(int argc, char **argv) {
         wide_pitch();
     else if (strcmp(mode, "use-host-ptr") == 0)
         use_host_ptr();
+    else if (strcmp(mode, "zero-copy") == 0)
+        zero_copy();
     else if (strcmp(mode, "context-callback") == 0)
         context_callback();
     else {

@@ -51,6 +51,12 @@ fn use_host_ptr_copies_stay_within_the_buffer() {
 }
 
 #[test]
+fn zero_copy_addresses_come_from_the_shim() {
+    let t = run("zero-copy", "zero-copy");
+    assert!(t.contains("ok map\n") && t.contains("ok sub-buffer\n"), "{t}");
+}
+
+#[test]
 fn huge_welcome_is_refused() {
     run("huge-welcome", "huge-welcome");
 }

@@ -19,21 +19,37 @@ use crate::objects::{Kind, ObjectTable};
 use crate::segments::Segments;
 use crate::{driver_fn, ext_fn};
 
-/// A live mapping: the driver's pointer, the shape of the mapped memory behind it, and the
-/// segment the application sees instead (holding the same rows, packed).
+/// Where the application sees a mapping: a segment holding the mapped rows, packed, or (a
+/// zero-copy buffer) the buffer's own shared memory at the mapped offset.
+enum View {
+    Segment(Arc<SharedRegion>),
+    InPlace(usize),
+}
+
+/// A live mapping: the driver's pointer, the shape of the mapped memory behind it, and where the
+/// application sees it instead.
 struct Mapping {
     mem: usize,
     ptr: usize,
     shape: Strided,
-    segment: Arc<SharedRegion>,
-    /// Whether the segment must receive the mapped bytes (not for `CL_MAP_WRITE_INVALIDATE_REGION`).
+    view: View,
+    /// Whether the view must receive the mapped bytes (not for `CL_MAP_WRITE_INVALIDATE_REGION`).
     wants_fill: bool,
-    /// A non-blocking map's event (retained), until the segment is filled.
+    /// A non-blocking map's event (retained), until the view is filled.
     pending: Option<usize>,
 }
 
 impl Mapping {
-    /// Copies the mapped rows into the segment once the map is done (at once if it was
+    /// The view's address, when it is not the driver's mapping itself (then nothing is copied).
+    fn copy_target(&self) -> Option<*mut u8> {
+        let at = match &self.view {
+            View::Segment(s) => s.as_ptr(),
+            View::InPlace(p) => *p as *mut u8,
+        };
+        (self.ptr != 0 && self.ptr != at as usize && self.shape.packed_len() > 0).then_some(at)
+    }
+
+    /// Copies the mapped rows into the view once the map is done (at once if it was
     /// blocking, else after waiting for its event).
     fn fill(&mut self) -> cl_int {
         if let Some(ev) = self.pending.take() {
@@ -46,13 +62,23 @@ impl Mapping {
                 return rc;
             }
         }
-        if self.wants_fill && self.ptr != 0 && self.shape.packed_len() > 0 {
+        if let (true, Some(at)) = (self.wants_fill, self.copy_target()) {
             // SAFETY: the driver mapped the shape's rows at ptr and the map is complete; the
-            // segment holds the packed rows (checked when mapped).
-            unsafe { self.shape.pack(self.ptr as *const u8, self.segment.as_ptr()) };
+            // view holds the packed rows (a segment checked when mapped, or the buffer's own
+            // memory at the mapped offset), and is not the driver's mapping itself.
+            unsafe { self.shape.pack(self.ptr as *const u8, at) };
             self.wants_fill = false;
         }
         CL_SUCCESS
+    }
+
+    /// Copies the view back into the driver's mapping before an unmap that writes back.
+    fn write_back(&self) {
+        if let Some(at) = self.copy_target() {
+            // SAFETY: the driver's mapping covers the shape's rows, writable; the view holds the
+            // packed rows (as in `fill`).
+            unsafe { self.shape.unpack(at, self.ptr as *mut u8) };
+        }
     }
 }
 
@@ -489,29 +515,47 @@ impl Handler for LaneServer<'_> {
 
     fn create_buffer(&self, r: CreateBuffer) -> i32 {
         let ctx = tri!(self.obj(r.context, Kind::Context));
-        let host = match &r.host_data {
-            Some(d) => {
+        // A zero-copy buffer lives in the segment the shim sent: USE_HOST_PTR over it (its
+        // initial contents, if any, are already there).
+        let memory = match r.memory {
+            Some(id) => {
+                let region = tri!(self.worker.segments.take(id).ok_or(CL_INVALID_VALUE));
+                if (region.len() as u64) < r.size || r.host_data.is_some() {
+                    return CL_INVALID_VALUE;
+                }
+                Some(region)
+            }
+            None => None,
+        };
+        let (flags, host) = match (&memory, &r.host_data) {
+            (Some(region), _) => {
+                ((r.flags & !(CL_MEM_COPY_HOST_PTR | CL_MEM_ALLOC_HOST_PTR)) | CL_MEM_USE_HOST_PTR, region.as_ptr())
+            }
+            (None, Some(d)) => {
                 if d.len() != r.size {
                     return CL_INVALID_VALUE;
                 }
-                tri!(self.data(d)).0
+                (r.flags, tri!(self.data(d)).0)
             }
-            None => null_mut(),
+            (None, None) => (r.flags, null_mut()),
         };
         let mut rc = CL_SUCCESS;
         let m = match with_properties(&r.properties) {
             Some(props) => {
                 let f = driver_fn!(ctx, clCreateBufferWithProperties);
                 // SAFETY: props is zero-terminated or NULL; host is NULL or points at `size`
-                // bytes of shared memory (checked in `data`).
-                unsafe { f(ctx as _, opt_ptr(&props), r.flags, r.size as usize, host.cast(), &mut rc) }
+                // bytes of shared memory (checked in `data`, or the segment's length above).
+                unsafe { f(ctx as _, opt_ptr(&props), flags, r.size as usize, host.cast(), &mut rc) }
             }
             None => {
                 let f = driver_fn!(ctx, clCreateBuffer);
                 // SAFETY: as above.
-                unsafe { f(ctx as _, r.flags, r.size as usize, host.cast(), &mut rc) }
+                unsafe { f(ctx as _, flags, r.size as usize, host.cast(), &mut rc) }
             }
         };
+        if let (Some(region), CL_SUCCESS, false) = (memory, rc, m.is_null()) {
+            keep_until_destroyed(m as usize, region);
+        }
         self.adopt(r.id, Kind::Mem, m, rc)
     }
 
@@ -650,12 +694,23 @@ impl Handler for LaneServer<'_> {
     fn enqueue_map_buffer(&self, r: EnqueueMapBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        let Some(segment) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE };
-        if (segment.len() as u64) < r.size {
-            return CL_INVALID_VALUE;
-        }
-        let f = driver_fn!(q, clEnqueueMapBuffer);
         let (flags, offset, size) = (r.flags, r.offset as usize, r.size as usize);
+        let view = if r.in_place {
+            // A zero-copy buffer: the application sees the buffer's own memory, which is the
+            // driver's host pointer (a sub-buffer's is its parent's plus its origin).
+            let host: usize = tri!(mem_info(m, false, CL_MEM_HOST_PTR));
+            if host == 0 {
+                return CL_INVALID_OPERATION;
+            }
+            View::InPlace(tri!(host.checked_add(offset).ok_or(CL_INVALID_VALUE)))
+        } else {
+            let Some(segment) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE };
+            if (segment.len() as u64) < r.size {
+                return CL_INVALID_VALUE;
+            }
+            View::Segment(segment)
+        };
+        let f = driver_fn!(q, clEnqueueMapBuffer);
         let blocking = if r.blocking { CL_TRUE } else { CL_FALSE };
         let mut p = null_mut();
         // SAFETY: live objects; the pointer is valid on return, its bytes once the map completes.
@@ -667,19 +722,15 @@ impl Handler for LaneServer<'_> {
         if rc != CL_SUCCESS {
             return rc;
         }
-        self.map_done(
-            &r.sync,
-            r.blocking,
-            r.segment,
-            Mapping {
-                mem: m,
-                ptr: p as usize,
-                shape: Strided::linear(size),
-                segment,
-                wants_fill: flags & CL_MAP_WRITE_INVALIDATE_REGION == 0,
-                pending: None,
-            },
-        )
+        let mapping = Mapping {
+            mem: m,
+            ptr: p as usize,
+            shape: Strided::linear(size),
+            view,
+            wants_fill: flags & CL_MAP_WRITE_INVALIDATE_REGION == 0,
+            pending: None,
+        };
+        self.map_done(&r.sync, r.blocking, r.segment, mapping)
     }
 
     fn fill_mapping(&self, r: FillMapping) -> i32 {
@@ -711,10 +762,8 @@ impl Handler for LaneServer<'_> {
                 unsafe { driver_fn!(ev, clReleaseEvent)(ev as *mut c_void) };
             }
         }
-        if write_back && mapping.shape.packed_len() > 0 && mapping.ptr != 0 {
-            // SAFETY: the driver's mapping covers the shape's rows, writable; the segment holds
-            // the packed rows (checked when mapped).
-            unsafe { mapping.shape.unpack(mapping.segment.as_ptr(), mapping.ptr as *mut u8) };
+        if write_back {
+            mapping.write_back();
         }
         let f = driver_fn!(q, clEnqueueUnmapMemObject);
         let ptr = mapping.ptr as *mut c_void;
@@ -1101,7 +1150,8 @@ impl Handler for LaneServer<'_> {
         let row_step = if image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY { slice_pitch } else { row_pitch };
         let shape = Strided { row_pitch: row_step, slice_pitch, ..packed };
         let wants_fill = r.flags & CL_MAP_WRITE_INVALIDATE_REGION == 0;
-        let mapping = Mapping { mem: m, ptr: p as usize, shape, segment, wants_fill, pending: None };
+        let mapping =
+            Mapping { mem: m, ptr: p as usize, shape, view: View::Segment(segment), wants_fill, pending: None };
         let rc = self.map_done(&r.sync, r.blocking, r.segment, mapping);
         if rc != CL_SUCCESS {
             return rc.into();
@@ -1362,6 +1412,32 @@ impl Handler for LaneServer<'_> {
             None => CL_INVALID_VALUE,
         }
     }
+}
+
+/// Keeps a zero-copy buffer's memory mapped until the driver destroys the buffer (after its
+/// last release and its last command), then unmaps it. The fd is closed at once (both sides
+/// have mapped it): an application with thousands of buffers must not run out of descriptors.
+fn keep_until_destroyed(m: usize, region: Arc<SharedRegion>) -> cl_int {
+    unsafe extern "C" fn destroyed(_m: *mut c_void, user_data: *mut c_void) {
+        // SAFETY: user_data is the box leaked below, handed to exactly this one callback.
+        drop(unsafe { Box::from_raw(user_data.cast::<cloister_ipc::shm::SharedMapping>()) });
+    }
+    // Looked up first: without the callback the memory is never unmapped under the driver.
+    let set_destructor = driver_fn!(m, clSetMemObjectDestructorCallback);
+    let region = match Arc::try_unwrap(region) {
+        Ok(region) => region,
+        Err(shared) => {
+            // Another lane still holds it (a shim naming the segment twice): kept mapped for
+            // good, never unmapped under the driver.
+            std::mem::forget(shared);
+            return CL_SUCCESS;
+        }
+    };
+    let user_data = Box::into_raw(Box::new(region.into_mapping()));
+    // SAFETY: m is the live buffer just created; the callback has the destructor signature.
+    // If the driver refuses, the box stays leaked: mapped for the worker's life, never unmapped
+    // under the driver.
+    unsafe { set_destructor(m as _, destroyed as *mut c_void, user_data.cast()) }
 }
 
 fn notify_pair(token: Option<u64>, cb: *mut c_void) -> (*mut c_void, *mut c_void) {

@@ -21,11 +21,23 @@ impl Segments {
     }
 
     pub fn get(&self, id: u64) -> Option<Arc<SharedRegion>> {
+        self.wait_for(|map| map.get(&id).cloned())
+    }
+
+    /// Takes a segment out for good (a zero-copy buffer's memory), waiting for it like `get`.
+    pub fn take(&self, id: u64) -> Option<Arc<SharedRegion>> {
+        self.wait_for(|map| map.remove(&id))
+    }
+
+    fn wait_for(
+        &self,
+        mut found: impl FnMut(&mut HashMap<u64, Arc<SharedRegion>>) -> Option<Arc<SharedRegion>>,
+    ) -> Option<Arc<SharedRegion>> {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(r) = map.get(&id) {
-                return Some(r.clone());
+            if let Some(r) = found(&mut map) {
+                return Some(r);
             }
             let now = Instant::now();
             if now >= deadline {

@@ -110,11 +110,13 @@ pub(super) unsafe fn track(
     rc
 }
 
-/// After a successful map: a blocking one fills the application's memory of a
-/// `CL_MEM_USE_HOST_PTR` object now, a non-blocking one is recorded to be filled when done.
+/// After a successful map of mapping `id`, seen here at `view`: a blocking one fills the
+/// application's memory of a `CL_MEM_USE_HOST_PTR` object now, a non-blocking one is recorded
+/// to be filled when done.
 ///
 /// # Safety
-/// `event` is NULL or valid for a write; `mirror` is within the object's host memory.
+/// `event` is NULL or valid for a write; `mirror` is within the object's host memory; `view`
+/// holds the mapped rows, packed.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn map_done(
     q: &Object,
@@ -122,20 +124,20 @@ pub(super) unsafe fn map_done(
     event: *mut cl_event,
     event_id: ObjectId,
     blocking: bool,
-    segment: &Segment,
+    (id, view): (u64, *mut u8),
     flags: u64,
     mirror: Option<Mirror>,
 ) {
     let mirror = mirror.filter(|_| flags & CL_MAP_WRITE_INVALIDATE_REGION == 0);
     if blocking {
         if let Some(m) = mirror {
-            // SAFETY: the segment holds the mapped rows, packed.
-            unsafe { m.fill_from(segment.region.as_ptr()) };
+            // SAFETY: the view holds the mapped rows, packed.
+            unsafe { m.fill_from(view) };
         }
         // SAFETY: forwarded.
         unsafe { finish_enqueue(q, sync, event, Ok(CL_SUCCESS)) };
     } else {
-        let transfer = Transfer::Map { segment: segment.id, region: segment.region.as_ptr() as usize, mirror };
+        let transfer = Transfer::Map { segment: id, region: view as usize, mirror };
         // SAFETY: forwarded.
         unsafe { track(q, sync, event, event_id, None, transfer) };
     }
@@ -210,6 +212,14 @@ pub unsafe fn clEnqueueReadBuffer(
             // SAFETY: event per API contract.
             return unsafe { enqueue_pending(&q, &sync, event, segment, transfer, make) };
         }
+        // SAFETY: ptr holds `size` writable bytes per the API contract.
+        if let Some(rc) = unsafe { in_place(&q, &m, false, offset, size, ptr.cast(), &sync, event) } {
+            return rc;
+        }
+        if size >= PIPE_MIN && mirror.is_none() {
+            // SAFETY: as above; event per API contract.
+            return unsafe { pipelined(&q, &m, false, offset, size, ptr.cast(), &sync, event) };
+        }
         let step = |start: usize, len: usize, sync: EnqueueSync| {
             let req = EnqueueReadBuffer {
                 queue: q.id,
@@ -226,7 +236,7 @@ pub unsafe fn clEnqueueReadBuffer(
                     if *rc == CL_SUCCESS {
                         // SAFETY: the application's ptr holds `size` bytes; the chunk is within
                         // it and within the bulk area.
-                        unsafe { std::ptr::copy_nonoverlapping(bulk, ptr.cast::<u8>().add(start), len) };
+                        unsafe { cloister_ipc::copy::copy(ptr.cast::<u8>().add(start), bulk, len) };
                         if let Some(host) = mirror {
                             // CL_MEM_USE_HOST_PTR: the application's memory holds device results.
                             // SAFETY: the mirror's `size` bytes lie within the buffer's memory
@@ -266,7 +276,7 @@ pub unsafe fn clEnqueueWriteBuffer(
             // The application may reuse its memory once the call returns only after the event
             // completes, but copying now costs the same and frees it at once.
             // SAFETY: ptr holds `size` bytes; the segment at least as many.
-            unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), segment.region.as_ptr(), size) };
+            unsafe { cloister_ipc::copy::copy(segment.region.as_ptr(), ptr.cast::<u8>(), size) };
             let make = |segment, sync| EnqueueWriteBuffer {
                 queue: q.id,
                 mem: m.id,
@@ -277,6 +287,14 @@ pub unsafe fn clEnqueueWriteBuffer(
             };
             // SAFETY: event per API contract.
             return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, make) };
+        }
+        // SAFETY: ptr holds `size` bytes per the API contract (only read).
+        if let Some(rc) = unsafe { in_place(&q, &m, true, offset, size, ptr.cast_mut().cast(), &sync, event) } {
+            return rc;
+        }
+        if size >= PIPE_MIN {
+            // SAFETY: as above (a write only reads `ptr`); event per API contract.
+            return unsafe { pipelined(&q, &m, true, offset, size, ptr.cast_mut().cast(), &sync, event) };
         }
         let step = |start: usize, len: usize, sync: EnqueueSync| {
             let req = EnqueueWriteBuffer {
@@ -289,7 +307,7 @@ pub unsafe fn clEnqueueWriteBuffer(
             };
             let fill = |bulk: *mut u8| {
                 // SAFETY: ptr holds `size` bytes; the chunk fits the bulk area.
-                unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>().add(start), bulk, len) };
+                unsafe { cloister_ipc::copy::copy(bulk, ptr.cast::<u8>().add(start), len) };
                 Ok(())
             };
             q.conn.call_with(req, fill, |_, _| ())
@@ -382,7 +400,16 @@ pub unsafe fn clEnqueueMapBuffer(
         // device's data once the map is complete.
         let mirror = use_host_ptr(&m, offset, size)?;
         let (wire_sync, event_id) = if blocking { (sync.clone(), 0) } else { with_own_event(&q, &sync) };
-        let segment = q.conn.acquire_segment(size)?;
+        // A zero-copy buffer maps in place: the application gets this process's view of the
+        // buffer's own memory (bounds checked here), and nothing is copied.
+        let (segment, id, view) = match m.data.shared_view() {
+            Some(v) => (None, q.conn.alloc_id(), v.at(offset, size).ok_or(CL_INVALID_VALUE)?),
+            None => {
+                let segment = q.conn.acquire_segment(size)?;
+                let (id, view) = (segment.id, segment.region.as_ptr());
+                (Some(segment), id, view)
+            }
+        };
         let req = EnqueueMapBuffer {
             queue: q.id,
             mem: m.id,
@@ -390,20 +417,22 @@ pub unsafe fn clEnqueueMapBuffer(
             flags: map_flags,
             offset: offset as u64,
             size: size as u64,
-            segment: segment.id,
+            segment: id,
+            in_place: segment.is_none(),
             sync: wire_sync,
         };
         let rc = q.conn.call(req);
         if rc != Ok(CL_SUCCESS) {
-            q.conn.release_segment(segment);
+            if let Some(segment) = segment {
+                q.conn.release_segment(segment);
+            }
             return Err(rc.unwrap_or_else(|e| e));
         }
-        let region = segment.region.as_ptr() as usize;
         // SAFETY: event per API contract; the mirror covers part of the buffer's host memory.
-        unsafe { map_done(&q, &sync, event, event_id, blocking, &segment, map_flags, mirror) };
-        let ptr = mirror.map_or(region, |m| m.at);
+        unsafe { map_done(&q, &sync, event, event_id, blocking, (id, view), map_flags, mirror) };
+        let ptr = mirror.map_or(view as usize, |m| m.at);
         if let ObjData::Mem { maps, .. } = &m.data {
-            let record = MapRecord { segment, flags: map_flags, mirror };
+            let record = MapRecord { id, segment, flags: map_flags, mirror };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
         }
         Ok(ptr as *mut c_void)
@@ -437,27 +466,208 @@ pub unsafe fn clEnqueueUnmapMemObject(
             rec
         };
         // A non-blocking map not yet seen complete needs no filling any more.
-        q.conn.pending().forget_map(&q.conn, record.segment.id);
+        q.conn.pending().forget_map(&q.conn, record.id);
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
-        if let (true, Some(m)) = (write_back, record.mirror) {
+        if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
             // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
             // holds the packed rows.
-            unsafe { m.pack_into(record.segment.region.as_ptr()) };
+            unsafe { m.pack_into(segment.region.as_ptr()) };
         }
-        let req = EnqueueUnmapMemObject {
-            queue: q.id,
-            mem: m.id,
-            segment: record.segment.id,
-            write_back,
-            sync: sync.clone(),
-        };
-        let rc = q.conn.call(req);
+        let rc = unmap(&q, &m, record.id, write_back, sync.clone());
         // The worker keeps the segment mapped: it goes back to the pool for the next map.
-        q.conn.release_segment(record.segment);
+        if let Some(segment) = record.segment {
+            q.conn.release_segment(segment);
+        }
         // SAFETY: event per API contract.
         Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
     })();
     r.unwrap_or_else(|e| e)
+}
+
+/// Has the worker unmap mapping `id` of `m` (copying its view back first if `write_back` and
+/// the view is not the driver's own mapping).
+fn unmap(q: &Object, m: &Object, id: u64, write_back: bool, sync: EnqueueSync) -> Result<cl_int, cl_int> {
+    q.conn.call(EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: id, write_back, sync })
+}
+
+/// Blocking transfers from this size on are pipelined (`pipelined`), in chunks of
+/// `PIPE_CHUNK_MIN..=PIPE_CHUNK_MAX`, about an eighth of the transfer each.
+const PIPE_MIN: usize = 4 << 20;
+const PIPE_CHUNK_MIN: usize = 1 << 20;
+const PIPE_CHUNK_MAX: usize = 8 << 20;
+
+/// A large blocking read or write through two pooled staging segments that take turns, so the
+/// shim's copy of one chunk overlaps the driver's copy of the other: each chunk is enqueued
+/// without blocking, and a segment is reused only once the worker says its last chunk is done.
+/// Every chunk carries the wait list (an out-of-order queue may run them in any order); the
+/// application's event is the last chunk's, and the call returns only when all are done.
+///
+/// # Safety
+/// `app` holds `size` bytes, readable for a write, writable for a read; `event` is NULL or
+/// valid for a write.
+#[allow(clippy::too_many_arguments)]
+unsafe fn pipelined(
+    q: &Object,
+    m: &Object,
+    write: bool,
+    offset: usize,
+    size: usize,
+    app: *mut u8,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+) -> Result<cl_int, cl_int> {
+    let _settled = SettleAfter(q);
+    let chunk = (size / 8).clamp(PIPE_CHUNK_MIN, PIPE_CHUNK_MAX);
+    let slots = [q.conn.acquire_segment(chunk)?, q.conn.acquire_segment(chunk)?];
+    // Per slot: the chunk in flight in it (its event, where it goes in `app`, its length).
+    let mut in_flight: [Option<(ObjectId, usize, usize)>; 2] = [None, None];
+    let n = size.div_ceil(chunk);
+    // Waits for a slot's chunk; a read's bytes then go to the application.
+    let land = |slot: usize, flight: (ObjectId, usize, usize)| -> Result<cl_int, cl_int> {
+        let (ev, start, len) = flight;
+        let rc = q.conn.call(WaitForEvents { events: vec![ev] });
+        if Some(ev) != sync.event {
+            let _ = q.conn.call(Release { object: ev });
+        }
+        if rc == Ok(CL_SUCCESS) && !write {
+            // SAFETY: the slot holds `len` bytes the driver read (it is at least `chunk` long);
+            // `start + len <= size` bytes of `app` per the caller.
+            unsafe { cloister_ipc::copy::copy(app.add(start), slots[slot].region.as_ptr(), len) };
+        }
+        rc
+    };
+    let mut run = || -> Result<cl_int, cl_int> {
+        for i in 0..n {
+            let slot = i % 2;
+            if let Some(flight) = in_flight[slot].take() {
+                match land(slot, flight)? {
+                    CL_SUCCESS => {}
+                    rc => return Ok(rc),
+                }
+            }
+            let (start, last) = (i * chunk, i + 1 == n);
+            let len = chunk.min(size - start);
+            let seg = &slots[slot];
+            if write {
+                // SAFETY: as in `land`, the other way; the driver is done with the slot.
+                unsafe { cloister_ipc::copy::copy(seg.region.as_ptr(), app.add(start).cast_const(), len) };
+            }
+            let ev = match (last, sync.event) {
+                (true, Some(app_event)) => app_event,
+                _ => q.conn.alloc_id(),
+            };
+            let chunk_sync = EnqueueSync { wait: sync.wait.clone(), event: Some(ev) };
+            let data = DataRef::Segment { id: seg.id, offset: 0, len: len as u64 };
+            let at = (offset + start) as u64;
+            let rc = match write {
+                true => q.conn.call(EnqueueWriteBuffer {
+                    queue: q.id,
+                    mem: m.id,
+                    blocking: false,
+                    offset: at,
+                    data,
+                    sync: chunk_sync,
+                })?,
+                false => q.conn.call(EnqueueReadBuffer {
+                    queue: q.id,
+                    mem: m.id,
+                    blocking: false,
+                    offset: at,
+                    into: data,
+                    sync: chunk_sync,
+                })?,
+            };
+            if rc != CL_SUCCESS {
+                return Ok(rc);
+            }
+            in_flight[slot] = Some((ev, start, len));
+        }
+        for j in n..n + 2 {
+            if let Some(flight) = in_flight[j % 2].take() {
+                match land(j % 2, flight)? {
+                    CL_SUCCESS => {}
+                    rc => return Ok(rc),
+                }
+            }
+        }
+        Ok(CL_SUCCESS)
+    };
+    let rc = run();
+    // After a failure, chunks still in flight must be done before their segments are reused.
+    let clean = in_flight.iter().flatten().all(|&(ev, _, _)| {
+        let done = q.conn.call(WaitForEvents { events: vec![ev] }).is_ok();
+        if Some(ev) != sync.event {
+            let _ = q.conn.call(Release { object: ev });
+        }
+        done
+    });
+    if clean {
+        for seg in slots {
+            q.conn.release_segment(seg);
+        }
+    }
+    // SAFETY: event per the caller.
+    Ok(unsafe { finish_enqueue(q, sync, event, rc) })
+}
+
+/// Smallest blocking transfer that goes through a zero-copy buffer's own memory: below it, one
+/// round trip through the lane (and a second copy) beats a map and an unmap (two round trips):
+/// a round trip costs about what copying a few hundred KiB does.
+const IN_PLACE_MIN: usize = 256 << 10;
+
+/// A blocking read or write of a zero-copy buffer, with one copy as directly: the worker maps
+/// the range (so the driver's ordering and coherence hold), the shim copies between the
+/// application's memory and its view of the buffer, and the worker unmaps. `None` when the
+/// transfer takes the lane instead (small, or the application wants an event: its command type
+/// must be the transfer's, not a map's).
+///
+/// # Safety
+/// `app` holds `size` bytes, readable for a write, writable for a read.
+#[allow(clippy::too_many_arguments)]
+unsafe fn in_place(
+    q: &Object,
+    m: &Object,
+    write: bool,
+    offset: usize,
+    size: usize,
+    app: *mut u8,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+) -> Option<Result<cl_int, cl_int>> {
+    let view = m.data.shared_view()?;
+    if size < IN_PLACE_MIN || !event.is_null() {
+        return None;
+    }
+    Some((|| {
+        let at = view.at(offset, size).ok_or(CL_INVALID_VALUE)?;
+        let _settled = SettleAfter(q);
+        let id = q.conn.alloc_id();
+        let req = EnqueueMapBuffer {
+            queue: q.id,
+            mem: m.id,
+            blocking: true,
+            flags: if write { CL_MAP_WRITE_INVALIDATE_REGION } else { CL_MAP_READ },
+            offset: offset as u64,
+            size: size as u64,
+            segment: id,
+            in_place: true,
+            sync: sync.clone(),
+        };
+        let rc = q.conn.call(req)?;
+        if rc != CL_SUCCESS {
+            return Ok(rc);
+        }
+        // SAFETY: `at` is `size` bytes of the buffer's memory (checked by `at`), mapped by the
+        // driver for this transfer; `app` holds `size` bytes per the caller. The worker may write
+        // the view meanwhile: that only changes the data read, never where it goes.
+        unsafe {
+            match write {
+                true => cloister_ipc::copy::copy(at, app.cast_const(), size),
+                false => cloister_ipc::copy::copy(app, at.cast_const(), size),
+            }
+        }
+        unmap(q, m, id, write, EnqueueSync::default())
+    })())
 }
 
 pub unsafe fn clEnqueueNDRangeKernel(

@@ -1,18 +1,20 @@
 //! Memory objects: buffers, sub-buffers, images and pipes. `CL_MEM_USE_HOST_PTR` becomes
 //! `CL_MEM_COPY_HOST_PTR` on the worker (it cannot see the application's memory); for buffers
 //! the shim keeps the application's pointer and syncs it on map and blocking read, and answers
-//! `CL_MEM_FLAGS` / `CL_MEM_HOST_PTR` itself.
+//! `CL_MEM_FLAGS` / `CL_MEM_HOST_PTR` itself. On host-unified devices other buffers are
+//! zero-copy: their memory is shared with the worker (`create_zero_copy_buffer`).
 
 use std::ffi::c_void;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::image::{element_size, host_extent};
 use cloister_ipc::lane::BULK_CAP;
+use cloister_ipc::shm::SharedRegion;
 use cloister_ipc::{Call, CreateBuffer, CreateImage, CreatePipe, CreateSubBuffer, DataRef, ImageDesc, InfoTarget};
 
 use super::{create, creation, forward_info, retain_release};
 use crate::conn::Conn;
-use crate::handle::{lookup, DestructorFn, HostImage, ImageMeta, Kind, ObjData, Object};
+use crate::handle::{lookup, DestructorFn, HostImage, ImageMeta, Kind, ObjData, Object, SharedView};
 use crate::info;
 
 /// A zero-terminated list of 64-bit property words (`cl_mem_properties`,
@@ -80,6 +82,39 @@ fn with_host_data<C: Call<Reply = i32>>(
     rc
 }
 
+/// Buffers smaller than this keep the copying path: a transfer that small costs a round trip
+/// either way, and a shared mapping per small buffer would cost a page and a map each.
+const ZERO_COPY_MIN: usize = 64 << 10;
+
+/// Whether buffers of this context get zero-copy memory: every device of it shares the host's
+/// memory (`CL_DEVICE_HOST_UNIFIED_MEMORY`), and `CLOISTER_ZERO_COPY=0` does not turn it off.
+/// Asked of the worker once per context; its answer only picks the path (both are safe).
+fn zero_copy_context(ctx: &Object) -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ENABLED.get_or_init(|| cloister_ipc::settings::choice("CLOISTER_ZERO_COPY", "1", &["0", "1"]) == "1") {
+        return false;
+    }
+    // Kept in the context's own info cache under a device parameter no context query uses.
+    let key = (CL_DEVICE_HOST_UNIFIED_MEMORY, u64::MAX);
+    if let Some(v) = ctx.cached_info(key, |v| v == [1]) {
+        return v;
+    }
+    let unified = (|| {
+        let devices = info::query(ctx, InfoTarget::Context, 0, CL_CONTEXT_DEVICES).ok()?;
+        let mut all = !devices.is_empty();
+        for h in devices.chunks_exact(std::mem::size_of::<usize>()) {
+            let h = usize::from_ne_bytes(h.try_into().ok()?);
+            let dev = lookup(h as *const c_void, Kind::Device).ok()?;
+            let v = info::query(&dev, InfoTarget::Device, 0, CL_DEVICE_HOST_UNIFIED_MEMORY).ok()?;
+            all &= v.len() == 4 && u32::from_ne_bytes([v[0], v[1], v[2], v[3]]) != 0;
+        }
+        Some(all)
+    })()
+    .unwrap_or(false);
+    ctx.cache_info(key, vec![unified as u8]);
+    unified
+}
+
 fn create_buffer(
     context: cl_context,
     properties: Option<Vec<u64>>,
@@ -92,8 +127,12 @@ fn create_buffer(
     if size == 0 {
         return Err(CL_INVALID_BUFFER_SIZE);
     }
-    let mirror = if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 };
     let conn = ctx.conn.clone();
+    // The application's own memory (USE_HOST_PTR) cannot be shared: it keeps the mirror path.
+    if flags & CL_MEM_USE_HOST_PTR == 0 && size >= ZERO_COPY_MIN && zero_copy_context(&ctx) {
+        return create_zero_copy_buffer(&ctx, properties, flags, wire_flags, size, host_ptr);
+    }
+    let mirror = if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 };
     create(&conn, Kind::Mem, ObjData::mem(flags, mirror, size, None), |id| {
         with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer {
             id,
@@ -102,8 +141,47 @@ fn create_buffer(
             flags: wire_flags,
             size: size as u64,
             host_data,
+            memory: None,
         })
     })
+}
+
+/// A buffer whose memory is a sealed segment mapped here and in the worker, where the driver
+/// uses it in place (`CL_MEM_USE_HOST_PTR`): maps hand out this process's view of it, and
+/// `CL_MEM_COPY_HOST_PTR` data is copied straight into it.
+fn create_zero_copy_buffer(
+    ctx: &Object,
+    properties: Option<Vec<u64>>,
+    flags: u64,
+    wire_flags: u64,
+    size: usize,
+    host_ptr: *mut c_void,
+) -> Result<*mut c_void, cl_int> {
+    let conn = &ctx.conn;
+    let region = SharedRegion::create("cloister-buffer", size).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+    if !host_ptr.is_null() {
+        // SAFETY: COPY_HOST_PTR: the application's memory holds `size` bytes; so does the region.
+        unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), region.as_ptr(), size) };
+    }
+    let segment = conn.share_region(&region)?;
+    // The fd travelled with the message: this side needs only the mapping.
+    let view = SharedView { memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
+    let r = create(conn, Kind::Mem, ObjData::shared_mem(flags, view), |id| {
+        conn.call(CreateBuffer {
+            id,
+            context: ctx.id,
+            properties,
+            flags: wire_flags,
+            size: size as u64,
+            host_data: None,
+            memory: Some(segment),
+        })
+    });
+    if r.is_err() {
+        // The worker may not have taken the segment (it refused the call before): it forgets it.
+        let _ = conn.call(cloister_ipc::DropSegment { segment });
+    }
+    r
 }
 
 pub unsafe fn clCreateBuffer(
@@ -141,7 +219,7 @@ pub unsafe fn clCreateSubBuffer(
 ) -> cl_mem {
     let r = (|| {
         let parent = lookup(buffer, Kind::Mem)?;
-        let ObjData::Mem { flags: parent_flags, host_ptr, host_len, image: None, .. } = &parent.data else {
+        let ObjData::Mem { flags: parent_flags, host_ptr, host_len, image: None, shared, .. } = &parent.data else {
             return Err(CL_INVALID_MEM_OBJECT);
         };
         if create_type != CL_BUFFER_CREATE_TYPE_REGION || info.is_null() {
@@ -167,7 +245,13 @@ pub unsafe fn clCreateSubBuffer(
             return Err(CL_INVALID_VALUE);
         }
         let mirror = if *host_ptr != 0 { host_ptr + region.origin } else { 0 };
-        create(&parent.conn, Kind::Mem, ObjData::mem(own, mirror, region.size, None), |id| {
+        // A zero-copy buffer's sub-buffer is a window of its memory (the driver's sub-buffer of
+        // a USE_HOST_PTR buffer lives at the parent's host pointer plus its origin).
+        let data = match shared {
+            Some(view) => ObjData::shared_mem(own, view.window(region.origin, region.size).ok_or(CL_INVALID_VALUE)?),
+            None => ObjData::mem(own, mirror, region.size, None),
+        };
+        create(&parent.conn, Kind::Mem, data, |id| {
             parent.conn.call(CreateSubBuffer {
                 id,
                 buffer: parent.id,

@@ -621,8 +621,9 @@ pub unsafe fn clEnqueueMapImage(
         }
         // CL_MEM_USE_HOST_PTR: the application's own memory, at its own pitches, as the spec
         // requires; otherwise the packed segment.
+        let view = (segment.id, segment.region.as_ptr());
         // SAFETY: event per API contract; the mirror is within the image's host memory.
-        unsafe { map_done(&q, &sync, event, event_id, blocking, &segment, map_flags, mirror) };
+        unsafe { map_done(&q, &sync, event, event_id, blocking, view, map_flags, mirror) };
         let (ptr, row_pitch, slice_pitch) = match (mirror, meta.host) {
             (Some(m), Some(h)) => (m.at, h.row_pitch, if needs_slice { h.slice_pitch } else { 0 }),
             _ => (segment.region.as_ptr() as usize, row_pitch, slice_pitch),
@@ -635,7 +636,7 @@ pub unsafe fn clEnqueueMapImage(
             }
         }
         if let ObjData::Mem { maps, .. } = &m.data {
-            let record = MapRecord { segment, flags: map_flags, mirror };
+            let record = MapRecord { id: segment.id, segment: Some(segment), flags: map_flags, mirror };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
         }
         Ok(ptr as *mut c_void)

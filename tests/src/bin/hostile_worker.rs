@@ -10,7 +10,9 @@
 //! huge-num-args (a kernel of 0xFFFFFFFF arguments), wide-pitch (a mapped image's row pitch
 //! far past the packed rows), huge-welcome (40 000 platforms and devices), accept-all (no lie:
 //! the driver accepts out-of-range transfers the shim itself must refuse), die-on-finish
-//! (exits at the first `clFinish`, for the callback lifetime tests of class 3).
+//! (exits at the first `clFinish`, for the callback lifetime tests of class 3), zero-copy (a
+//! host-unified device that accepts everything and scribbles over every shared segment it gets,
+//! zero-copy buffers' memory included).
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
@@ -23,7 +25,7 @@ use cloister_ipc::{
 };
 
 const SCRIPTED: &[&str] =
-    &["long-binary", "huge-num-args", "wide-pitch", "huge-welcome", "accept-all", "die-on-finish"];
+    &["long-binary", "huge-num-args", "wide-pitch", "huge-welcome", "accept-all", "die-on-finish", "zero-copy"];
 
 /// The size every binary is said to have (`CL_PROGRAM_BINARY_SIZES`).
 const TOLD_BINARY: usize = 16;
@@ -56,7 +58,14 @@ fn main() {
     if channel::send(&sock, &welcome, &[]).is_err() {
         return;
     }
+    let mut scribbled = Vec::new();
     while let Ok((msg, mut fds)) = channel::recv::<ShimMessage>(&sock) {
+        if let (ShimMessage::NewSegment { .. }, Some(fd), "zero-copy") = (&msg, fds.last(), mode.as_str()) {
+            let Ok(region) = SharedRegion::from_fd(fd.try_clone().expect("dup"), 1) else { continue };
+            // SAFETY: the whole mapping is ours to write.
+            unsafe { std::ptr::write_bytes(region.as_ptr(), 0xEE, region.len()) };
+            scribbled.push(region);
+        }
         if let (ShimMessage::NewLane { .. }, Some(fd)) = (msg, fds.pop()) {
             let Ok(region) = SharedRegion::from_fd(fd, LANE_BYTES) else { continue };
             let Ok(lane) = Lane::from_region(region) else { continue };
@@ -85,6 +94,8 @@ fn scripted(mode: &str, req: Request) -> Vec<u8> {
                 CL_PLATFORM_EXTENSIONS => b"cl_khr_icd\0".to_vec(),
                 CL_DEVICE_TYPE => CL_DEVICE_TYPE_GPU.to_ne_bytes().to_vec(),
                 CL_DEVICE_AVAILABLE => 1u32.to_ne_bytes().to_vec(),
+                CL_DEVICE_HOST_UNIFIED_MEMORY => 1u32.to_ne_bytes().to_vec(),
+                CL_CONTEXT_DEVICES => (WORKER_ID_BIT | 1).to_ne_bytes().to_vec(),
                 _ => b"hostile\0".to_vec(),
             };
             enc!(InfoReply { status: 0, value_status: 0, value })

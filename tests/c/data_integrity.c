@@ -1,0 +1,284 @@
+/* Data integrity of transfers and maps (issue 12): random bytes at odd sizes and offsets, both
+ * ways, blocking and not; sub-buffers; overlapping read maps beside a write map; a map's writes
+ * seen by a kernel and a kernel's writes seen by a map; COPY_HOST_PTR initial contents;
+ * USE_HOST_PTR memory kept in step; thousands of large buffers under a low descriptor limit.
+ *
+ * Every check compares against a reference copy kept in host memory. A failed check prints FAIL
+ * and exits 1; the last line is "data integrity ok". Sizes straddle the cage's thresholds: the
+ * zero-copy floor (64 KiB) and the lane's bulk area (16 MiB). */
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define CHECK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { printf("FAIL %s:%d %s = %d\n", __FILE__, __LINE__, #x, e_); exit(1); } } while (0)
+#define EXPECT(c, ...) do { if (!(c)) { printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); exit(1); } } while (0)
+
+static const char *SRC =
+  "__kernel void add1(__global uchar *a) { a[get_global_id(0)] += 1; }\n";
+
+static cl_context ctx;
+static cl_device_id dev;
+static cl_command_queue q;
+static cl_kernel add1;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
+static void randomize(unsigned char *p, size_t n) { for (size_t i = 0; i < n; i++) p[i] = (unsigned char)next(); }
+/* A random [off, off+len) within n, len >= 1. */
+static void range(size_t n, size_t *off, size_t *len) {
+  *off = next() % n;
+  *len = 1 + next() % (n - *off);
+}
+
+static void same(const unsigned char *got, const unsigned char *want, size_t n, const char *what, size_t size) {
+  if (memcmp(got, want, n) == 0) return;
+  size_t i = 0;
+  while (got[i] == want[i]) i++;
+  printf("FAIL %s (buffer %zu): byte %zu of %zu is %d, expected %d\n", what, size, i, n, got[i], want[i]);
+  exit(1);
+}
+
+static void run_add1(cl_mem m, size_t n) {
+  CHECK(clSetKernelArg(add1, 0, sizeof m, &m));
+  CHECK(clEnqueueNDRangeKernel(q, add1, 1, NULL, &n, NULL, 0, NULL, NULL));
+}
+
+static void check_all(cl_mem m, const unsigned char *ref, size_t n, const char *what) {
+  unsigned char *got = malloc(n);
+  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, 0, NULL, NULL));
+  same(got, ref, n, what, n);
+  free(got);
+}
+
+static void transfers(size_t n) {
+  unsigned char *ref = malloc(n), *tmp = malloc(n), *nb = malloc(n), *dst = malloc(n);
+  cl_int err;
+  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, n, NULL, &err);
+  CHECK(err);
+  randomize(ref, n);
+  CHECK(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, n, ref, 0, NULL, NULL));
+  check_all(m, ref, n, "whole blocking write then read");
+  for (int round = 0; round < 6; round++) {
+    size_t off, len;
+    /* Blocking write at an odd range. */
+    range(n, &off, &len);
+    randomize(tmp, len);
+    CHECK(clEnqueueWriteBuffer(q, m, CL_TRUE, off, len, tmp, 0, NULL, NULL));
+    memcpy(ref + off, tmp, len);
+    /* Non-blocking write from memory left alone until the finish. */
+    range(n, &off, &len);
+    randomize(nb, len);
+    CHECK(clEnqueueWriteBuffer(q, m, CL_FALSE, off, len, nb, 0, NULL, NULL));
+    memcpy(ref + off, nb, len);
+    /* Non-blocking read of another range, queued after the write. */
+    size_t roff, rlen;
+    range(n, &roff, &rlen);
+    memset(dst, 0xa5, rlen);
+    CHECK(clEnqueueReadBuffer(q, m, CL_FALSE, roff, rlen, dst, 0, NULL, NULL));
+    CHECK(clFinish(q));
+    same(dst, ref + roff, rlen, "non-blocking read after non-blocking write", n);
+    /* Blocking read of a random range. */
+    range(n, &roff, &rlen);
+    CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, roff, rlen, dst, 0, NULL, NULL));
+    same(dst, ref + roff, rlen, "blocking read at an odd range", n);
+  }
+  /* Two overlapping read maps and a disjoint write map, live together. */
+  size_t half = n / 2, a_off = next() % (half / 2 + 1), a_len = 1 + next() % (half / 2);
+  size_t b_off = a_off + a_len / 2, b_len = a_len;
+  if (b_off + b_len > half) b_len = half - b_off;
+  if (b_len == 0) b_len = 1, b_off = a_off;
+  size_t w_off = half + next() % (n - half), w_len = 1 + next() % (n - w_off);
+  unsigned char *ra = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ, a_off, a_len, 0, NULL, NULL, &err);
+  CHECK(err);
+  unsigned char *rb = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ, b_off, b_len, 0, NULL, NULL, &err);
+  CHECK(err);
+  unsigned char *w = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_WRITE, w_off, w_len, 0, NULL, NULL, &err);
+  CHECK(err);
+  same(ra, ref + a_off, a_len, "read map", n);
+  same(rb, ref + b_off, b_len, "overlapping read map", n);
+  same(w, ref + w_off, w_len, "write map holds the buffer's bytes", n);
+  randomize(w, w_len);
+  memcpy(ref + w_off, w, w_len);
+  CHECK(clEnqueueUnmapMemObject(q, m, rb, 0, NULL, NULL));
+  CHECK(clEnqueueUnmapMemObject(q, m, w, 0, NULL, NULL));
+  CHECK(clEnqueueUnmapMemObject(q, m, ra, 0, NULL, NULL));
+  check_all(m, ref, n, "after overlapping maps");
+  /* A map's writes reach a kernel; a kernel's writes reach a map. */
+  unsigned char *all = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0, n, 0, NULL, NULL, &err);
+  CHECK(err);
+  randomize(ref, n);
+  memcpy(all, ref, n);
+  CHECK(clEnqueueUnmapMemObject(q, m, all, 0, NULL, NULL));
+  run_add1(m, n);
+  for (size_t i = 0; i < n; i++) ref[i]++;
+  check_all(m, ref, n, "kernel after a write map");
+  run_add1(m, n);
+  for (size_t i = 0; i < n; i++) ref[i]++;
+  cl_event mapped;
+  all = clEnqueueMapBuffer(q, m, CL_FALSE, CL_MAP_READ, 0, n, 0, NULL, &mapped, &err);
+  CHECK(err);
+  CHECK(clWaitForEvents(1, &mapped));
+  same(all, ref, n, "non-blocking read map after a kernel", n);
+  CHECK(clEnqueueUnmapMemObject(q, m, all, 0, NULL, NULL));
+  CHECK(clReleaseEvent(mapped));
+  /* A kernel then a blocking map, with no finish between. */
+  run_add1(m, n);
+  for (size_t i = 0; i < n; i++) ref[i]++;
+  size_t off, len;
+  range(n, &off, &len);
+  all = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, off, len, 0, NULL, NULL, &err);
+  CHECK(err);
+  same(all, ref + off, len, "blocking map right after a kernel", n);
+  CHECK(clEnqueueUnmapMemObject(q, m, all, 0, NULL, NULL));
+  CHECK(clFinish(q));
+  CHECK(clReleaseMemObject(m));
+  free(ref); free(tmp); free(nb); free(dst);
+  printf("transfers %zu ok\n", n);
+}
+
+static void sub_buffers(void) {
+  cl_uint align_bits;
+  CHECK(clGetDeviceInfo(dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, NULL));
+  size_t align = align_bits / 8, n = 2 << 20;
+  unsigned char *ref = malloc(n), *tmp = malloc(n);
+  cl_int err;
+  randomize(ref, n);
+  cl_mem parent = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, ref, &err);
+  CHECK(err);
+  cl_buffer_region r = { align * (3 + next() % 100), (300 << 10) + 7 };
+  cl_mem sub = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
+  CHECK(err);
+  /* Written through the sub-buffer at an odd offset, read through the parent. */
+  size_t off = 13, len = r.size - 100;
+  randomize(tmp, len);
+  CHECK(clEnqueueWriteBuffer(q, sub, CL_TRUE, off, len, tmp, 0, NULL, NULL));
+  memcpy(ref + r.origin + off, tmp, len);
+  check_all(parent, ref, n, "parent after a sub-buffer write");
+  /* Mapped through the sub-buffer: it sees its window of the parent. */
+  unsigned char *p = clEnqueueMapBuffer(q, sub, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, r.size, 0, NULL, NULL, &err);
+  CHECK(err);
+  same(p, ref + r.origin, r.size, "sub-buffer map", n);
+  randomize(p + 5, 1000);
+  memcpy(ref + r.origin + 5, p + 5, 1000);
+  CHECK(clEnqueueUnmapMemObject(q, sub, p, 0, NULL, NULL));
+  run_add1(sub, r.size);
+  for (size_t i = 0; i < r.size; i++) ref[r.origin + i]++;
+  p = clEnqueueMapBuffer(q, parent, CL_TRUE, CL_MAP_READ, 0, n, 0, NULL, NULL, &err);
+  CHECK(err);
+  same(p, ref, n, "parent map after a kernel on the sub-buffer", n);
+  CHECK(clEnqueueUnmapMemObject(q, parent, p, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, sub, CL_TRUE, 0, r.size, tmp, 0, NULL, NULL));
+  same(tmp, ref + r.origin, r.size, "sub-buffer read", n);
+  CHECK(clReleaseMemObject(sub));
+  CHECK(clReleaseMemObject(parent));
+  free(ref); free(tmp);
+  printf("sub-buffers ok\n");
+}
+
+static void host_ptr_flags(size_t n) {
+  unsigned char *ref = malloc(n), *got = malloc(n);
+  cl_int err;
+  /* COPY_HOST_PTR: the initial contents, and the application's memory is not the buffer's. */
+  randomize(ref, n);
+  memcpy(got, ref, n);
+  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, got, &err);
+  CHECK(err);
+  /* Scribbled after creation: the buffer keeps what it was created with. */
+  memset(got, 0x5a, n);
+  unsigned char *p = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ, 0, n, 0, NULL, NULL, &err);
+  CHECK(err);
+  EXPECT(p != got, "a COPY_HOST_PTR map points at the application's memory");
+  same(p, ref, n, "COPY_HOST_PTR map", n);
+  CHECK(clEnqueueUnmapMemObject(q, m, p, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, 0, NULL, NULL));
+  same(got, ref, n, "COPY_HOST_PTR read", n);
+  CHECK(clReleaseMemObject(m));
+  /* ALLOC_HOST_PTR | COPY_HOST_PTR. */
+  m = clCreateBuffer(ctx, CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR, n, ref, &err);
+  CHECK(err);
+  run_add1(m, n);
+  for (size_t i = 0; i < n; i++) ref[i]++;
+  check_all(m, ref, n, "ALLOC_HOST_PTR after a kernel");
+  CHECK(clReleaseMemObject(m));
+  /* USE_HOST_PTR: maps return the application's own memory, holding the device's results. */
+  unsigned char *host = malloc(n);
+  memcpy(host, ref, n);
+  m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, n, host, &err);
+  CHECK(err);
+  run_add1(m, n);
+  for (size_t i = 0; i < n; i++) ref[i]++;
+  p = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, n, 0, NULL, NULL, &err);
+  CHECK(err);
+  EXPECT(p == host, "a USE_HOST_PTR map does not return the application's pointer");
+  same(p, ref, n, "USE_HOST_PTR map after a kernel", n);
+  randomize(p + n / 3, n / 3);
+  memcpy(ref + n / 3, p + n / 3, n / 3);
+  CHECK(clEnqueueUnmapMemObject(q, m, p, 0, NULL, NULL));
+  run_add1(m, n);
+  for (size_t i = 0; i < n; i++) ref[i]++;
+  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, 0, NULL, NULL));
+  same(got, ref, n, "USE_HOST_PTR read after map writes and a kernel", n);
+  CHECK(clReleaseMemObject(m));
+  free(host); free(ref); free(got);
+  printf("host pointer flags %zu ok\n", n);
+}
+
+/* Many large buffers alive at once, under a descriptor limit far below their number. */
+static void many_buffers(void) {
+  enum { COUNT = 3000 };
+  struct rlimit lim = { 256, 256 };
+  CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0 ? CL_SUCCESS : -1);
+  static cl_mem ms[COUNT];
+  cl_int err;
+  for (int i = 0; i < COUNT; i++) {
+    ms[i] = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64 << 10, NULL, &err);
+    CHECK(err);
+    CHECK(clEnqueueWriteBuffer(q, ms[i], CL_TRUE, 100, sizeof i, &i, 0, NULL, NULL));
+  }
+  if (getenv("HOLD")) {
+    /* The test counts the worker's descriptors now. */
+    printf("holding %d buffers\n", COUNT);
+    fflush(stdout);
+    sleep(2);
+  }
+  for (int i = 0; i < COUNT; i += 97) {
+    int v = -1;
+    CHECK(clEnqueueReadBuffer(q, ms[i], CL_TRUE, 100, sizeof v, &v, 0, NULL, NULL));
+    EXPECT(v == i, "buffer %d holds %d", i, v);
+  }
+  for (int i = 0; i < COUNT; i++) CHECK(clReleaseMemObject(ms[i]));
+  printf("%d buffers under a limit of 256 descriptors ok\n", COUNT);
+}
+
+int main(void) {
+  cl_platform_id plat;
+  cl_int err;
+  CHECK(clGetPlatformIDs(1, &plat, NULL));
+  CHECK(clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
+  ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  CHECK(err);
+  q = clCreateCommandQueue(ctx, dev, 0, &err);
+  CHECK(err);
+  cl_program prog = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &err);
+  CHECK(err);
+  CHECK(clBuildProgram(prog, 1, &dev, NULL, NULL, NULL));
+  add1 = clCreateKernel(prog, "add1", &err);
+  CHECK(err);
+  size_t sizes[] = { 4096 + 3, (64 << 10) + 17, (1 << 20) + 5, (20 << 20) + 123 };
+  for (int i = 0; i < 4; i++) transfers(sizes[i]);
+  sub_buffers();
+  host_ptr_flags(4096);
+  host_ptr_flags((1 << 20) + 3);
+  many_buffers();
+  CHECK(clReleaseKernel(add1));
+  CHECK(clReleaseProgram(prog));
+  CHECK(clReleaseCommandQueue(q));
+  CHECK(clReleaseContext(ctx));
+  printf("data integrity ok\n");
+  return 0;
+}
