@@ -30,6 +30,13 @@ fn staged_buffers_keep_every_byte() {
     passes(&[("CLOISTER_ZERO_COPY", "0")]);
 }
 
+/// Staged transfers with the shim's copies split across threads (`ipc::copy`; the default on
+/// machines with 4 cores or more, forced here): every piece lands where it belongs.
+#[test]
+fn staged_buffers_keep_every_byte_with_parallel_copies() {
+    passes(&[("CLOISTER_ZERO_COPY", "0"), ("CLOISTER_COPY_THREADS", "4")]);
+}
+
 /// Staged transfers with their shared memory pinned in the context (`CLOISTER_STAGING=pinned`,
 /// forced on pocl; see worker/src/staging.rs).
 #[test]
