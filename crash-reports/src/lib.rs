@@ -91,6 +91,10 @@ impl Cause {
             Cause::TrappedSyscall { number, name } => {
                 format!("seccomp trapped the forbidden system call `{}` ({number})", name.as_deref().unwrap_or("?"))
             }
+            Cause::Exit { status: cloister_ipc::spill::EXIT_CANNOT_REPLY } => format!(
+                "exited with status {}: one of its lanes could not post its reply (the worker's own account)",
+                cloister_ipc::spill::EXIT_CANNOT_REPLY
+            ),
             Cause::Exit { status } => format!("exited with status {status}"),
             Cause::Hang { call, deadline_ms } => {
                 format!("hung in {call} for more than {deadline_ms} ms")

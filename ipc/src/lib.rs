@@ -15,6 +15,7 @@ pub mod lane;
 pub mod private;
 pub mod recorder;
 pub mod shm;
+pub mod spill;
 pub mod wire;
 
 pub use wire::*;

@@ -360,30 +360,7 @@ impl Conn {
         // Timed as the flight recorder notes it (a binary size query is a build).
         let name = cloister_ipc::deadlines::recorded_name(&request);
         let bytes = cloister_ipc::encode_request_value(&request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        lane.post_request(&bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        // A worker that never answers (hung outside any call the broker's watchdog sees, or
-        // hostile) is given up on at the call's deadline, like one that died.
-        // Later than the broker's watchdog, which kills a stuck worker and writes the report:
-        // this is the backstop for a worker the watchdog cannot see.
-        let deadline_ms = deadlines().for_op(name) + SHIM_GRACE_MS;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms);
-        let timed_out = std::cell::Cell::new(false);
-        let alive = || {
-            timed_out.set(std::time::Instant::now() >= deadline);
-            !self.is_dead() && !timed_out.get() && !self.hung_up()
-        };
-        let reply = lane.wait_reply(&alive).map_err(|_| {
-            if timed_out.get() && !self.is_dead() {
-                crate::runtime::warn(&format!(
-                    "the worker for {} did not answer {name} within {deadline_ms} ms; giving up on it",
-                    self.driver,
-                ));
-                self.hang_up();
-            }
-            self.mark_dead();
-            self.await_death_told();
-            FAULT
-        })?;
+        let reply = crate::spill::exchange(self, C::NAME, &bytes, |frame| self.round_trip(lane, frame, name))?;
         if cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait {
             // Kernel printf output is in the pipes by now: it reaches the application before
             // the call returns, as it would directly.
@@ -403,6 +380,34 @@ impl Conn {
                 Err(FAULT)
             }
         }
+    }
+
+    /// Posts one lane frame and waits for the answer's frame, within the deadline of `name`.
+    fn round_trip(&self, lane: &Lane, frame: &[u8], name: &str) -> Result<Vec<u8>, cl_int> {
+        lane.post_request(frame).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        // A worker that never answers (hung outside any call the broker's watchdog sees, or
+        // hostile) is given up on at the call's deadline, like one that died.
+        // Later than the broker's watchdog, which kills a stuck worker and writes the report:
+        // this is the backstop for a worker the watchdog cannot see.
+        let deadline_ms = deadlines().for_op(name) + SHIM_GRACE_MS;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms);
+        let timed_out = std::cell::Cell::new(false);
+        let alive = || {
+            timed_out.set(std::time::Instant::now() >= deadline);
+            !self.is_dead() && !timed_out.get() && !self.hung_up()
+        };
+        lane.wait_reply(&alive).map_err(|_| {
+            if timed_out.get() && !self.is_dead() {
+                crate::runtime::warn(&format!(
+                    "the worker for {} did not answer {name} within {deadline_ms} ms; giving up on it",
+                    self.driver,
+                ));
+                self.hang_up();
+            }
+            self.mark_dead();
+            self.await_death_told();
+            FAULT
+        })
     }
 
     /// A reply that breaks what the application declared (a longer binary than the size it was
