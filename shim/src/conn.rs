@@ -135,6 +135,18 @@ const SEGMENT_POOL_BYTES: usize = 256 << 20;
 /// The error every call on a dead or misbehaving worker gets.
 pub const FAULT: cl_int = CL_DEVICE_NOT_AVAILABLE;
 
+/// The error for objects of two different workers used together: `err` as the driver would
+/// say it, unless one of the two workers died, which is what happened to the application (an
+/// object of the lost context met a device already rebound to the replacement): then the
+/// fault every call on a dead worker gets, as the README promises.
+pub fn mismatch(a: &Conn, b: &Conn, err: cl_int) -> cl_int {
+    if a.is_dead() || b.is_dead() {
+        FAULT
+    } else {
+        err
+    }
+}
+
 /// Most platforms and devices one worker may announce. One driver enumerates a handful; a
 /// welcome beyond these is a hostile worker making the shim allocate and loop without end.
 pub const MAX_PLATFORMS: usize = 16;

@@ -11,6 +11,7 @@ mod includes;
 mod notify;
 mod objects;
 mod segments;
+mod signals;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
@@ -246,6 +247,11 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
     if let (Some(r), Some(start)) = (recorder, init_start) {
         FlightRecorder::end(r, init_slot, 0, init_op, start);
     }
+    // The driver's signal handlers are in place by now: the worker's go on top.
+    if let Some(r) = recorder {
+        signals::note_in(&r.outside_signal);
+    }
+    signals::ensure_last();
     let (platforms, devices) = match loaded {
         Ok(found) => found,
         Err(e) => {
@@ -372,7 +378,13 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                     let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
                         .unwrap_or_else(|| req.op_index());
                     in_flight = recorder.map(|r| (r, op, FlightRecorder::begin(r, slot, lane_id, op)));
-                    dispatch_call(&server, req).unwrap_or_default()
+                    let build = cloister_ipc::deadlines::class_of(req.op_name()) == cloister_ipc::deadlines::Class::Build;
+                    let reply = dispatch_call(&server, req).unwrap_or_default();
+                    if build {
+                        // A build is where LLVM installs its signal handlers.
+                        signals::ensure_last();
+                    }
+                    reply
                 }
                 // An empty reply fails to decode in the shim, which treats it as a fault.
                 Err(_) => Vec::new(),
