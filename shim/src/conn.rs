@@ -51,6 +51,10 @@ pub struct Conn {
     /// (after `clReleaseContext` returns, the callback never runs); `context_ran` signals it.
     running_context: Mutex<Option<u64>>,
     context_ran: Condvar,
+    /// Set while the notifier handles a message it took off the socket; `delivered` signals
+    /// when it is done (see `await_deliveries`).
+    delivering: Mutex<bool>,
+    delivered: Condvar,
     /// Set once the contexts have heard of the worker's death; `death_told_cv` signals it.
     death_told: Mutex<bool>,
     death_told_cv: Condvar,
@@ -128,6 +132,9 @@ const NOTIFIER: &str = "cloister-notify";
 
 /// How much longer than the watchdog's deadline the shim waits for an answer.
 const SHIM_GRACE_MS: u64 = 2000;
+
+/// How long a wait gives the event callbacks due before it returns (`await_deliveries`).
+const CALLBACK_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How much unused segment memory a connection keeps for reuse.
 const SEGMENT_POOL_BYTES: usize = 256 << 20;
@@ -212,6 +219,8 @@ impl Conn {
             build_callback_ran: Condvar::new(),
             running_context: Mutex::new(None),
             context_ran: Condvar::new(),
+            delivering: Mutex::new(false),
+            delivered: Condvar::new(),
             death_told: Mutex::new(false),
             death_told_cv: Condvar::new(),
             pending: Default::default(),
@@ -375,8 +384,9 @@ impl Conn {
         let reply = crate::spill::exchange(self, C::NAME, &bytes, |frame| self.round_trip(lane, frame, name))?;
         if cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait {
             // Kernel printf output is in the pipes by now: it reaches the application before
-            // the call returns, as it would directly.
+            // the call returns, as it would directly; so have the event callbacks run.
             crate::stdio_relay::drain();
+            self.await_deliveries();
         }
         match decode_reply::<C>(&reply) {
             Ok(r) => {
@@ -541,14 +551,50 @@ impl Conn {
     /// The notifier thread: runs application callbacks, and notices the worker's death by EOF.
     fn notification_loop(self: &Arc<Self>) {
         loop {
-            match channel::recv::<WorkerMessage>(&self.sock) {
+            // Marked busy before the message leaves the socket (see `await_deliveries`).
+            while !readable_within(&self.sock, std::time::Duration::from_secs(3600)) {}
+            *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            let received = channel::recv::<WorkerMessage>(&self.sock);
+            match received {
                 Ok((WorkerMessage::Notify(n), _)) => self.deliver(n),
                 Ok(_) => {}
-                Err(_) => {
-                    self.on_worker_death();
-                    return;
-                }
+                Err(_) => self.on_worker_death(),
             }
+            *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = false;
+            self.delivered.notify_all();
+            if self.is_dead() {
+                return;
+            }
+        }
+    }
+
+    /// After a wait on the worker: returns once the notifications the worker sent before its
+    /// reply have been delivered, so the callbacks of the events the wait saw complete have run
+    /// when the application's wait returns, as they have directly (pocl runs them before its
+    /// wait returns). The worker sends a callback's notification from within the driver's
+    /// callback, so it is on the socket before the reply: waiting until the socket is empty
+    /// and the notifier idle is enough. Only when event callbacks are registered; never on the
+    /// notifier itself (a wait inside a callback) or while holding the settling lock the
+    /// notifier may need; bounded all the same (an application callback may block).
+    fn await_deliveries(&self) {
+        if std::thread::current().name() == Some(NOTIFIER) || crate::pending::settling_here() {
+            return;
+        }
+        let waiting = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+        if !waiting.values().any(|cb| matches!(cb, Callback::Event { .. })) {
+            return;
+        }
+        drop(waiting);
+        let deadline = std::time::Instant::now() + CALLBACK_GRACE;
+        let mut busy = self.delivering.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            // Unread first, then busy: the notifier marks itself busy before it reads.
+            let unread = readable_within(&self.sock, std::time::Duration::ZERO);
+            if (!unread && !*busy) || self.is_dead() || std::time::Instant::now() >= deadline {
+                return;
+            }
+            let tick = std::time::Duration::from_millis(5);
+            busy = self.delivered.wait_timeout(busy, tick).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 
