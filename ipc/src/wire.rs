@@ -246,11 +246,21 @@ pub enum RegionTarget {
 
 /// The application's headers a build needs (the worker cannot read the application's files):
 /// the `-I` folders in order (the application's working folder last), and each header found,
-/// by its absolute path.
+/// by its absolute path. `macro_dirs` are the `-D NAME=FOLDER` options whose value is a folder
+/// (an include may be named by a macro built from it, `#include M2S(NAME/x.h)`): their headers
+/// are shipped too, and the worker defines NAME as its copy of the folder.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct AppIncludes {
     pub dirs: Vec<String>,
     pub files: Vec<(String, Vec<u8>)>,
+    pub macro_dirs: Vec<(String, String)>,
+}
+
+impl AppIncludes {
+    /// Every folder the set lays out: the `-I` ones and the macros' ones.
+    pub fn folders(&self) -> impl Iterator<Item = &String> {
+        self.dirs.iter().chain(self.macro_dirs.iter().map(|(_, d)| d))
+    }
 }
 
 /// Which of the four region copies: `src_origin[0]` / `dst_origin[0]` are the buffer offsets

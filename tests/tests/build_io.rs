@@ -90,3 +90,21 @@ fn printf_reaches_the_application_through_a_shared_broker() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&runtime);
 }
+
+/// A header named by a macro built from a `-D` folder (hashcat's `#include
+/// M2S(INCLUDE_PATH/inc_vendor.h)` with `-D INCLUDE_PATH=...`), and the header it includes in
+/// turn, reach the caged driver: the build gives the same result directly and caged.
+#[test]
+fn a_header_named_by_a_macro_from_a_define_folder_is_found() {
+    let exe = c_client("macro_include");
+    let dir = std::env::temp_dir().join(format!("cloister-macro-inc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("inc_val.h"), "#include \"inc_more.h\"\n#define VAL 41\n").unwrap();
+    std::fs::write(dir.join("inc_more.h"), "#define MORE 1\n").unwrap();
+    let arg = dir.to_str().unwrap();
+    let d = direct(&exe, &[arg], &[]);
+    assert_eq!(String::from_utf8_lossy(&d.stdout), "kernel computed 42\n", "{}", text(&d));
+    let c = caged(&[], &exe, &[arg], &[]);
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "kernel computed 42\n", "{}", text(&c));
+    let _ = std::fs::remove_dir_all(&dir);
+}
