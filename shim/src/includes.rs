@@ -165,11 +165,8 @@ pub fn gather(sources: &[u8], options: Option<&[u8]>) -> Option<(AppIncludes, Ve
     let mut work: Vec<(Vec<u8>, Option<PathBuf>)> = vec![(sources.to_vec(), None)];
     // An include named by a macro cannot be followed here: every file of the macro's folder
     // goes (the application pointed the build there), within the same limits.
-    let named_by_macro: Vec<(String, bool)> = macro_dirs
-        .iter()
-        .flat_map(|(_, d)| files_under(d))
-        .map(|p| (p.to_string_lossy().into_owned(), true))
-        .collect();
+    let named_by_macro: Vec<(String, bool)> =
+        macro_dirs.iter().flat_map(|(_, d)| files_under(d)).map(|p| (p.to_string_lossy().into_owned(), true)).collect();
     let mut first = Some(named_by_macro);
     while let Some((text, folder)) = work.pop() {
         for (name, quoted) in first.take().unwrap_or_default().into_iter().chain(include_names(&text)) {

@@ -108,3 +108,18 @@ fn a_header_named_by_a_macro_from_a_define_folder_is_found() {
     assert_eq!(String::from_utf8_lossy(&c.stdout), "kernel computed 42\n", "{}", text(&c));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `-I"/path"` with literal quotes: pocl 3.1 directly refuses the build (the quotes reach clang),
+/// caged the shim strips them and the build works. A difference the README lists; this test
+/// says when it no longer holds.
+#[test]
+fn quoted_include_folders_are_the_documented_difference() {
+    let exe = c_client("printf_include");
+    let dir = header_dir("quoted", 9);
+    let opts = format!("-I\"{}/inc\"", dir.display());
+    let d = Command::new(&exe).current_dir("/").env("OPTS", &opts).output().unwrap();
+    assert!(!d.status.success(), "pocl now takes quoted -I folders directly: update the README\n{}", text(&d));
+    let caged = run(Command::new(cloister()).args(["run", "--"]).arg(&exe).current_dir("/").env("OPTS", &opts));
+    assert!(caged.contains("kernel line 29"), "{caged}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -378,7 +378,8 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                     let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
                         .unwrap_or_else(|| req.op_index());
                     in_flight = recorder.map(|r| (r, op, FlightRecorder::begin(r, slot, lane_id, op)));
-                    let build = cloister_ipc::deadlines::class_of(req.op_name()) == cloister_ipc::deadlines::Class::Build;
+                    let build =
+                        cloister_ipc::deadlines::class_of(req.op_name()) == cloister_ipc::deadlines::Class::Build;
                     let reply = dispatch_call(&server, req).unwrap_or_default();
                     if build {
                         // A build is where LLVM installs its signal handlers.
