@@ -74,7 +74,7 @@ pub struct OutsideSignal {
 impl OutsideSignal {
     /// Decodes the flight recorder's `outside_signal` word (-1: none).
     pub fn from_word(word: i64) -> Option<Self> {
-        (word >= 0).then(|| OutsideSignal { signal: (word >> 32) as i32, sender_pid: word as u32 })
+        (word >= 0).then_some(OutsideSignal { signal: (word >> 32) as i32, sender_pid: word as u32 })
     }
 }
 
