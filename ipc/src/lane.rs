@@ -39,12 +39,9 @@ struct Header {
 }
 
 /// How long to spin before sleeping on the futex.
-fn spin_budget() -> Duration {
+pub fn spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("CLOISTER_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
-        Duration::from_micros(us)
-    })
+    *SPIN.get_or_init(|| Duration::from_micros(crate::settings::number("CLOISTER_SPIN_US", 50, 0..=1_000_000)))
 }
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {

@@ -12,6 +12,7 @@ mod notify;
 mod objects;
 mod segments;
 mod signals;
+mod staging;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
@@ -400,6 +401,8 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
             Err(why) => cannot_reply(lane_id, &why),
         }
     }
+    // The lane's memory goes away with this thread: no driver may keep it pinned.
+    worker.staging.forget_region(lane.bulk_ptr());
 }
 
 /// A lane that cannot post its reply is the worker's fault at once: the application must not
