@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(pocl-opencl-icd ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers clinfo clpeak gcc pkg-config)
+packages=(pocl-opencl-icd ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers clinfo clpeak hashcat gcc pkg-config)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -331,6 +331,7 @@ fn grant(
 const WORKER_CLOISTER_VARS: &[&str] = &[
     "CLOISTER_DEBUG",
     "CLOISTER_SPIN_US",
+    "CLOISTER_MAX_REPLY_MB",
     "CLOISTER_STAGING",
     "CLOISTER_FAULT",
     "CLOISTER_FAULT_REAL",
@@ -611,6 +612,7 @@ fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder
     w.program_source = h.program_source.get();
     w.build_options = h.build_options.get();
     w.trapped_syscall = Some(h.trapped_syscall.load(Ordering::Acquire)).filter(|&nr| nr >= 0);
+    w.signal_from_outside = cloister_crash_reports::OutsideSignal::from_word(h.outside_signal.load(Ordering::Acquire));
     // The call in flight groups repeats (a hang's cause names it already). Its name is one of
     // OP_NAMES (the recorder bounds it), so the worker cannot put text of its own here.
     if let (Some(call), false) = (&report.worker.in_flight, matches!(report.cause, Cause::Hang { .. })) {
@@ -623,9 +625,16 @@ fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder
         None => "no state directory for a report (set HOME or XDG_STATE_HOME)".into(),
     };
     let during = report.worker.in_flight.as_ref().map(|c| format!(" during {}", c.op)).unwrap_or_default();
+    // The signal the broker saw, when the worker says another process sent it.
+    let sent = match (&report.cause, report.worker.signal_from_outside) {
+        (Cause::Signal { signal, .. }, Some(o)) if o.signal == *signal => {
+            " (sent from outside the worker, by another process, says the worker)"
+        }
+        _ => "",
+    };
     let said = cloister_crash_reports::escape(
         &format!(
-            "the worker for driver {} (pid {pid}) died{during}: {}; {place}",
+            "the worker for driver {} (pid {pid}) died{during}: {}{sent}; {place}",
             driver.name,
             report.cause.describe()
         ),

@@ -19,11 +19,41 @@ pub struct Checked {
     pub weaker: Vec<String>,
 }
 
-/// Starts `driver`'s worker in its cage, greets it, and ends it.
+/// Why a check failed: the worker refused its driver (a setup mistake, said by the worker), or
+/// it died or hung while it started (a driver fault, reported by the broker).
+enum Failure {
+    Refused(String),
+    Died(String),
+}
+
+/// Starts `driver`'s worker in its cage, greets it, and ends it. A worker that dies while it
+/// starts is replaced up to the crash-loop limit, as the shim does for an application (a crash
+/// that does not come back is no reason to stop the run); one that hung until the `Initialize`
+/// deadline is not (it would hang again).
 pub fn check(options: &WorkerOptions, driver: &Driver) -> Result<Checked, String> {
+    let (limit, _) = cloister_ipc::settings::crash_loop();
+    let patience = Duration::from_millis(
+        cloister_ipc::deadlines::Deadlines::from_env().for_op(cloister_ipc::deadlines::INITIALIZE),
+    );
+    let started = Instant::now();
+    let mut tries = 1;
+    loop {
+        match check_once(options, driver) {
+            Ok(c) => return Ok(c),
+            Err(Failure::Refused(e)) => return Err(e),
+            Err(Failure::Died(e)) if tries >= limit || started.elapsed() >= patience => {
+                return Err(if tries > 1 { format!("{e} (after {tries} tries)") } else { e })
+            }
+            Err(Failure::Died(_)) => eprintln!("cloister: driver {}: starting another worker", driver.name),
+        }
+        tries += 1;
+    }
+}
+
+fn check_once(options: &WorkerOptions, driver: &Driver) -> Result<Checked, Failure> {
     let options = WorkerOptions { probe: true, ..options.clone() };
-    let (sock, note, dismissal) =
-        broker::spawn_worker(&options, driver, None).map_err(|e| format!("cannot start its worker: {e}"))?;
+    let (sock, note, dismissal) = broker::spawn_worker(&options, driver, None)
+        .map_err(|e| Failure::Refused(format!("cannot start its worker: {e}")))?;
     let greeted = greet(&sock);
     drop(sock);
     if greeted.is_err() {
@@ -43,11 +73,10 @@ pub fn check(options: &WorkerOptions, driver: &Driver) -> Result<Checked, String
             driver: driver.clone(),
             weaker: layers.into_iter().filter(|l| !l.ends_with(": on")).collect(),
         }),
-        Err(e) => Err(match died {
-            // The broker said it already, with the report's path.
-            Some(_) if !e.starts_with("refused") => "its worker died at start-up (above)".to_string(),
-            _ => e,
-        }),
+        Err(e) if e.starts_with("refused") => Err(Failure::Refused(e)),
+        // The broker said it already, with the report's path.
+        Err(_) if died.is_some() => Err(Failure::Died("its worker died at start-up (above)".into())),
+        Err(e) => Err(Failure::Died(e)),
     }
 }
 

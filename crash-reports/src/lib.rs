@@ -58,6 +58,24 @@ pub struct WorkerReported {
     /// The system call the worker's own SIGSYS handler says seccomp trapped.
     #[serde(default)]
     pub trapped_syscall: Option<i64>,
+    /// A fatal signal the worker says a process sent it (`kill`), not a fault of its own code.
+    #[serde(default)]
+    pub signal_from_outside: Option<OutsideSignal>,
+}
+
+/// A signal sent to the worker by another process, as the worker noted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutsideSignal {
+    pub signal: i32,
+    /// The sender's pid as the worker saw it: 0 for a process outside its PID namespace.
+    pub sender_pid: u32,
+}
+
+impl OutsideSignal {
+    /// Decodes the flight recorder's `outside_signal` word (-1: none).
+    pub fn from_word(word: i64) -> Option<Self> {
+        (word >= 0).then_some(OutsideSignal { signal: (word >> 32) as i32, sender_pid: word as u32 })
+    }
 }
 
 /// `text` safe to print on a terminal: control characters (escape sequences, carriage returns,
@@ -91,6 +109,10 @@ impl Cause {
             Cause::TrappedSyscall { number, name } => {
                 format!("seccomp trapped the forbidden system call `{}` ({number})", name.as_deref().unwrap_or("?"))
             }
+            Cause::Exit { status: cloister_ipc::spill::EXIT_CANNOT_REPLY } => format!(
+                "exited with status {}: one of its lanes could not post its reply (the worker's own account)",
+                cloister_ipc::spill::EXIT_CANNOT_REPLY
+            ),
             Cause::Exit { status } => format!("exited with status {status}"),
             Cause::Hang { call, deadline_ms } => {
                 format!("hung in {call} for more than {deadline_ms} ms")

@@ -17,6 +17,7 @@ pub mod private;
 pub mod recorder;
 pub mod settings;
 pub mod shm;
+pub mod spill;
 pub mod wire;
 
 pub use wire::*;
@@ -115,6 +116,7 @@ mod tests {
             }
             let _ = decode_request(&bytes);
             let _ = decode_worker_message(&bytes);
+            let _ = spill::decode(&bytes);
             let _ = decode_reply::<GetInfo>(&bytes);
             let _ = decode_reply::<CreateKernelsInProgram>(&bytes);
         }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use crate::shm::SharedRegion;
 use crate::IpcError;
 
-pub const RECORDER_MAGIC: u64 = u64::from_le_bytes(*b"cloFR003");
+pub const RECORDER_MAGIC: u64 = u64::from_le_bytes(*b"cloFR004");
 /// The fd number the worker finds its recorder at.
 pub const RECORDER_FD: i32 = 4;
 /// Lanes whose calls in flight are tracked (later lanes still log to the ring).
@@ -52,6 +52,10 @@ pub struct RecorderHeader {
     pub device: TextSlot<256>,
     pub program_source: TextSlot<16384>,
     pub build_options: TextSlot<1024>,
+    /// A fatal signal the worker says was sent from outside (by `kill`, not a fault of its own
+    /// code): `signal << 32 | sender pid` (pid 0: outside the worker's PID namespace), or -1.
+    /// The worker's word only, like `trapped_syscall`.
+    pub outside_signal: AtomicI64,
 }
 
 /// A length-prefixed text field. Written by the worker, read by the broker with the length
@@ -119,6 +123,7 @@ impl FlightRecorder {
         let r = Self { region };
         r.header().magic.store(RECORDER_MAGIC, Ordering::Release);
         r.header().trapped_syscall.store(-1, Ordering::Release);
+        r.header().outside_signal.store(-1, Ordering::Release);
         Ok(r)
     }
 

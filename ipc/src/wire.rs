@@ -246,11 +246,21 @@ pub enum RegionTarget {
 
 /// The application's headers a build needs (the worker cannot read the application's files):
 /// the `-I` folders in order (the application's working folder last), and each header found,
-/// by its absolute path.
+/// by its absolute path. `macro_dirs` are the `-D NAME=FOLDER` options whose value is a folder
+/// (an include may be named by a macro built from it, `#include M2S(NAME/x.h)`): their headers
+/// are shipped too, and the worker defines NAME as its copy of the folder.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct AppIncludes {
     pub dirs: Vec<String>,
     pub files: Vec<(String, Vec<u8>)>,
+    pub macro_dirs: Vec<(String, String)>,
+}
+
+impl AppIncludes {
+    /// Every folder the set lays out: the `-I` ones and the macros' ones.
+    pub fn folders(&self) -> impl Iterator<Item = &String> {
+        self.dirs.iter().chain(self.macro_dirs.iter().map(|(_, d)| d))
+    }
 }
 
 /// Which of the four region copies: `src_origin[0]` / `dst_origin[0]` are the buffer offsets
@@ -595,6 +605,43 @@ wire_calls! {
         buffer: ObjectId, queue: Option<ObjectId>, command: RecordedCommand, wait: Vec<u32>,
     } -> SyncPointReply;
     EnqueueCommandBuffer(enqueue_command_buffer) { queues: Vec<ObjectId>, buffer: ObjectId, sync: EnqueueSync } -> i32;
+}
+
+/// A borrowed byte string, encoded as postcard encodes bytes (its length, then the bytes, in one
+/// copy): a lane frame wraps an encoded message without re-encoding it byte by byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawBytes<'a>(pub &'a [u8]);
+
+impl Serialize for RawBytes<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(self.0)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawBytes<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&'a [u8]>::deserialize(d).map(RawBytes)
+    }
+}
+
+/// The envelope of every message on a lane, in both directions (`crate::spill` says how each
+/// is used). A message travels inline, or, too big for the lane, in a sealed shared segment
+/// (a request) or held by the worker until the shim fetches it into a segment the shim made (a
+/// reply): the message itself is the same postcard `Request` or reply either way, so over a
+/// byte stream every frame could be `Inline`.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// The encoded message.
+    #[serde(borrow)]
+    Inline(RawBytes<'a>),
+    /// Request: the encoded request is the first `len` bytes of shared segment `segment`.
+    InSegment { segment: u64, len: u64 },
+    /// Reply: the worker holds an encoded reply of `len` bytes for the shim to fetch.
+    Held { len: u64 },
+    /// Request: copy the held reply to the start of segment `segment` (made by the shim).
+    Fetch { segment: u64 },
+    /// Reply to `Fetch`: the `len` bytes are in the segment.
+    Fetched { len: u64 },
 }
 
 /// Messages on the socket from the shim to its worker.

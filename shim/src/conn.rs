@@ -51,6 +51,10 @@ pub struct Conn {
     /// (after `clReleaseContext` returns, the callback never runs); `context_ran` signals it.
     running_context: Mutex<Option<u64>>,
     context_ran: Condvar,
+    /// Set while the notifier handles a message it took off the socket; `delivered` signals
+    /// when it is done (see `await_completed_callbacks`).
+    delivering: Mutex<bool>,
+    delivered: Condvar,
     /// Set once the contexts have heard of the worker's death; `death_told_cv` signals it.
     death_told: Mutex<bool>,
     death_told_cv: Condvar,
@@ -129,11 +133,45 @@ const NOTIFIER: &str = "cloister-notify";
 /// How much longer than the watchdog's deadline the shim waits for an answer.
 const SHIM_GRACE_MS: u64 = 2000;
 
+/// How long a wait gives the event callbacks due before it returns (`await_completed_callbacks`),
+/// and how many waiting callbacks it looks at.
+const CALLBACK_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+const MAX_AWAITED: usize = 64;
+
+/// Whether a call returns only once commands completed: a wait, a finish or a blocking
+/// transfer or map (its event's callbacks then run before it returns, see
+/// `Conn::await_completed_callbacks`).
+fn waits_for_completion(req: &cloister_ipc::Request) -> bool {
+    use cloister_ipc::Request as R;
+    match req {
+        R::WaitForEvents(_) => true,
+        R::FlushOrFinish(r) => r.finish,
+        R::EnqueueReadBuffer(r) => r.blocking,
+        R::EnqueueWriteBuffer(r) => r.blocking,
+        R::EnqueueMapBuffer(r) => r.blocking,
+        R::EnqueueRegionTransfer(r) => r.blocking,
+        R::EnqueueMapImage(r) => r.blocking,
+        _ => false,
+    }
+}
+
 /// How much unused segment memory a connection keeps for reuse.
 const SEGMENT_POOL_BYTES: usize = 256 << 20;
 
 /// The error every call on a dead or misbehaving worker gets.
 pub const FAULT: cl_int = CL_DEVICE_NOT_AVAILABLE;
+
+/// The error for objects of two different workers used together: `err` as the driver would
+/// say it, unless one of the two workers died, which is what happened to the application (an
+/// object of the lost context met a device already rebound to the replacement): then the
+/// fault every call on a dead worker gets, as the README promises.
+pub fn mismatch(a: &Conn, b: &Conn, err: cl_int) -> cl_int {
+    if a.is_dead() || b.is_dead() {
+        FAULT
+    } else {
+        err
+    }
+}
 
 /// Most platforms and devices one worker may announce. One driver enumerates a handful; a
 /// welcome beyond these is a hostile worker making the shim allocate and loop without end.
@@ -200,6 +238,8 @@ impl Conn {
             build_callback_ran: Condvar::new(),
             running_context: Mutex::new(None),
             context_ran: Condvar::new(),
+            delivering: Mutex::new(false),
+            delivered: Condvar::new(),
             death_told: Mutex::new(false),
             death_told_cv: Condvar::new(),
             pending: Default::default(),
@@ -359,31 +399,9 @@ impl Conn {
         let request = req.into_request();
         // Timed as the flight recorder notes it (a binary size query is a build).
         let name = cloister_ipc::deadlines::recorded_name(&request);
+        let waits = waits_for_completion(&request);
         let bytes = cloister_ipc::encode_request_value(&request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        lane.post_request(&bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        // A worker that never answers (hung outside any call the broker's watchdog sees, or
-        // hostile) is given up on at the call's deadline, like one that died.
-        // Later than the broker's watchdog, which kills a stuck worker and writes the report:
-        // this is the backstop for a worker the watchdog cannot see.
-        let deadline_ms = deadlines().for_op(name) + SHIM_GRACE_MS;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms);
-        let timed_out = std::cell::Cell::new(false);
-        let alive = || {
-            timed_out.set(std::time::Instant::now() >= deadline);
-            !self.is_dead() && !timed_out.get() && !self.hung_up()
-        };
-        let reply = lane.wait_reply(&alive).map_err(|_| {
-            if timed_out.get() && !self.is_dead() {
-                crate::runtime::warn(&format!(
-                    "the worker for {} did not answer {name} within {deadline_ms} ms; giving up on it",
-                    self.driver,
-                ));
-                self.hang_up();
-            }
-            self.mark_dead();
-            self.await_death_told();
-            FAULT
-        })?;
+        let reply = crate::spill::exchange(self, C::NAME, &bytes, |frame| self.round_trip(lane, frame, name))?;
         if cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait {
             // Kernel printf output is in the pipes by now: it reaches the application before
             // the call returns, as it would directly.
@@ -392,6 +410,9 @@ impl Conn {
         match decode_reply::<C>(&reply) {
             Ok(r) => {
                 drain(&r, lane.bulk_ptr());
+                if waits {
+                    self.await_completed_callbacks();
+                }
                 Ok(r)
             }
             Err(e) => {
@@ -403,6 +424,34 @@ impl Conn {
                 Err(FAULT)
             }
         }
+    }
+
+    /// Posts one lane frame and waits for the answer's frame, within the deadline of `name`.
+    fn round_trip(&self, lane: &Lane, frame: &[u8], name: &str) -> Result<Vec<u8>, cl_int> {
+        lane.post_request(frame).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        // A worker that never answers (hung outside any call the broker's watchdog sees, or
+        // hostile) is given up on at the call's deadline, like one that died.
+        // Later than the broker's watchdog, which kills a stuck worker and writes the report:
+        // this is the backstop for a worker the watchdog cannot see.
+        let deadline_ms = deadlines().for_op(name) + SHIM_GRACE_MS;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms);
+        let timed_out = std::cell::Cell::new(false);
+        let alive = || {
+            timed_out.set(std::time::Instant::now() >= deadline);
+            !self.is_dead() && !timed_out.get() && !self.hung_up()
+        };
+        lane.wait_reply(&alive).map_err(|_| {
+            if timed_out.get() && !self.is_dead() {
+                crate::runtime::warn(&format!(
+                    "the worker for {} did not answer {name} within {deadline_ms} ms; giving up on it",
+                    self.driver,
+                ));
+                self.hang_up();
+            }
+            self.mark_dead();
+            self.await_death_told();
+            FAULT
+        })
     }
 
     /// A reply that breaks what the application declared (a longer binary than the size it was
@@ -531,14 +580,84 @@ impl Conn {
     /// The notifier thread: runs application callbacks, and notices the worker's death by EOF.
     fn notification_loop(self: &Arc<Self>) {
         loop {
-            match channel::recv::<WorkerMessage>(&self.sock) {
+            // Marked busy before the message leaves the socket (see `await_completed_callbacks`).
+            while !readable_within(&self.sock, std::time::Duration::from_secs(3600)) {}
+            *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            let received = channel::recv::<WorkerMessage>(&self.sock);
+            match received {
                 Ok((WorkerMessage::Notify(n), _)) => self.deliver(n),
                 Ok(_) => {}
-                Err(_) => {
-                    self.on_worker_death();
-                    return;
-                }
+                Err(_) => self.on_worker_death(),
             }
+            *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = false;
+            self.delivered.notify_all();
+            if self.is_dead() {
+                return;
+            }
+        }
+    }
+
+    /// After a wait on the worker: returns once the application's callbacks on events that are
+    /// complete now have run, as they have directly when a wait returns (pocl runs them before
+    /// its wait returns; the spec does not promise it, but applications and conformance tests
+    /// rely on it). Only when event callbacks are waiting: each one's event status is asked
+    /// (at most `MAX_AWAITED` of them), and the notifier is given until `CALLBACK_GRACE` to
+    /// deliver those of complete events (the driver calls them, so they come). Never on the
+    /// notifier itself (a wait inside a callback) or while holding the settling lock the
+    /// notifier may need.
+    fn await_completed_callbacks(&self) {
+        if std::thread::current().name() == Some(NOTIFIER) || crate::pending::settling_here() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + CALLBACK_GRACE;
+        // A callback the notifier took out of the map may not have run yet: it is done when the
+        // notifier is idle.
+        self.await_notifier(deadline, &[]);
+        let waiting: Vec<(u64, usize)> = {
+            let cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+            cbs.iter()
+                .filter_map(|(&t, cb)| match *cb {
+                    Callback::Event { event, .. } => Some((t, event)),
+                    _ => None,
+                })
+                .take(MAX_AWAITED)
+                .collect()
+        };
+        let due: Vec<u64> = waiting
+            .into_iter()
+            .filter(|&(_, event)| {
+                let Ok(ev) = crate::handle::lookup(event as cl_event, Kind::Event) else { return false };
+                let q = cloister_ipc::GetInfo {
+                    target: cloister_ipc::InfoTarget::Event,
+                    object: ev.id,
+                    aux: 0,
+                    param: CL_EVENT_COMMAND_EXECUTION_STATUS,
+                };
+                matches!(self.call(q), Ok(r) if r.status == CL_SUCCESS && r.value.len() == 4
+                    && i32::from_ne_bytes([r.value[0], r.value[1], r.value[2], r.value[3]]) <= CL_COMPLETE)
+            })
+            .map(|(t, _)| t)
+            .collect();
+        if !due.is_empty() {
+            self.await_notifier(deadline, &due);
+        }
+    }
+
+    /// Waits until none of the callbacks `due` is registered (a callback leaves the map before
+    /// it runs) and the notifier is idle (it runs callbacks while busy), or the worker died, or
+    /// `deadline`.
+    fn await_notifier(&self, deadline: std::time::Instant, due: &[u64]) {
+        loop {
+            let pending = {
+                let cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+                due.iter().any(|t| cbs.contains_key(t))
+            };
+            let busy = self.delivering.lock().unwrap_or_else(|e| e.into_inner());
+            if (!pending && !*busy) || self.is_dead() || std::time::Instant::now() >= deadline {
+                return;
+            }
+            let tick = std::time::Duration::from_millis(5);
+            drop(self.delivered.wait_timeout(busy, tick).unwrap_or_else(|e| e.into_inner()));
         }
     }
 

@@ -172,7 +172,8 @@ fn serve(lane: &Lane, script: &std::sync::Mutex<Script>, sock: &OwnedFd, stop: &
             };
             let _ = channel::send(sock, &WorkerMessage::Notify(n), &[]);
         }
-        let Ok(req) = decode_request(&request) else { break };
+        let Ok(Frame::Inline(RawBytes(request))) = spill::decode(&request) else { break };
+        let Ok(req) = decode_request(request) else { break };
         // A build whose callback the driver called: the worker sends it before the reply (a
         // build callback announced and never sent is class 4's deadline, not this target's).
         let (reply, sent) = build_reply(&req, &mut s).unwrap_or_else(|| (reply_to(req, &mut s), None));
@@ -180,7 +181,7 @@ fn serve(lane: &Lane, script: &std::sync::Mutex<Script>, sock: &OwnedFd, stop: &
         if let Some(token) = sent {
             let _ = channel::send(sock, &WorkerMessage::Notify(Notification::BuildDone { token }), &[]);
         }
-        if lane.post_reply(&reply).is_err() {
+        if lane.post_reply(&spill::inline(&reply)).is_err() {
             break;
         }
     }

@@ -325,7 +325,7 @@ impl Object {
     pub fn same_worker(&self, other: Arc<Object>) -> Result<Arc<Object>, cl_int> {
         match Arc::ptr_eq(&self.conn, &other.conn) {
             true => Ok(other),
-            false => Err(CL_INVALID_CONTEXT),
+            false => Err(crate::conn::mismatch(&self.conn, &other.conn, CL_INVALID_CONTEXT)),
         }
     }
 

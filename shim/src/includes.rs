@@ -20,12 +20,38 @@ const MAX_FILE: u64 = 16 << 20;
 const MAX_TOTAL: u64 = 64 << 20;
 const MAX_FILES: usize = 4096;
 
-/// Splits build options into the `-I` folders (absolute) and everything else.
-fn split_options(options: &str, cwd: &Path) -> (Vec<PathBuf>, String) {
-    let mut dirs = Vec::new();
+/// Build options split: the `-I` folders (absolute), the `-D NAME=FOLDER` macros whose value
+/// is a folder (absolute), and everything else.
+struct Options {
+    dirs: Vec<PathBuf>,
+    macro_dirs: Vec<(String, PathBuf)>,
+    rest: String,
+}
+
+fn split_options(options: &str, cwd: &Path) -> Options {
+    let mut out = Options { dirs: Vec::new(), macro_dirs: Vec::new(), rest: String::new() };
     let mut rest = Vec::new();
     let mut words = options.split_whitespace();
     while let Some(w) = words.next() {
+        if let Some(define) = w.strip_prefix("-D") {
+            let (define, words_used) = match define {
+                "" => (words.next().unwrap_or_default(), vec![w]),
+                d => (d, vec![]),
+            };
+            let folder = define.split_once('=').and_then(|(name, value)| {
+                let value = value.trim_matches('"');
+                let dir = cwd.join(value);
+                (!name.is_empty() && !value.is_empty() && dir.is_dir()).then(|| (name.to_string(), dir))
+            });
+            match folder {
+                Some(m) => out.macro_dirs.push(m),
+                None => {
+                    rest.extend(words_used);
+                    rest.push(if w == "-D" { define } else { w });
+                }
+            }
+            continue;
+        }
         let dir = if w == "-I" {
             words.next()
         } else if let Some(d) = w.strip_prefix("-I") {
@@ -35,10 +61,31 @@ fn split_options(options: &str, cwd: &Path) -> (Vec<PathBuf>, String) {
             continue;
         };
         if let Some(d) = dir {
-            dirs.push(cwd.join(d.trim_matches('"')));
+            out.dirs.push(cwd.join(d.trim_matches('"')));
         }
     }
-    (dirs, rest.join(" "))
+    out.rest = rest.join(" ");
+    out
+}
+
+/// The files under `dir` (its subfolders too, not following links), in a stable order, at
+/// most `MAX_FILES`.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(e.path()),
+                Ok(t) if t.is_file() && out.len() < MAX_FILES => out.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 /// Where the name of an `#include` line sits: (start, end) byte offsets within `line`, and
@@ -108,7 +155,7 @@ pub fn gather(sources: &[u8], options: Option<&[u8]>) -> Option<(AppIncludes, Ve
         return None;
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let (dirs, rest) = split_options(&options, &cwd);
+    let Options { dirs, macro_dirs, rest } = split_options(&options, &cwd);
     let mut search = dirs.clone();
     search.push(cwd.clone());
     let mut seen = HashSet::new();
@@ -116,8 +163,13 @@ pub fn gather(sources: &[u8], options: Option<&[u8]>) -> Option<(AppIncludes, Ve
     let mut total = 0u64;
     let mut absolute = false;
     let mut work: Vec<(Vec<u8>, Option<PathBuf>)> = vec![(sources.to_vec(), None)];
+    // An include named by a macro cannot be followed here: every file of the macro's folder
+    // goes (the application pointed the build there), within the same limits.
+    let named_by_macro: Vec<(String, bool)> =
+        macro_dirs.iter().flat_map(|(_, d)| files_under(d)).map(|p| (p.to_string_lossy().into_owned(), true)).collect();
+    let mut first = Some(named_by_macro);
     while let Some((text, folder)) = work.pop() {
-        for (name, quoted) in include_names(&text) {
+        for (name, quoted) in first.take().unwrap_or_default().into_iter().chain(include_names(&text)) {
             let here = folder.iter().filter(|_| quoted);
             let found = here.chain(search.iter()).map(|d| d.join(&name)).find(|p| p.is_file());
             let Some(path) = found else { continue };
@@ -142,7 +194,8 @@ pub fn gather(sources: &[u8], options: Option<&[u8]>) -> Option<(AppIncludes, Ve
         // The staged root, where the driver finds the includes that were absolute.
         dirs.push("/".into());
     }
-    Some((AppIncludes { dirs, files }, rest.into_bytes()))
+    let macro_dirs = macro_dirs.into_iter().map(|(n, d)| (n, d.to_string_lossy().into_owned())).collect();
+    Some((AppIncludes { dirs, files, macro_dirs }, rest.into_bytes()))
 }
 
 #[cfg(test)]
@@ -151,9 +204,13 @@ mod tests {
 
     #[test]
     fn include_dirs_are_split_out_and_made_absolute() {
-        let (dirs, rest) = split_options("-DX=1 -I inc -I/abs -cl-fast-relaxed-math", Path::new("/w"));
-        assert_eq!(dirs, [PathBuf::from("/w/inc"), PathBuf::from("/abs")]);
-        assert_eq!(rest, "-DX=1 -cl-fast-relaxed-math");
+        let o = split_options("-DX=1 -I inc -I/abs -D Y=2 -cl-fast-relaxed-math", Path::new("/w"));
+        assert_eq!(o.dirs, [PathBuf::from("/w/inc"), PathBuf::from("/abs")]);
+        assert_eq!(o.rest, "-DX=1 -D Y=2 -cl-fast-relaxed-math");
+        assert!(o.macro_dirs.is_empty());
+        let o = split_options("-D INC=/usr/include -DT=\"/tmp\" -DZ=/no/such/dir", Path::new("/w"));
+        assert_eq!(o.macro_dirs, [("INC".into(), PathBuf::from("/usr/include")), ("T".into(), PathBuf::from("/tmp"))]);
+        assert_eq!(o.rest, "-DZ=/no/such/dir");
     }
 
     #[test]

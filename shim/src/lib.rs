@@ -17,6 +17,7 @@ mod includes;
 mod info;
 mod pending;
 mod runtime;
+mod spill;
 mod stdio_relay;
 mod summary;
 

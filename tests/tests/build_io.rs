@@ -90,3 +90,36 @@ fn printf_reaches_the_application_through_a_shared_broker() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&runtime);
 }
+
+/// A header named by a macro built from a `-D` folder (hashcat's `#include
+/// M2S(INCLUDE_PATH/inc_vendor.h)` with `-D INCLUDE_PATH=...`), and the header it includes in
+/// turn, reach the caged driver: the build gives the same result directly and caged.
+#[test]
+fn a_header_named_by_a_macro_from_a_define_folder_is_found() {
+    let exe = c_client("macro_include");
+    let dir = std::env::temp_dir().join(format!("cloister-macro-inc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("inc_val.h"), "#include \"inc_more.h\"\n#define VAL 41\n").unwrap();
+    std::fs::write(dir.join("inc_more.h"), "#define MORE 1\n").unwrap();
+    let arg = dir.to_str().unwrap();
+    let d = direct(&exe, &[arg], &[]);
+    assert_eq!(String::from_utf8_lossy(&d.stdout), "kernel computed 42\n", "{}", text(&d));
+    let c = caged(&[], &exe, &[arg], &[]);
+    assert_eq!(String::from_utf8_lossy(&c.stdout), "kernel computed 42\n", "{}", text(&c));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `-I"/path"` with literal quotes: pocl 3.1 directly refuses the build (the quotes reach clang),
+/// caged the shim strips them and the build works. A difference the README lists; this test
+/// says when it no longer holds.
+#[test]
+fn quoted_include_folders_are_the_documented_difference() {
+    let exe = c_client("printf_include");
+    let dir = header_dir("quoted", 9);
+    let opts = format!("-I\"{}/inc\"", dir.display());
+    let d = Command::new(&exe).current_dir("/").env("OPTS", &opts).output().unwrap();
+    assert!(!d.status.success(), "pocl now takes quoted -I folders directly: update the README\n{}", text(&d));
+    let caged = run(Command::new(cloister()).args(["run", "--"]).arg(&exe).current_dir("/").env("OPTS", &opts));
+    assert!(caged.contains("kernel line 29"), "{caged}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -142,6 +142,21 @@ fn command_buffers_run_directly_and_caged_with_the_same_results() {
     assert!(g.status.success() && text(&g).contains("PASS"), "caged run with garbage handles failed:\n{}", text(&g));
 }
 
+/// A `CL_COMPLETE` callback has run by the time a wait on its event returns (clWaitForEvents,
+/// clFinish, a blocking read), 20 times out of 20, as directly on pocl; a wait called from
+/// inside a callback on the shim's notifier thread does not deadlock.
+#[test]
+fn event_callbacks_run_before_the_wait_returns() {
+    let exe = c_client("callbacks_before_wait");
+    let (d, c) = both_ways(&exe);
+    assert_eq!(String::from_utf8_lossy(&d.stdout), String::from_utf8_lossy(&c.stdout));
+    let out = text(&c);
+    for how in ["clWaitForEvents", "clFinish", "blocking read"] {
+        assert!(out.contains(&format!("callback ran before {how} returned: 20/20")), "{out}");
+    }
+    assert!(out.contains("a wait inside a callback returned: 0"), "{out}");
+}
+
 /// Pinned staging (worker/src/staging.rs) is on by default only for discrete GPUs; forced on
 /// here, pocl runs the same path: the driver copies through shared memory it also holds as
 /// `CL_MEM_USE_HOST_PTR` buffers, and every finding must still be the same as direct.

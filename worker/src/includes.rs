@@ -41,7 +41,7 @@ fn write_set(base: &Path, root: &Path, inc: &AppIncludes) -> Result<(), cl_int> 
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let tmp = base.join(format!(".new-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
     let result = (|| {
-        for d in &inc.dirs {
+        for d in inc.folders() {
             std::fs::create_dir_all(inside(&tmp, d).ok_or(CL_INVALID_BUILD_OPTIONS)?)
                 .map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         }
@@ -87,7 +87,7 @@ fn holds_exactly(root: &Path, inc: &AppIncludes) -> bool {
             expected.entry(a.to_path_buf()).or_insert(None);
         }
     };
-    for d in &inc.dirs {
+    for d in inc.folders() {
         let Some(p) = inside(root, d) else { return false };
         add_dirs(&p, &mut expected);
     }
@@ -162,6 +162,13 @@ pub fn stage(inc: &AppIncludes, options: Option<&[u8]>) -> Result<Vec<u8>, cl_in
     for d in &inc.dirs {
         flags.push(format!("-I{}", inside(&root, d).ok_or(CL_INVALID_BUILD_OPTIONS)?.display()));
     }
+    for (name, d) in &inc.macro_dirs {
+        // A name that could carry another option (blanks, `=`) is no macro name.
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(CL_INVALID_BUILD_OPTIONS);
+        }
+        flags.push(format!("-D{name}={}", inside(&root, d).ok_or(CL_INVALID_BUILD_OPTIONS)?.display()));
+    }
     let mut out = flags.join(" ").into_bytes();
     if let Some(o) = options.filter(|o| !o.is_empty()) {
         out.push(b' ');
@@ -187,6 +194,7 @@ mod tests {
         let set = |text: &str| AppIncludes {
             dirs: vec!["/app/inc".into()],
             files: vec![("/app/inc/x.h".into(), text.as_bytes().to_vec())],
+            macro_dirs: vec![],
         };
         let dir_of = |opts: Vec<u8>| {
             let opts = String::from_utf8(opts).unwrap();

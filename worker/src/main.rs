@@ -11,6 +11,7 @@ mod includes;
 mod notify;
 mod objects;
 mod segments;
+mod signals;
 mod staging;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -28,6 +29,25 @@ use handler::{LaneServer, Worker};
 use objects::Kind;
 
 const CHANNEL_FD: i32 = 3;
+
+/// Writes a line to stderr, which is the application's pipe: once the application has gone
+/// the write fails, and that is no reason to die otherwise than planned (`eprintln!` panics).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// Whether a channel error means the application left: then there is nothing to serve, and no
+/// crash to report (a replacement started as its application exits meets this).
+fn client_left(e: &cloister_ipc::IpcError) -> bool {
+    match e {
+        cloister_ipc::IpcError::PeerGone => true,
+        cloister_ipc::IpcError::Os(_, io) => matches!(io.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)),
+        _ => false,
+    }
+}
 
 struct Args {
     library: String,
@@ -142,7 +162,7 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("cloister-worker: {e}");
+            say!("cloister-worker: {e}");
             return ExitCode::from(2);
         }
     };
@@ -159,19 +179,19 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ =
                 channel::send(&sock, &WorkerMessage::Refused { reason: format!("cannot build the cage: {e}") }, &[]);
-            eprintln!("cloister-worker[{}]: {e}", args.name);
+            say!("cloister-worker[{}]: {e}", args.name);
             return ExitCode::from(1);
         }
     };
     if std::env::var_os("CLOISTER_DEBUG").is_some() {
         for l in &cage.layers {
-            eprintln!("cloister-worker[{}]: {l}", args.name);
+            say!("cloister-worker[{}]: {l}", args.name);
         }
     }
     match serve(&args, &cage, sock) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("cloister-worker[{}]: {e}", args.name);
+            say!("cloister-worker[{}]: {e}", args.name);
             ExitCode::from(1)
         }
     }
@@ -198,7 +218,11 @@ fn never_hold_a_terminal() {
 }
 
 fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
-    let (hello, _) = channel::recv::<ShimMessage>(&sock).map_err(|e| format!("handshake: {e}"))?;
+    let (hello, _) = match channel::recv::<ShimMessage>(&sock) {
+        Ok(m) => m,
+        Err(e) if client_left(&e) => std::process::exit(0),
+        Err(e) => return Err(format!("handshake: {e}")),
+    };
     let ShimMessage::Hello(hello) = hello else {
         return Err("handshake: expected hello".into());
     };
@@ -224,6 +248,11 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
     if let (Some(r), Some(start)) = (recorder, init_start) {
         FlightRecorder::end(r, init_slot, 0, init_op, start);
     }
+    // The driver's signal handlers are in place by now: the worker's go on top.
+    if let Some(r) = recorder {
+        signals::note_in(&r.outside_signal);
+    }
+    signals::ensure_last();
     let (platforms, devices) = match loaded {
         Ok(found) => found,
         Err(e) => {
@@ -240,7 +269,10 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
         platforms,
         devices,
     };
-    channel::send(&sock, &welcome, &[]).map_err(|e| e.to_string())?;
+    match channel::send(&sock, &welcome, &[]) {
+        Err(e) if client_left(&e) => std::process::exit(0),
+        sent => sent.map_err(|e| e.to_string())?,
+    }
     notify::init(sock.as_raw_fd());
 
     let mut next_lane = 0u64;
@@ -334,26 +366,49 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
     let recorder = RECORDER.get().copied();
     let slot = recorder.and_then(FlightRecorder::claim_slot);
     let alive = || true;
+    let mut spill = cloister_ipc::spill::LaneSpill::default();
     while let Ok(bytes) = lane.wait_request(&alive) {
-        let reply = match cloister_ipc::decode_request(&bytes) {
-            Ok(req) => {
-                // Noted before the driver runs it, so a crash or hang inside names the call.
-                let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
-                    .unwrap_or_else(|| req.op_index());
-                let start = recorder.map(|r| FlightRecorder::begin(r, slot, lane_id, op));
-                let reply = dispatch_call(&server, req).unwrap_or_default();
-                if let (Some(r), Some(start)) = (recorder, start) {
+        // The call stays in flight in the recorder until its reply is posted.
+        let mut in_flight = None;
+        let framed = spill.serve(
+            &bytes,
+            |id| worker.segments.get(id),
+            |bytes| match cloister_ipc::decode_request(bytes) {
+                Ok(req) => {
+                    // Noted before the driver runs it, so a crash or hang inside names the call.
+                    let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
+                        .unwrap_or_else(|| req.op_index());
+                    in_flight = recorder.map(|r| (r, op, FlightRecorder::begin(r, slot, lane_id, op)));
+                    let build =
+                        cloister_ipc::deadlines::class_of(req.op_name()) == cloister_ipc::deadlines::Class::Build;
+                    let reply = dispatch_call(&server, req).unwrap_or_default();
+                    if build {
+                        // A build is where LLVM installs its signal handlers.
+                        signals::ensure_last();
+                    }
+                    reply
+                }
+                // An empty reply fails to decode in the shim, which treats it as a fault.
+                Err(_) => Vec::new(),
+            },
+        );
+        match framed.and_then(|f| lane.post_reply(&f).map_err(|e| e.to_string())) {
+            Ok(()) => {
+                if let Some((r, op, start)) = in_flight {
                     FlightRecorder::end(r, slot, lane_id, op, start);
                 }
-                reply
             }
-            // An empty reply fails to decode in the shim, which treats it as a fault.
-            Err(_) => Vec::new(),
-        };
-        if lane.post_reply(&reply).is_err() {
-            break;
+            Err(why) => cannot_reply(lane_id, &why),
         }
     }
     // The lane's memory goes away with this thread: no driver may keep it pinned.
     worker.staging.forget_region(lane.bulk_ptr());
+}
+
+/// A lane that cannot post its reply is the worker's fault at once: the application must not
+/// wait out its deadline, nor the worker live on with a dead lane. The call stays in flight in
+/// the recorder, and the exit status tells the broker why (its report names both).
+fn cannot_reply(lane_id: u32, why: &str) -> ! {
+    say!("cloister-worker: lane {lane_id} cannot post its reply: {why}");
+    std::process::exit(cloister_ipc::spill::EXIT_CANNOT_REPLY)
 }

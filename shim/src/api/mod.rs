@@ -90,7 +90,7 @@ pub fn ids_of(handles: &[*mut c_void], kind: Kind, err: cl_int) -> Result<(Vec<O
         let o = lookup(h, kind).map_err(|_| err)?;
         if let Some(c) = &conn {
             if !Arc::ptr_eq(c, &o.conn) {
-                return Err(err);
+                return Err(crate::conn::mismatch(c, &o.conn, err));
             }
         }
         conn = Some(o.conn.clone());

@@ -16,7 +16,7 @@ fn context_and_device(
     let ctx = lookup(context, Kind::Context)?;
     let dev = lookup(device, Kind::Device)?;
     if !std::sync::Arc::ptr_eq(&ctx.conn, &dev.conn) {
-        return Err(CL_INVALID_DEVICE);
+        return Err(crate::conn::mismatch(&ctx.conn, &dev.conn, CL_INVALID_DEVICE));
     }
     Ok((ctx, dev.id))
 }

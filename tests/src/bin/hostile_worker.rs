@@ -19,6 +19,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use cloister_ipc::cl::*;
 use cloister_ipc::lane::{Lane, LANE_BYTES};
 use cloister_ipc::shm::SharedRegion;
+use cloister_ipc::spill;
 use cloister_ipc::{
     channel, BinariesReply, BuildReply, Enumerated, IdsReply, InfoReply, KernelReply, KernelsReply, MapImageReply,
     Request, ShimMessage, WorkerMessage, WORKER_ID_BIT,
@@ -129,8 +130,9 @@ fn scripted(mode: &str, req: Request) -> Vec<u8> {
 fn serve(lane: &Lane, mode: &str) {
     if SCRIPTED.contains(&mode) {
         while let Ok(request) = lane.wait_request(&|| true) {
-            let Ok(req) = cloister_ipc::decode_request(&request) else { return };
-            if lane.post_reply(&scripted(mode, req)).is_err() {
+            let Ok(cloister_ipc::Frame::Inline(request)) = spill::decode(&request) else { return };
+            let Ok(req) = cloister_ipc::decode_request(request.0) else { return };
+            if lane.post_reply(&spill::inline(&scripted(mode, req))).is_err() {
                 return;
             }
         }
@@ -141,7 +143,7 @@ fn serve(lane: &Lane, mode: &str) {
             postcard::to_allocvec(&InfoReply { status: 0, value_status: 0, value: b"hostile\0".to_vec() }).unwrap();
         match mode {
             "garbage" => drop(lane.post_reply(&[0xFF; 37])),
-            "truncated" => drop(lane.post_reply(&good[..good.len() / 2])),
+            "truncated" => drop(lane.post_reply(&spill::inline(&good[..good.len() / 2]))),
             "oversized" => {
                 // A reply length past the message area (the shim must not read past it), then
                 // the REPLY state (2): words 2 and 0 of the lane header (see ipc::lane).
@@ -161,17 +163,17 @@ fn serve(lane: &Lane, mode: &str) {
             "wrong-type" => {
                 let other =
                     postcard::to_allocvec(&KernelsReply { status: 0, count: 1, num_args: vec![5, 6, 7] }).unwrap();
-                drop(lane.post_reply(&other));
+                drop(lane.post_reply(&spill::inline(&other)));
             }
             "twice" => {
-                let _ = lane.post_reply(&good);
+                let _ = lane.post_reply(&spill::inline(&good));
                 let _ = lane.post_reply(&[0xAB; 3]);
             }
             "exit" => std::process::exit(3),
             "silent" => loop {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
             },
-            _ => drop(lane.post_reply(&good)),
+            _ => drop(lane.post_reply(&spill::inline(&good))),
         }
     }
 }

@@ -1,0 +1,68 @@
+//! The shim's side of `cloister_ipc::spill`: lane messages of any size, both ways.
+
+use cloister_ipc::cl::{cl_int, CL_OUT_OF_HOST_MEMORY};
+use cloister_ipc::spill::{self, INLINE_MAX};
+use cloister_ipc::{Frame, RawBytes};
+
+use crate::conn::{Conn, Segment};
+
+/// Sends one encoded request and returns its encoded reply, whatever their sizes.
+/// `round_trip` posts one frame on the calling thread's lane and waits for the answer's frame
+/// (with the call's deadline); `call` names the call in warnings.
+pub(crate) fn exchange(
+    conn: &Conn,
+    call: &str,
+    request: &[u8],
+    mut round_trip: impl FnMut(&[u8]) -> Result<Vec<u8>, cl_int>,
+) -> Result<Vec<u8>, cl_int> {
+    let reply = if request.len() <= INLINE_MAX {
+        round_trip(&spill::inline(request))?
+    } else {
+        let seg = conn.acquire_segment(request.len())?;
+        let posted = if spill::write_segment(&seg.region, request) {
+            round_trip(&spill::encode(&Frame::InSegment { segment: seg.id, len: request.len() as u64 }))
+        } else {
+            Err(CL_OUT_OF_HOST_MEMORY)
+        };
+        give_back(conn, seg);
+        posted?
+    };
+    match spill::decode(&reply) {
+        Ok(Frame::Inline(RawBytes(bytes))) => Ok(bytes.to_vec()),
+        Ok(Frame::Held { len }) => fetch(conn, call, len, round_trip),
+        _ => Err(conn.reject(call, "a reply that is no lane frame")),
+    }
+}
+
+/// Fetches a reply of `len` bytes the worker holds, into a segment this side makes: the worker
+/// never sizes memory here, only says how much it has, and that is checked first.
+fn fetch(
+    conn: &Conn,
+    call: &str,
+    len: u64,
+    mut round_trip: impl FnMut(&[u8]) -> Result<Vec<u8>, cl_int>,
+) -> Result<Vec<u8>, cl_int> {
+    if len <= INLINE_MAX as u64 || len > spill::max_reply() {
+        return Err(conn.reject(call, &format!("a held reply of {len} bytes (limit {} bytes)", spill::max_reply())));
+    }
+    let seg = conn.acquire_segment(len as usize)?;
+    let answer = round_trip(&spill::encode(&Frame::Fetch { segment: seg.id }));
+    let fetched = match answer.as_deref().map(spill::decode) {
+        Ok(Ok(Frame::Fetched { len: got })) if got == len => spill::read_segment(&seg.region, len),
+        Ok(_) => None,
+        Err(&e) => {
+            give_back(conn, seg);
+            return Err(e);
+        }
+    };
+    give_back(conn, seg);
+    fetched.ok_or_else(|| conn.reject(call, "no held reply where it said"))
+}
+
+/// A spill segment goes back to the pool once its message is through (a dead worker's pool
+/// goes with its connection).
+fn give_back(conn: &Conn, seg: Segment) {
+    if !conn.is_dead() {
+        conn.release_segment(seg);
+    }
+}
