@@ -62,6 +62,11 @@ pub struct Worker {
     pub objects: ObjectTable,
     pub segments: Segments,
     mappings: Mutex<HashMap<u64, Mapping>>,
+    /// The first late error of a posted enqueue on each queue (by id), until the next blocking
+    /// call on that queue returns it (`late_status`).
+    late: Mutex<HashMap<ObjectId, cl_int>>,
+    /// Each context's callback token, by driver handle: where late errors are told.
+    context_tokens: Mutex<HashMap<usize, u64>>,
 }
 
 /// One lane's server: the worker state plus that lane's bulk area.
@@ -249,6 +254,64 @@ impl LaneServer<'_> {
     }
 }
 
+impl LaneServer<'_> {
+    /// A posted enqueue (`Request::posted`) failed with `code` after the application's call
+    /// returned CL_SUCCESS: reported as OpenCL reports asynchronous errors. The application's
+    /// event exists anyway, as a user event of the queue's context failed with `code` (so its
+    /// status is negative and commands waiting on it fail as the driver makes them); the queue
+    /// remembers the code for its next blocking call; the context's callback hears of it.
+    pub(crate) fn late_failure(&self, queue: ObjectId, sync: &EnqueueSync, op: u32, code: cl_int) {
+        // A failure must read as one: a (nonsensical) positive code becomes a generic error.
+        let code = if code < 0 { code } else { CL_OUT_OF_RESOURCES };
+        self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).entry(queue).or_insert(code);
+        let ctx = self.obj(queue, Kind::Queue).ok().and_then(queue_context);
+        if let (Some(id), Some(ctx)) = (sync.event, ctx) {
+            // SAFETY: ctx is a live context handle from the driver.
+            let table = unsafe { crate::driver::dispatch(ctx) };
+            if let (None, Some(create), Some(set)) =
+                (self.worker.objects.get_any(id), table.clCreateUserEvent, table.clSetUserEventStatus)
+            {
+                let mut rc = CL_SUCCESS;
+                // SAFETY: a live context; then the user event just created.
+                let ev = unsafe { create(ctx as _, &mut rc) };
+                if rc == CL_SUCCESS && !ev.is_null() {
+                    // SAFETY: as above.
+                    unsafe { set(ev, code) };
+                    self.adopt(id, Kind::Event, ev, rc);
+                }
+            }
+        }
+        let token = ctx.and_then(|c| self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&c).copied());
+        if let Some(token) = token {
+            notify::send(Notification::LateError { token, op, code });
+        }
+    }
+
+    /// The status a blocking call on `queue` returns: a late error the queue holds takes the
+    /// place of its success (once).
+    pub(crate) fn late_status(&self, queue: ObjectId, rc: cl_int) -> cl_int {
+        if rc != CL_SUCCESS {
+            return rc;
+        }
+        self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&queue).unwrap_or(rc)
+    }
+
+    /// Remembers a context's callback token (see `Worker::context_tokens`).
+    fn context_created(&self, ctx: *mut c_void, rc: cl_int, token: Option<u64>) {
+        if let (CL_SUCCESS, false, Some(t)) = (rc, ctx.is_null(), token) {
+            self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).insert(ctx as usize, t);
+        }
+    }
+}
+
+/// A queue's context.
+fn queue_context(q: usize) -> Option<usize> {
+    let mut ctx: usize = 0;
+    let (size, ptr) = (HANDLE, (&mut ctx as *mut usize).cast());
+    let rc = info_call(InfoTarget::CommandQueue, q, 0, CL_QUEUE_CONTEXT, size, ptr, null_mut());
+    (rc == CL_SUCCESS && ctx != 0).then_some(ctx)
+}
+
 /// A property list as the driver wants it: zero-terminated, or NULL for `None`.
 pub(crate) fn terminated(v: &Option<Vec<u64>>) -> Option<Vec<u64>> {
     v.as_ref().map(|v| {
@@ -394,6 +457,9 @@ impl Handler for LaneServer<'_> {
             return CL_INVALID_VALUE;
         };
         let hp = h as *mut c_void;
+        if kind == Kind::Context {
+            self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(&h);
+        }
         // SAFETY: h was a live handle of `kind`; the shim sends one release per object.
         unsafe {
             match kind {
@@ -423,6 +489,7 @@ impl Handler for LaneServer<'_> {
         // SAFETY: props is zero-terminated or NULL; devs holds live devices; the callback has
         // the signature clCreateContext expects.
         let ctx = unsafe { f(opt_ptr(&props), devs.len() as u32, devs.as_ptr(), cb, token, &mut rc) };
+        self.context_created(ctx, rc, r.notify);
         self.adopt(r.id, Kind::Context, ctx, rc)
     }
 
@@ -440,6 +507,7 @@ impl Handler for LaneServer<'_> {
         let (cb, token) = notify_pair(r.notify, notify::on_context_error as *mut c_void);
         // SAFETY: as in create_context.
         let ctx = unsafe { f(opt_ptr(&props), r.device_type, cb, token, &mut rc) };
+        self.context_created(ctx, rc, r.notify);
         self.adopt(r.id, Kind::Context, ctx, rc)
     }
 
@@ -593,7 +661,8 @@ impl Handler for LaneServer<'_> {
         let (offset, len) = (r.offset as usize, r.data.len() as usize);
         // SAFETY: src holds `len` bytes of shared memory that outlives the write (lane: blocking;
         // segment: the shim drops it only after the event completes).
-        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e) })
+        let rc = self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e) });
+        if r.blocking { self.late_status(r.queue, rc) } else { rc }
     }
 
     fn enqueue_read_buffer(&self, r: EnqueueReadBuffer) -> i32 {
@@ -606,7 +675,8 @@ impl Handler for LaneServer<'_> {
         let (offset, len) = (r.offset as usize, r.into.len() as usize);
         // SAFETY: dst holds `len` writable bytes of shared memory that outlives the read (lane:
         // blocking; segment: the shim drops it only after the event completes).
-        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e) })
+        let rc = self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e) });
+        if r.blocking { self.late_status(r.queue, rc) } else { rc }
     }
 
     fn enqueue_copy_buffer(&self, r: EnqueueCopyBuffer) -> i32 {
@@ -721,7 +791,7 @@ impl Handler for LaneServer<'_> {
         // SAFETY: live queue.
         unsafe {
             if r.finish {
-                driver_fn!(q, clFinish)(q as _)
+                self.late_status(r.queue, driver_fn!(q, clFinish)(q as _))
             } else {
                 driver_fn!(q, clFlush)(q as _)
             }

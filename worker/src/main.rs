@@ -18,10 +18,10 @@ use std::sync::Arc;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::handshake::PROTOCOL_VERSION;
-use cloister_ipc::lane::{Lane, LANE_BYTES};
+use cloister_ipc::lane::{Lane, Work, LANE_BYTES};
 use cloister_ipc::recorder::{FlightRecorder, RecorderHeader, RECORDER_FD};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{channel, dispatch as dispatch_call, Enumerated, ShimMessage, WorkerMessage, WORKER_ID_BIT};
+use cloister_ipc::{channel, dispatch as dispatch_call, Enumerated, Request, ShimMessage, WorkerMessage, WORKER_ID_BIT};
 
 use handler::{LaneServer, Worker};
 use objects::Kind;
@@ -328,29 +328,47 @@ fn device_name(dev: usize) -> String {
 /// The flight recorder the broker reads (absent when the worker runs without a broker).
 pub(crate) static RECORDER: std::sync::OnceLock<&'static RecorderHeader> = std::sync::OnceLock::new();
 
+/// Serves one lane in the application's order: calls are answered, posted requests (enqueues
+/// the shim vouched for) run without an answer, and a posted request the driver rejects is
+/// reported late (`LaneServer::late_failure`).
 fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
     let server = LaneServer { worker, lane };
     let recorder = RECORDER.get().copied();
     let slot = recorder.and_then(FlightRecorder::claim_slot);
+    // Runs a request and encodes its reply. Noted before the driver runs it, so a crash or hang
+    // inside names the call.
+    let run = |req: Request| {
+        let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
+            .unwrap_or_else(|| req.op_index());
+        let start = recorder.map(|r| FlightRecorder::begin(r, slot, lane_id, op));
+        let reply = dispatch_call(&server, req).unwrap_or_default();
+        if let (Some(r), Some(start)) = (recorder, start) {
+            FlightRecorder::end(r, slot, lane_id, op, start);
+        }
+        reply
+    };
     let alive = || true;
-    while let Ok(bytes) = lane.wait_request(&alive) {
-        let reply = match cloister_ipc::decode_request(&bytes) {
-            Ok(req) => {
-                // Noted before the driver runs it, so a crash or hang inside names the call.
-                let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
-                    .unwrap_or_else(|| req.op_index());
-                let start = recorder.map(|r| FlightRecorder::begin(r, slot, lane_id, op));
-                let reply = dispatch_call(&server, req).unwrap_or_default();
-                if let (Some(r), Some(start)) = (recorder, start) {
-                    FlightRecorder::end(r, slot, lane_id, op, start);
+    loop {
+        match lane.next(&alive) {
+            Ok(Work::Call(bytes)) => {
+                // An empty reply fails to decode in the shim, which treats it as a fault.
+                let reply = cloister_ipc::decode_request(&bytes).map(run).unwrap_or_default();
+                if lane.post_reply(&reply).is_err() {
+                    break;
                 }
-                reply
             }
-            // An empty reply fails to decode in the shim, which treats it as a fault.
-            Err(_) => Vec::new(),
-        };
-        if lane.post_reply(&reply).is_err() {
-            break;
+            Ok(Work::Posted(bytes)) => {
+                // Only what may be posted runs; anything else (which the shim never posts) is
+                // dropped, as nobody waits for its answer.
+                let Ok(req) = cloister_ipc::decode_request(&bytes) else { continue };
+                let Some((queue, sync)) = req.posted().map(|(q, s)| (q, s.clone())) else { continue };
+                let op = req.op_index();
+                let code = cloister_ipc::decode_status(&run(req)).unwrap_or(CL_OUT_OF_RESOURCES);
+                if code != CL_SUCCESS {
+                    server.late_failure(queue, &sync, op, code);
+                }
+            }
+            Err(_) => break,
         }
     }
 }
