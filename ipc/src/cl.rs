@@ -264,7 +264,16 @@ pub fn error_name(code: cl_int) -> Option<&'static str> {
         "CL_LINK_PROGRAM_FAILURE",
         "CL_DEVICE_PARTITION_FAILED",
         "CL_KERNEL_ARG_INFO_NOT_AVAILABLE",
-        "", "", "", "", "", "", "", "", "", "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
         "CL_INVALID_VALUE",
         "CL_INVALID_DEVICE_TYPE",
         "CL_INVALID_PLATFORM",
@@ -320,7 +329,10 @@ mod tests {
         use super::*;
         assert_eq!(error_name(CL_INVALID_WORK_GROUP_SIZE), Some("CL_INVALID_WORK_GROUP_SIZE"));
         assert_eq!(error_name(CL_INVALID_SPEC_ID), Some("CL_INVALID_SPEC_ID"));
-        assert_eq!(error_name(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST), Some("CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST"));
+        assert_eq!(
+            error_name(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST),
+            Some("CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST")
+        );
         assert_eq!(error_name(CL_INVALID_VALUE), Some("CL_INVALID_VALUE"));
         assert_eq!(error_name(-25), None);
         assert_eq!(error_name(i32::MIN), None);

@@ -62,8 +62,11 @@ struct Header {
     /// Bytes ever written into the ring (application), and consumed (worker), modulo 2^32.
     ring_head: AtomicU32,
     ring_tail: AtomicU32,
-    /// Application threads asleep on `ring_tail` (waiting for space, or for the ring to drain).
+    /// Application threads asleep on `ring_tail` (waiting for space) or `ring_done`.
     tail_sleeping: AtomicU32,
+    /// Where the worker's last posted request that has *run* ended (`ring_tail` moves when a
+    /// frame is taken, before it runs): a call from another thread waits for this.
+    ring_done: AtomicU32,
 }
 
 /// `CLOISTER_SPIN_US`: the longest a wait spins before it sleeps (default 50 µs; 0 never spins).
@@ -159,7 +162,7 @@ pub enum WaitEnd {
 /// What the worker's next step on a lane is.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Work {
-    /// A posted request: run it, answer nothing.
+    /// A posted request: run it, answer nothing, then say `posted_done`.
     Posted(Vec<u8>),
     /// A call: run it and answer with `post_reply`.
     Call(Vec<u8>),
@@ -182,18 +185,25 @@ fn align(n: u32) -> u32 {
 pub struct Lane {
     region: SharedRegion,
     spin: Spin,
+    /// Worker side: `ring_tail` after the frame `next` handed out last, published as
+    /// `ring_done` once it has run (`posted_done`).
+    taken: AtomicU32,
 }
 
 impl Lane {
     pub fn create() -> Result<Self, IpcError> {
-        Ok(Self { region: SharedRegion::create("cloister-lane", LANE_BYTES)?, spin: Spin::default() })
+        Ok(Self {
+            region: SharedRegion::create("cloister-lane", LANE_BYTES)?,
+            spin: Spin::default(),
+            taken: AtomicU32::new(0),
+        })
     }
 
     pub fn from_region(region: SharedRegion) -> Result<Self, IpcError> {
         if region.len() < LANE_BYTES {
             return Err(IpcError::Protocol("lane region too small"));
         }
-        Ok(Self { region, spin: Spin::default() })
+        Ok(Self { region, spin: Spin::default(), taken: AtomicU32::new(0) })
     }
 
     pub fn region(&self) -> &SharedRegion {
@@ -310,25 +320,34 @@ impl Lane {
         Ok(())
     }
 
-    /// Application side: whether every posted request has been taken by the worker.
+    /// Application side: whether every posted request has run.
     pub fn is_drained(&self) -> bool {
         let h = self.header();
-        h.ring_head.load(Ordering::Relaxed) == h.ring_tail.load(Ordering::Acquire)
+        h.ring_head.load(Ordering::Acquire) == h.ring_done.load(Ordering::Acquire)
     }
 
-    /// Application side (any thread): waits until the worker has taken every request posted so
-    /// far, so a call from another thread comes after them.
+    /// Application side (any thread): waits until every request posted so far has run in the
+    /// worker, so a call from another thread comes after them.
     pub fn wait_drained(&self, alive: &dyn Fn() -> bool) -> Result<(), WaitEnd> {
         let h = self.header();
         let target = h.ring_head.load(Ordering::Acquire);
         let done = || -> Option<Result<(), WaitEnd>> {
             // Reached (or, from a hostile worker, passed) the head as it was.
-            let behind = target.wrapping_sub(h.ring_tail.load(Ordering::Acquire));
+            let behind = target.wrapping_sub(h.ring_done.load(Ordering::Acquire));
             (behind == 0 || behind as usize > RING_CAP).then_some(Ok(()))
         };
         match done() {
             Some(r) => r,
-            None => self.wait_on(&h.ring_tail, &h.tail_sleeping, alive, done),
+            None => self.wait_on(&h.ring_done, &h.tail_sleeping, alive, done),
+        }
+    }
+
+    /// Worker side: the posted request `next` handed out last has run.
+    pub fn posted_done(&self) {
+        let h = self.header();
+        h.ring_done.store(self.taken.load(Ordering::Relaxed), Ordering::Release);
+        if h.tail_sleeping.load(Ordering::SeqCst) != 0 {
+            futex_wake(&h.ring_done);
         }
     }
 
@@ -382,8 +401,11 @@ impl Lane {
             };
             let mut out = vec![0u8; len as usize];
             // SAFETY: [pos + 4, pos + 4 + len) lies within the ring (checked above).
-            unsafe { std::ptr::copy_nonoverlapping(self.ring_ptr().add(pos as usize + 4), out.as_mut_ptr(), out.len()) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.ring_ptr().add(pos as usize + 4), out.as_mut_ptr(), out.len())
+            };
             h.ring_tail.store(tail.wrapping_add(size), Ordering::Release);
+            self.taken.store(tail.wrapping_add(size), Ordering::Relaxed);
             if h.tail_sleeping.load(Ordering::SeqCst) != 0 {
                 futex_wake(&h.ring_tail);
             }
@@ -425,8 +447,9 @@ impl Lane {
     /// are taken and dropped (for servers that run no posted work: test doubles, fuzzers).
     pub fn wait_request(&self, alive: &dyn Fn() -> bool) -> Result<Vec<u8>, WaitEnd> {
         loop {
-            if let Work::Call(bytes) = self.next(alive)? {
-                return Ok(bytes);
+            match self.next(alive)? {
+                Work::Call(bytes) => return Ok(bytes),
+                Work::Posted(_) => self.posted_done(),
             }
         }
     }
@@ -460,6 +483,7 @@ impl Lane {
         let h = self.header();
         futex_wake(&h.state);
         futex_wake(&h.ring_tail);
+        futex_wake(&h.ring_done);
         futex_wake(&h.doorbell);
     }
 
@@ -523,7 +547,10 @@ mod tests {
             let mut seen = Vec::new();
             loop {
                 match server.next(&|| true) {
-                    Ok(Work::Posted(b)) => seen.push(u32::from_le_bytes(b[..4].try_into().unwrap())),
+                    Ok(Work::Posted(b)) => {
+                        seen.push(u32::from_le_bytes(b[..4].try_into().unwrap()));
+                        server.posted_done();
+                    }
                     Ok(Work::Call(b)) => {
                         let n = u32::from_le_bytes(b[..4].try_into().unwrap());
                         assert_eq!(seen.len() as u32, n, "a call overtook posted requests");

@@ -651,13 +651,26 @@ pub enum WorkerMessage {
 /// Something the driver did on its own time: the shim runs the application's callback.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum Notification {
-    EventStatus { token: u64, status: i32 },
-    ContextError { token: u64, errinfo: String, private_info: Vec<u8> },
-    BuildDone { token: u64 },
+    EventStatus {
+        token: u64,
+        status: i32,
+    },
+    ContextError {
+        token: u64,
+        errinfo: String,
+        private_info: Vec<u8>,
+    },
+    BuildDone {
+        token: u64,
+    },
     /// A posted request (`Request::posted`) failed in the driver after the application's call
     /// had returned: `token` is its context's callback, `op` the call (`OP_NAMES` index), `code`
     /// the driver's error. The shim words the message itself.
-    LateError { token: u64, op: u32, code: i32 },
+    LateError {
+        token: u64,
+        op: u32,
+        code: i32,
+    },
 }
 
 /// The application (shim) asking the broker for its workers.

@@ -65,6 +65,10 @@ pub struct Conn {
     /// one has since: while only one thread posts, the others' calls need not look at it.
     first_poster: AtomicUsize,
     many_posters: AtomicBool,
+    /// Contexts ever created on this worker. While there is one, every object is in it, so an
+    /// enqueue's objects cannot be of different contexts (`CL_INVALID_CONTEXT`, which the shim
+    /// does not track per object): only then is anything posted.
+    contexts_made: AtomicU64,
     /// (platform handle, its device handles), in the worker's order.
     pub platforms: OnceLock<Vec<(usize, Vec<usize>)>>,
 }
@@ -246,6 +250,7 @@ impl Conn {
             lanes: Mutex::new(Vec::new()),
             first_poster: AtomicUsize::new(0),
             many_posters: AtomicBool::new(false),
+            contexts_made: AtomicU64::new(0),
             death_watcher: OnceLock::new(),
             platforms: OnceLock::new(),
         });
@@ -409,7 +414,7 @@ impl Conn {
     /// next blocking call returns it). Anything else is an ordinary call.
     pub fn post<C: Call<Reply = cl_int>>(&self, req: C) -> Result<cl_int, cl_int> {
         let request = req.into_request();
-        if strict() || request.posted().is_none() {
+        if strict() || request.posted().is_none() || self.contexts_made.load(Ordering::Acquire) > 1 {
             return self.call_request(&request);
         }
         let slot = self.open_lane()?;
@@ -448,6 +453,9 @@ impl Conn {
         // Timed as the flight recorder notes it (a binary size query is a build).
         let name = cloister_ipc::deadlines::recorded_name(request);
         let bytes = cloister_ipc::encode_request_value(request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        if matches!(request, Request::CreateContext(_) | Request::CreateContextFromType(_)) {
+            self.contexts_made.fetch_add(1, Ordering::AcqRel);
+        }
         self.after_other_lanes(lane, name)?;
         lane.post_request(&bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         // A worker that never answers (hung outside any call the broker's watchdog sees, or

@@ -67,6 +67,10 @@ pub struct Worker {
     late: Mutex<HashMap<ObjectId, cl_int>>,
     /// Each context's callback token, by driver handle: where late errors are told.
     context_tokens: Mutex<HashMap<usize, u64>>,
+    /// The failed events `late_failure` made (driver handles). A command waiting on one fails at
+    /// once with `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`: drivers (pocl 3.1) leave a
+    /// command behind an event that failed before it was enqueued queued for ever.
+    failed_events: Mutex<std::collections::HashSet<usize>>,
 }
 
 /// One lane's server: the worker state plus that lane's bulk area.
@@ -160,6 +164,12 @@ impl LaneServer<'_> {
             Ok(w) => w,
             Err(e) => return e,
         };
+        if !wait.is_empty() {
+            let failed = self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner());
+            if wait.iter().any(|w| failed.contains(&(*w as usize))) {
+                return CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
+            }
+        }
         let mut ev = null_mut();
         let rc = call(wait.len() as u32, wait_ptr(&wait), ev_ptr(sync, &mut ev));
         self.adopt_event(sync, ev, rc)
@@ -277,11 +287,13 @@ impl LaneServer<'_> {
                 if rc == CL_SUCCESS && !ev.is_null() {
                     // SAFETY: as above.
                     unsafe { set(ev, code) };
+                    self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner()).insert(ev as usize);
                     self.adopt(id, Kind::Event, ev, rc);
                 }
             }
         }
-        let token = ctx.and_then(|c| self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&c).copied());
+        let token =
+            ctx.and_then(|c| self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&c).copied());
         if let Some(token) = token {
             notify::send(Notification::LateError { token, op, code });
         }
@@ -457,8 +469,10 @@ impl Handler for LaneServer<'_> {
             return CL_INVALID_VALUE;
         };
         let hp = h as *mut c_void;
-        if kind == Kind::Context {
-            self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(&h);
+        match kind {
+            Kind::Context => drop(self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(&h)),
+            Kind::Event => drop(self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner()).remove(&h)),
+            _ => {}
         }
         // SAFETY: h was a live handle of `kind`; the shim sends one release per object.
         unsafe {
@@ -661,8 +675,13 @@ impl Handler for LaneServer<'_> {
         let (offset, len) = (r.offset as usize, r.data.len() as usize);
         // SAFETY: src holds `len` bytes of shared memory that outlives the write (lane: blocking;
         // segment: the shim drops it only after the event completes).
-        let rc = self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e) });
-        if r.blocking { self.late_status(r.queue, rc) } else { rc }
+        let rc =
+            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e) });
+        if r.blocking {
+            self.late_status(r.queue, rc)
+        } else {
+            rc
+        }
     }
 
     fn enqueue_read_buffer(&self, r: EnqueueReadBuffer) -> i32 {
@@ -675,8 +694,13 @@ impl Handler for LaneServer<'_> {
         let (offset, len) = (r.offset as usize, r.into.len() as usize);
         // SAFETY: dst holds `len` writable bytes of shared memory that outlives the read (lane:
         // blocking; segment: the shim drops it only after the event completes).
-        let rc = self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e) });
-        if r.blocking { self.late_status(r.queue, rc) } else { rc }
+        let rc =
+            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e) });
+        if r.blocking {
+            self.late_status(r.queue, rc)
+        } else {
+            rc
+        }
     }
 
     fn enqueue_copy_buffer(&self, r: EnqueueCopyBuffer) -> i32 {

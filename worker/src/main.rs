@@ -21,7 +21,9 @@ use cloister_ipc::handshake::PROTOCOL_VERSION;
 use cloister_ipc::lane::{Lane, Work, LANE_BYTES};
 use cloister_ipc::recorder::{FlightRecorder, RecorderHeader, RECORDER_FD};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{channel, dispatch as dispatch_call, Enumerated, Request, ShimMessage, WorkerMessage, WORKER_ID_BIT};
+use cloister_ipc::{
+    channel, dispatch as dispatch_call, Enumerated, Request, ShimMessage, WorkerMessage, WORKER_ID_BIT,
+};
 
 use handler::{LaneServer, Worker};
 use objects::Kind;
@@ -360,13 +362,17 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
             Ok(Work::Posted(bytes)) => {
                 // Only what may be posted runs; anything else (which the shim never posts) is
                 // dropped, as nobody waits for its answer.
-                let Ok(req) = cloister_ipc::decode_request(&bytes) else { continue };
-                let Some((queue, sync)) = req.posted().map(|(q, s)| (q, s.clone())) else { continue };
-                let op = req.op_index();
-                let code = cloister_ipc::decode_status(&run(req)).unwrap_or(CL_OUT_OF_RESOURCES);
-                if code != CL_SUCCESS {
-                    server.late_failure(queue, &sync, op, code);
+                if let Ok(req) = cloister_ipc::decode_request(&bytes) {
+                    if let Some((queue, sync)) = req.posted().map(|(q, s)| (q, s.clone())) {
+                        let op = req.op_index();
+                        let code = cloister_ipc::decode_status(&run(req)).unwrap_or(CL_OUT_OF_RESOURCES);
+                        if code != CL_SUCCESS {
+                            server.late_failure(queue, &sync, op, code);
+                        }
+                    }
                 }
+                // Its failure, if any, is recorded: calls from other threads may go on.
+                lane.posted_done();
             }
             Err(_) => break,
         }
