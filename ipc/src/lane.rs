@@ -67,6 +67,13 @@ struct Header {
     /// Where the worker's last posted request that has *run* ended (`ring_tail` moves when a
     /// frame is taken, before it runs): a call from another thread waits for this.
     ring_done: AtomicU32,
+    /// Set by the first post or call that wakes the sleeping worker, cleared by the worker
+    /// before it sleeps: a stream of posts to a sleeping worker costs one `FUTEX_WAKE`, not one
+    /// per post.
+    bell_rung: AtomicU32,
+    /// The same for the application's waits for ring space: the worker wakes a poster once the
+    /// ring is down to three quarters (not after every frame it takes), once per sleep.
+    space_rung: AtomicU32,
 }
 
 /// `CLOISTER_SPIN_US`: the longest a wait spins before it sleeps (default 50 µs; 0 never spins).
@@ -247,7 +254,7 @@ impl Lane {
     fn ring_doorbell(&self) {
         let h = self.header();
         h.doorbell.fetch_add(1, Ordering::SeqCst);
-        if h.server_sleeping.load(Ordering::SeqCst) != 0 {
+        if h.server_sleeping.load(Ordering::SeqCst) != 0 && h.bell_rung.swap(1, Ordering::SeqCst) == 0 {
             futex_wake(&h.doorbell);
         }
     }
@@ -297,7 +304,9 @@ impl Lane {
         };
         let skip = match fits() {
             Some(r) => r,
-            None => self.wait_on(&h.ring_tail, &h.tail_sleeping, alive, fits),
+            None => {
+                self.wait_on(&h.ring_tail, &h.tail_sleeping, alive, fits, || h.space_rung.store(0, Ordering::SeqCst))
+            }
         }
         .map_err(PostError::Ended)?;
         let mut head = h.ring_head.load(Ordering::Relaxed);
@@ -338,7 +347,7 @@ impl Lane {
         };
         match done() {
             Some(r) => r,
-            None => self.wait_on(&h.ring_done, &h.tail_sleeping, alive, done),
+            None => self.wait_on(&h.ring_done, &h.tail_sleeping, alive, done, || ()),
         }
     }
 
@@ -359,7 +368,7 @@ impl Lane {
             CLOSED => Some(Err(WaitEnd::Closed)),
             _ => None,
         };
-        self.wait_on(&h.state, &h.client_sleeping, alive, replied)?;
+        self.wait_on(&h.state, &h.client_sleeping, alive, replied, || ())?;
         let len = h.rep_len.load(Ordering::Relaxed) as usize;
         // A hostile worker may write any length: never read past the message area.
         let len = len.min(MSG_CAP);
@@ -406,7 +415,10 @@ impl Lane {
             };
             h.ring_tail.store(tail.wrapping_add(size), Ordering::Release);
             self.taken.store(tail.wrapping_add(size), Ordering::Relaxed);
-            if h.tail_sleeping.load(Ordering::SeqCst) != 0 {
+            if h.tail_sleeping.load(Ordering::SeqCst) != 0
+                && avail - size <= cap / 4 * 3
+                && h.space_rung.swap(1, Ordering::SeqCst) == 0
+            {
                 futex_wake(&h.ring_tail);
             }
             return Some(Ok(out));
@@ -439,7 +451,9 @@ impl Lane {
         };
         match ready() {
             Some(r) => r,
-            None => self.wait_on(&h.doorbell, &h.server_sleeping, alive, ready),
+            None => {
+                self.wait_on(&h.doorbell, &h.server_sleeping, alive, ready, || h.bell_rung.store(0, Ordering::SeqCst))
+            }
         }
     }
 
@@ -488,13 +502,15 @@ impl Lane {
     }
 
     /// Waits until `ready` gives an answer: spins while it pays (`Spin`), then sleeps on `word`
-    /// (counted in `sleepers`, so the other side wakes it) and polls `alive` every 100 ms.
+    /// (counted in `sleepers`, so the other side wakes it; `before_sleep` runs each time) and
+    /// polls `alive` every 100 ms.
     fn wait_on<T>(
         &self,
         word: &AtomicU32,
         sleepers: &AtomicU32,
         alive: &dyn Fn() -> bool,
         ready: impl Fn() -> Option<Result<T, WaitEnd>>,
+        before_sleep: impl Fn(),
     ) -> Result<T, WaitEnd> {
         let start = Instant::now();
         let budget = self.spin.budget();
@@ -510,6 +526,7 @@ impl Lane {
         }
         loop {
             sleepers.fetch_add(1, Ordering::SeqCst);
+            before_sleep();
             let seen = word.load(Ordering::SeqCst);
             let r = ready();
             if r.is_none() {
