@@ -84,9 +84,11 @@ impl Drop for LaneSlot {
     /// The thread is gone, but what it posted still runs before anything another thread asks
     /// afterwards (see `Conn::after_other_lanes`): its ring drains before the lane closes.
     fn drop(&mut self) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadlines().other_ms);
         let dead = &self.dead;
-        let _ = self.lane.wait_drained(&|| !dead.load(Ordering::Acquire) && std::time::Instant::now() < deadline);
+        if !dead.load(Ordering::Acquire) {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadlines().other_ms);
+            let _ = self.lane.wait_drained(&|| !dead.load(Ordering::Acquire) && std::time::Instant::now() < deadline);
+        }
         self.lane.close();
     }
 }

@@ -67,8 +67,12 @@ static void *stream_thread(void *v) {
   cl_kernel twice = clCreateKernel(prog, "twice", &err); CHECK(err);
   cl_mem a = clCreateBuffer(ctx, CL_MEM_READ_WRITE, N * sizeof(int), NULL, &err); CHECK(err);
   cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, N * sizeof(int), NULL, &err); CHECK(err);
-  int start = 1000 * s->which;
-  CHECK(clEnqueueFillBuffer(q, a, &start, sizeof start, 0, N * sizeof(int), 0, NULL, NULL));
+  int start = 1000 * s->which, garbage = -7;
+  static int starts[2][N];
+  for (int i = 0; i < N; i++) starts[s->which][i] = start;
+  /* A fill, then a non-blocking write over it: both posted, in this order. */
+  CHECK(clEnqueueFillBuffer(q, a, &garbage, sizeof garbage, 0, N * sizeof(int), 0, NULL, NULL));
+  CHECK(clEnqueueWriteBuffer(q, a, CL_FALSE, 0, N * sizeof(int), starts[s->which], 0, NULL, NULL));
   CHECK(clSetKernelArg(inc, 0, sizeof a, &a));
   size_t g = N;
   cl_event mid = NULL;

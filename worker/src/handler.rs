@@ -469,9 +469,11 @@ impl Handler for LaneServer<'_> {
             return CL_INVALID_VALUE;
         };
         let hp = h as *mut c_void;
+        // What the worker kept about the object goes with it (the driver may reuse a handle).
         match kind {
             Kind::Context => drop(self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(&h)),
             Kind::Event => drop(self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner()).remove(&h)),
+            Kind::Queue => drop(self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.object)),
             _ => {}
         }
         // SAFETY: h was a live handle of `kind`; the shim sends one release per object.
