@@ -85,9 +85,20 @@ fn max_spin() -> Duration {
     })
 }
 
-/// Whether some core is idle, so spinning costs nobody anything. From the count of runnable
-/// threads in `/proc/loadavg` (the spinner and its peer included), sampled at most every 20 ms;
-/// where it cannot be read (inside the cage) the adaptive budget alone decides.
+/// The number of runnable threads on the machine now: `/proc/loadavg`'s fourth field
+/// ("0.50 0.40 0.30 3/250 12345"), or where the cage hides it (the worker's), `procs_running`
+/// in `/proc/stat`.
+fn runnable() -> Option<usize> {
+    if let Ok(s) = std::fs::read_to_string("/proc/loadavg") {
+        return s.split_whitespace().nth(3)?.split('/').next()?.parse().ok();
+    }
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines().find_map(|l| l.strip_prefix("procs_running "))?.trim().parse().ok()
+}
+
+/// Whether some core is idle, so spinning costs nobody anything: no more runnable threads than
+/// cores (the spinner and its peer included), sampled at most every 20 ms; where neither source
+/// can be read the adaptive budget alone decides.
 fn core_idle() -> bool {
     use std::sync::atomic::AtomicBool;
     static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
@@ -97,11 +108,7 @@ fn core_idle() -> bool {
     if now_ms >= NEXT_MS.load(Ordering::Relaxed) {
         NEXT_MS.store(now_ms + 20, Ordering::Relaxed);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // "0.50 0.40 0.30 3/250 12345": the fourth field is runnable/total.
-        let running = std::fs::read_to_string("/proc/loadavg")
-            .ok()
-            .and_then(|s| s.split_whitespace().nth(3)?.split('/').next()?.parse::<usize>().ok());
-        IDLE.store(running.is_none_or(|r| r <= cpus), Ordering::Relaxed);
+        IDLE.store(runnable().is_none_or(|r| r <= cpus), Ordering::Relaxed);
     }
     IDLE.load(Ordering::Relaxed)
 }
@@ -626,6 +633,11 @@ mod tests {
         assert_eq!(r, PostError::Ended(WaitEnd::PeerGone));
         assert!(posted >= 3);
         assert_eq!(client.post(&vec![0u8; MAX_POSTED], &|| true), Err(PostError::TooLarge));
+    }
+
+    #[test]
+    fn the_runnable_count_is_read() {
+        assert!(runnable().is_some_and(|n| n >= 1), "the test itself runs");
     }
 
     #[test]
