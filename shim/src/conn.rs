@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
 
 use cloister_ipc::cl::*;
 use cloister_ipc::handshake::Hello;
-use cloister_ipc::lane::{Lane, PostError};
+use cloister_ipc::lane::{Lane, PostError, WaitEnd};
 use cloister_ipc::shm::SharedRegion;
 use cloister_ipc::{channel, decode_reply, Call, Notification, ObjectId, Request, ShimMessage, WorkerMessage};
 
@@ -430,6 +430,8 @@ impl Conn {
             }
             // Too large for the ring (a kernel with kilobytes of arguments): a call.
             Err(PostError::TooLarge) => self.call_request(&request),
+            // The worker wrote a ring counter that cannot be: a misbehaving worker, cut off.
+            Err(PostError::Ended(WaitEnd::Protocol)) => Err(self.reject(request.op_name(), "a ring tail out of range")),
             Err(PostError::Ended(_)) => Err(self.gave_up(&deadline)),
         }
     }
