@@ -602,8 +602,11 @@ impl Request {
             Request::EnqueueFillBuffer(r) => Some((r.queue, &r.sync)),
             Request::EnqueueMarkerOrBarrier(r) => Some((r.queue, &r.sync)),
             Request::EnqueueUnmapMemObject(r) => Some((r.queue, &r.sync)),
-            // Only from a segment: the lane's bulk area is reused by the next call.
-            Request::EnqueueWriteBuffer(r) if matches!(r.data, DataRef::Segment { .. }) => Some((r.queue, &r.sync)),
+            // Only a non-blocking one from a segment: the lane's bulk area is reused by the next
+            // call, and a blocking write must not return before the data is in the buffer.
+            Request::EnqueueWriteBuffer(r) if !r.blocking && matches!(r.data, DataRef::Segment { .. }) => {
+                Some((r.queue, &r.sync))
+            }
             _ => None,
         }
     }
