@@ -794,7 +794,7 @@ fn late_error_message(op: u32, code: cl_int) -> String {
     format!(
         "cloister: {call} failed in the driver with {name} ({code}) after the call had returned CL_SUCCESS \
          (cloister enqueues asynchronously). The command's event, if one was asked for, has this status, \
-         and the next blocking call on its queue (clFinish, a blocking read or write) returns it. \
+         and the next blocking call on its queue (clFinish, a blocking read, write or map) returns it. \
          Set CLOISTER_SYNC=1 to have each enqueue return its own error."
     )
 }

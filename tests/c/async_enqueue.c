@@ -178,6 +178,16 @@ static void late(void) {
     cl_int w = clWaitForEvents(1, &after);
     printf("late: a marker waiting on it: wait -> %d, status %s\n", w, status_of(after) < 0 ? "negative" : "not negative");
     printf("late: clFinish again -> %d\n", clFinish(q));
+    /* The next blocking call on the queue, whichever it is, returns the late error once. */
+    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &global, &local, 0, NULL, NULL));
+    cl_int mrc = 1;
+    void *mp = clEnqueueMapBuffer(q, a, CL_TRUE, CL_MAP_READ, 0, sizeof(int), 0, NULL, NULL, &mrc);
+    printf("late: then a blocking map -> %d (%s)\n", mrc, mp ? "mapped" : "NULL");
+    if (mp) CHECK(clEnqueueUnmapMemObject(q, a, mp, 0, NULL, NULL));
+    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &global, &local, 0, NULL, NULL));
+    int one;
+    printf("late: then a blocking read -> %d\n", clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof one, &one, 0, NULL, NULL));
+    printf("late: and the next one -> %d\n", clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof one, &one, 0, NULL, NULL));
     CHECK(clReleaseEvent(after));
     CHECK(clReleaseEvent(ev));
     /* The context's callback runs on cloister's own thread: give it a moment. */

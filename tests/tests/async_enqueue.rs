@@ -54,6 +54,9 @@ fn a_rejected_enqueue_reports_late_and_strict_mode_reports_at_once() {
         "late: a marker waiting on it: wait -> -14, status negative".to_string(),
         // The marker failed too (its wait list held a failed event): reported the same way.
         "late: clFinish again -> -14".to_string(),
+        format!("late: then a blocking map -> {code} (NULL)"),
+        format!("late: then a blocking read -> {code}"),
+        "late: and the next one -> 0".to_string(),
     ];
     assert_eq!(out[..expected.len()], expected, "{t}");
     let heard = out.iter().find(|l| l.starts_with("late: notify heard: ")).expect("a notify line");

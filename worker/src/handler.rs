@@ -302,10 +302,19 @@ impl LaneServer<'_> {
     /// The status a blocking call on `queue` returns: a late error the queue holds takes the
     /// place of its success (once).
     pub(crate) fn late_status(&self, queue: ObjectId, rc: cl_int) -> cl_int {
-        if rc != CL_SUCCESS {
-            return rc;
+        match rc {
+            CL_SUCCESS => self.take_late(queue).err().unwrap_or(rc),
+            _ => rc,
         }
-        self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&queue).unwrap_or(rc)
+    }
+
+    /// Takes the late error `queue` holds, if any. A blocking map returns it instead of mapping
+    /// (a map made and then failed would stay mapped in the driver).
+    pub(crate) fn take_late(&self, queue: ObjectId) -> Result<(), cl_int> {
+        match self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&queue) {
+            Some(code) => Err(code),
+            None => Ok(()),
+        }
     }
 
     /// Remembers a context's callback token (see `Worker::context_tokens`).
@@ -727,6 +736,9 @@ impl Handler for LaneServer<'_> {
 
     fn enqueue_map_buffer(&self, r: EnqueueMapBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
+        if r.blocking {
+            tri!(self.take_late(r.queue));
+        }
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let Some(segment) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE };
         if (segment.len() as u64) < r.size {
@@ -1136,6 +1148,9 @@ impl Handler for LaneServer<'_> {
 
     fn enqueue_map_image(&self, r: EnqueueMapImage) -> MapImageReply {
         let q = tri!(self.obj(r.queue, Kind::Queue));
+        if r.blocking {
+            tri!(self.take_late(r.queue));
+        }
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let Some(segment) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE.into() };
         let region = r.region.map(|x| x as usize);
