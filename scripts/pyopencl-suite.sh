@@ -56,34 +56,43 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cloister/pyopencl-$VERSION"
 SDIST="$CACHE/pyopencl-$VERSION.tar.gz"
 if [ ! -s "$SDIST" ]; then
     mkdir -p "$CACHE"
-    echo "pyopencl-suite: downloading the pyopencl $VERSION sdist from PyPI" >&2
-    "$PY" - "$VERSION" "$SDIST" <<'EOF'
-import hashlib, json, os, sys, urllib.request
-version, dest = sys.argv[1], sys.argv[2]
-errors = []
-def files():
-    # The per-version document first; some mirrors only serve the project's document.
-    for url, per_version in ((f"https://pypi.org/pypi/pyopencl/{version}/json", True),
-                             ("https://pypi.org/pypi/pyopencl/json", False)):
-        try:
-            with urllib.request.urlopen(url, timeout=60) as r:
-                doc = json.load(r)
-        except Exception as e:
-            errors.append(f"{url}: {e}")
-            continue
-        found = doc.get("urls", []) if per_version else doc.get("releases", {}).get(version, [])
-        if found:
-            return found
-    sys.exit(f"pyopencl-suite: PyPI lists no files for pyopencl {version}: " + "; ".join(errors))
-sdists = [f for f in files() if f.get("packagetype") == "sdist"]
-if not sdists:
-    sys.exit(f"pyopencl-suite: PyPI has no sdist of pyopencl {version}")
-f = sdists[0]
-with urllib.request.urlopen(f["url"], timeout=300) as r:
+    # The index pip is configured with (PIP_INDEX_URL, pip's config files), as users behind a
+    # mirror need; PyPI when none is set. Read through the standard "simple" repository API.
+    INDEX="${PIP_INDEX_URL:-$("$PY" -m pip config get global.index-url 2>/dev/null || true)}"
+    INDEX="${INDEX:-https://pypi.org/simple}"
+    echo "pyopencl-suite: downloading the pyopencl $VERSION sdist from $INDEX" >&2
+    "$PY" - "$VERSION" "$SDIST" "$INDEX" <<'EOF'
+import hashlib, html.parser, json, os, sys, urllib.parse, urllib.request
+version, dest, index = sys.argv[1], sys.argv[2], sys.argv[3].rstrip("/") + "/"
+want_name = f"pyopencl-{version}.tar.gz"
+page = urllib.parse.urljoin(index, "pyopencl/")
+req = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+try:
+    with urllib.request.urlopen(req, timeout=60) as r:
+        kind, body, base = r.headers.get("Content-Type", ""), r.read(), r.geturl()
+except Exception as e:
+    sys.exit(f"pyopencl-suite: cannot read {page}: {e}")
+files = []  # (file name, url, sha256 or None)
+if "json" in kind:
+    for f in json.loads(body).get("files", []):
+        files.append((f["filename"], urllib.parse.urljoin(base, f["url"]), f.get("hashes", {}).get("sha256")))
+else:
+    class Links(html.parser.HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            href = dict(attrs).get("href")
+            if tag == "a" and href:
+                url, _, frag = href.partition("#")
+                sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
+                files.append((url.rsplit("/", 1)[-1], urllib.parse.urljoin(base, url), sha))
+    Links().feed(body.decode("utf-8", "replace"))
+found = [f for f in files if f[0] == want_name]
+if not found:
+    sys.exit(f"pyopencl-suite: {page} lists no {want_name}")
+name, url, sha = found[0]
+with urllib.request.urlopen(url, timeout=300) as r:
     data = r.read()
-want = f.get("digests", {}).get("sha256")
-if want and hashlib.sha256(data).hexdigest() != want:
-    sys.exit(f"pyopencl-suite: {f['url']}: sha256 mismatch")
+if sha and hashlib.sha256(data).hexdigest() != sha:
+    sys.exit(f"pyopencl-suite: {url}: sha256 mismatch")
 with open(dest + ".part", "wb") as out:
     out.write(data)
 os.replace(dest + ".part", dest)

@@ -31,6 +31,8 @@ pub struct WorkerOptions {
     pub require_sandbox: bool,
     /// `cloister policy learn`: workers run observed, and what they did is collected here.
     pub learn: Option<std::sync::Arc<LearnSink>>,
+    /// A start-up check (`probe`): its death is no crash to report; the check says the cause.
+    pub probe: bool,
 }
 
 /// What learning workers did, per driver.
@@ -65,6 +67,17 @@ pub type Spawned = (OwnedFd, DeathNote, Option<Dismissal>);
 pub struct Dismissal {
     pidfd: OwnedFd,
     dismissed: Arc<AtomicBool>,
+}
+
+impl Dismissal {
+    /// Ends the worker now: it was only started to be looked at.
+    pub fn now(&self) {
+        self.dismissed.store(true, Ordering::Release);
+        // SAFETY: pidfd_send_signal on a pidfd we own; a worker already gone gives ESRCH.
+        unsafe {
+            libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0)
+        };
+    }
 }
 
 /// How long a worker whose client has gone may take to exit on its own (it sees its channel
@@ -275,17 +288,7 @@ impl Drop for ClientWorkers {
             if unsafe { libc::poll(&mut pfd, 1, left) } == 1 {
                 continue;
             }
-            w.dismissed.store(true, Ordering::Release);
-            // SAFETY: pidfd_send_signal on a pidfd we own; a worker already gone gives ESRCH.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    w.pidfd.as_raw_fd(),
-                    libc::SIGKILL,
-                    std::ptr::null::<u8>(),
-                    0,
-                )
-            };
+            w.now();
         }
     }
 }
@@ -328,6 +331,7 @@ fn grant(
 const WORKER_CLOISTER_VARS: &[&str] = &[
     "CLOISTER_DEBUG",
     "CLOISTER_SPIN_US",
+    "CLOISTER_STAGING",
     "CLOISTER_FAULT",
     "CLOISTER_FAULT_REAL",
     "CLOISTER_FAULT_FILE",
@@ -417,6 +421,8 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
         }
     }
     cmd.env("HOME", &cache).env("XDG_CACHE_HOME", &cache).env("TMPDIR", &tmp);
+    // Every broker read the settings at its start and said what was wrong with them.
+    cmd.env(cloister_ipc::settings::ALREADY_SAID, "1");
     // Never the broker's own stdio, which may be the user's terminal.
     cmd.stdin(Stdio::null());
     match stdio {
@@ -490,6 +496,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
     let profile =
         options.profile.clone().unwrap_or_else(|| cloister_sandbox_policy::Profile::for_library(&driver.library).name);
     let exited = Arc::new(AtomicBool::new(false));
+    let probe = options.probe;
     if options.learn.is_none() {
         let (recorder, exited, deadlines, verdict) =
             (recorder.clone(), exited.clone(), Deadlines::from_env(), verdict.clone());
@@ -504,11 +511,23 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
         let _last = LiveWorker;
         let Ok(status) = status else { return };
         if dismissed.load(Ordering::Acquire) {
-            eprintln!("cloister: the worker for driver {} (pid {pid}) outlived its application: killed", driver.name);
+            if !probe {
+                eprintln!(
+                    "cloister: the worker for driver {} (pid {pid}) outlived its application: killed",
+                    driver.name
+                );
+            }
             return;
         }
         if let Some(cause) = death_cause(status, &verdict) {
-            let said = report_death(&driver, &profile, pid, cause, &recorder);
+            // A start-up check's worker that refused its driver (not a library, not an ICD, no
+            // platform) exits with a status: that is a setup mistake the check says itself. One
+            // that crashed, hung or broke the cage is a driver fault, reported as any other.
+            let said = if probe && matches!(cause, Cause::Exit { .. }) {
+                cause.describe()
+            } else {
+                report_death(&driver, &profile, pid, cause, &recorder)
+            };
             *note_for_reaper.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
         }
     });

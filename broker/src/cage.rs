@@ -22,6 +22,39 @@ pub struct SandboxOptions {
 }
 use crate::drivers::{self, Driver};
 
+impl SandboxOptions {
+    /// Checks the options before anything starts. A profile file is made absolute (the worker
+    /// runs in its cache folder, where a relative path means something else) and parsed here, so
+    /// a missing or malformed profile is one message naming the file and line.
+    pub fn resolve(&self) -> Result<Self, String> {
+        let mut out = self.clone();
+        if let Some(p) = &self.profile {
+            if cloister_sandbox_policy::Profile::builtin(p).is_none() {
+                cloister_sandbox_policy::Profile::load(p).map_err(|e| e.to_string())?;
+                let abs = std::fs::canonicalize(p).map_err(|e| format!("profile {p}: {e}"))?;
+                out.profile = Some(abs.to_string_lossy().into_owned());
+            }
+        }
+        Ok(out)
+    }
+
+    /// How the broker starts workers with these options.
+    pub fn worker_options(
+        &self,
+        install: &Install,
+        learn: Option<std::sync::Arc<crate::broker::LearnSink>>,
+    ) -> WorkerOptions {
+        WorkerOptions {
+            worker: install.worker.clone(),
+            profile: self.profile.clone(),
+            no_sandbox: self.no_sandbox,
+            require_sandbox: self.require_sandbox,
+            learn,
+            probe: false,
+        }
+    }
+}
+
 /// Where the shim and worker live: beside the `cloister` binary unless overridden.
 pub struct Install {
     pub shim: PathBuf,
@@ -93,13 +126,7 @@ impl Cage {
         std::os::unix::fs::symlink(&shim, libdir.join("libOpenCL.so")).map_err(|e| e.to_string())?;
         let socket = dir.join("broker.sock");
         let listener = broker::listen(&socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
-        let options = WorkerOptions {
-            worker: install.worker.clone(),
-            profile: sandbox.profile.clone(),
-            no_sandbox: sandbox.no_sandbox,
-            require_sandbox: sandbox.require_sandbox,
-            learn: learn.cloned(),
-        };
+        let options = sandbox.worker_options(install, learn.cloned());
         let config = BrokerConfig { options, drivers };
         std::thread::Builder::new()
             .name("broker".into())
@@ -112,6 +139,7 @@ impl Cage {
     /// cloister first on the library path as `libOpenCL.so.1`.
     pub fn configure(&self, cmd: &mut Command, drop_in: bool) {
         cmd.env("CLOISTER_SOCKET", &self.socket);
+        cmd.env(cloister_ipc::settings::ALREADY_SAID, "1");
         cmd.env("OCL_ICD_VENDORS", &self.vendors);
         cmd.env_remove("OCL_ICD_FILENAMES");
         if drop_in {

@@ -52,10 +52,14 @@ fn is_cloister(library: &str, shim: Option<&Path>) -> bool {
 /// Resolves `--driver NAME|PATH` against the registry.
 pub fn select(all: &[Driver], want: &str) -> Result<Driver, String> {
     if want.contains('/') {
-        if !Path::new(want).exists() {
-            return Err(format!("driver library {want} does not exist"));
+        // Absolute before anything starts: the worker runs in its cache folder, where a relative
+        // path names something else.
+        let abs = std::fs::canonicalize(want).map_err(|e| format!("driver library {want}: {e}"))?;
+        if !abs.is_file() {
+            return Err(format!("driver library {want} is not a file"));
         }
-        return Ok(Driver { name: want.to_string(), library: want.to_string() });
+        let abs = abs.to_string_lossy().into_owned();
+        return Ok(Driver { name: want.to_string(), library: abs });
     }
     all.iter()
         .find(|d| d.name == want || d.library == want || Path::new(&d.library).file_name().is_some_and(|f| f == want))

@@ -4,6 +4,7 @@ mod bench;
 mod broker;
 mod cage;
 mod drivers;
+mod probe;
 mod watchdog;
 
 use std::process::{Command, ExitCode};
@@ -34,10 +35,16 @@ enum Cmd {
         /// Put cloister first on LD_LIBRARY_PATH as libOpenCL.so.1 instead of going through the ICD loader.
         #[arg(long)]
         drop_in: bool,
+        /// Skip the start-up check (each driver started once in its cage before the application,
+        /// so that a driver that cannot work stops the run with one message): the application
+        /// then meets a broken driver itself, as CL_DEVICE_NOT_AVAILABLE or no platform.
+        #[arg(long)]
+        no_check: bool,
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
-        /// The application and its arguments.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        /// The application and its arguments (after `--` when they start with a dash). An option
+        /// cloister does not know is an error, never taken for the application.
+        #[arg(required = true, trailing_var_arg = true)]
         app: Vec<String>,
     },
     /// List the registered drivers cloister would cage.
@@ -78,6 +85,13 @@ enum Cmd {
     },
     /// Print the coverage table of every OpenCL entry point (Markdown, as in the README).
     Coverage,
+    /// Print a shell completion script (e.g. `cloister completions bash > /etc/bash_completion.d/cloister`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page, in roff (`cloister manpage > cloister.1; man ./cloister.1`).
+    Manpage,
     /// Run the same micro-benchmarks directly on the driver and through the cage; print both
     /// and the ratio.
     Bench {
@@ -90,6 +104,13 @@ enum Cmd {
         /// Shorter runs (noisier figures), for smoke tests.
         #[arg(long)]
         quick: bool,
+        /// Keep N busy processes spinning beside both runs, so caged and direct are measured
+        /// under the same load.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        load: usize,
+        /// Run only the workloads whose names contain one of these comma-separated strings.
+        #[arg(long, value_name = "PATTERN")]
+        only: Option<String>,
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
@@ -107,6 +128,9 @@ enum PolicyCmd {
     List,
     /// Print a built-in profile (the reviewed source file).
     Show { name: String },
+    /// Check a profile file without running anything: every key known, every system call,
+    /// ioctl and socket domain named correctly. Exit status 1 and the file, line and reason if not.
+    Check { file: std::path::PathBuf },
     /// Run APP with the driver observed rather than confined, then write a profile that allows
     /// exactly what it used, with comments, for review.
     Learn {
@@ -123,6 +147,20 @@ enum PolicyCmd {
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// The catchable signals `cloister run` passes on to the application (not SIGCHLD, SIGPIPE,
+/// or the stop signals the terminal sends to the whole foreground group anyway).
+const FORWARDED_SIGNALS: [libc::c_int; 9] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+];
+
 extern "C" fn forward_signal(sig: libc::c_int) {
     let pid = CHILD.load(Ordering::Relaxed);
     if pid > 0 {
@@ -138,7 +176,9 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Run { driver, drop_in, sandbox, app } => run(driver.as_deref(), drop_in, &sandbox, &app),
+        Cmd::Run { driver, drop_in, no_check, sandbox, app } => {
+            run(driver.as_deref(), drop_in, no_check, &sandbox, &app)
+        }
         Cmd::Drivers => list_drivers(),
         Cmd::Policy { action } => policy(action),
         Cmd::Crashes { action } => crashes(action),
@@ -146,11 +186,25 @@ fn main() -> ExitCode {
         Cmd::Broker { socket, driver, exit_with_parent, sandbox } => {
             run_broker(socket, driver.as_deref(), exit_with_parent, &sandbox)
         }
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "cloister", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Manpage => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut std::io::stdout())
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(|e| format!("cannot write the manual page: {e}"))
+        }
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench { driver, json, quick, sandbox } => run_bench(driver.as_deref(), json, quick, &sandbox),
+        Cmd::Bench { driver, json, quick, load, only, sandbox } => {
+            run_bench(driver.as_deref(), &BenchOptions { json, quick, load, only }, &sandbox)
+        }
     };
     match result {
         Ok(code) => code,
@@ -172,11 +226,20 @@ fn list_drivers() -> Result<ExitCode, String> {
 fn run(
     driver: Option<&str>,
     drop_in: bool,
+    no_check: bool,
     sandbox: &cage::SandboxOptions,
     app: &[String],
 ) -> Result<ExitCode, String> {
     let install = Install::locate()?;
+    let sandbox = &sandbox.resolve()?;
+    cloister_ipc::settings::check_all();
     let drivers = cage::choose_drivers(&install, driver)?;
+    // Each driver is started once in its cage before the application: a driver that cannot be
+    // used is one message now, not crashed workers later and an application without OpenCL.
+    let drivers = match no_check {
+        true => drivers,
+        false => probe::usable(&sandbox.worker_options(&install, None), drivers, driver.is_some())?,
+    };
     let cage = Cage::start(&install, drivers, sandbox)?;
     run_app(cage, drop_in, app)
 }
@@ -191,6 +254,23 @@ fn policy(action: PolicyCmd) -> Result<ExitCode, String> {
                     if p.libraries.is_empty() { "(any other driver)".to_string() } else { p.libraries.join(", ") };
                 println!("{name}\t{libs}");
             }
+        }
+        PolicyCmd::Check { file } => {
+            let path = file.to_string_lossy();
+            let p = match cloister_sandbox_policy::Profile::load(&path) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("cloister: {e}");
+                    return Ok(ExitCode::from(1));
+                }
+            };
+            println!(
+                "{path}: profile {} is valid ({} system calls{}, spawning {})",
+                p.name,
+                p.seccomp.allow.len(),
+                if p.libraries.is_empty() { String::new() } else { format!(", for {}", p.libraries.join(", ")) },
+                if p.spawn { format!("allowed, at most {} processes", p.limits.processes) } else { "refused".into() }
+            );
         }
         PolicyCmd::Show { name } => {
             let (_, text) =
@@ -244,12 +324,23 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
     let mut cmd = Command::new(&app[0]);
     cmd.args(&app[1..]);
     cage.configure(&mut cmd, drop_in);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", app[0]))?;
-    CHILD.store(child.id() as i32, Ordering::Relaxed);
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+    // Every signal a user or a job controller sends to `cloister run` is meant for the
+    // application, as with `timeout` and `bwrap`: forwarded, never the end of cloister alone.
+    // Installed before the application starts, so none arriving early kills cloister alone.
+    for sig in FORWARDED_SIGNALS {
         // SAFETY: installing an async-signal-safe handler.
         unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
     }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            // As shells and `env`/`timeout` say it: 127 not found, 126 found but not runnable.
+            eprintln!("cloister: cannot run {}: {e}", app[0]);
+            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            return Ok(ExitCode::from(code));
+        }
+    };
+    CHILD.store(child.id() as i32, Ordering::Relaxed);
     let status = child.wait().map_err(|e| e.to_string())?;
     // The application's workers end with it; let their reapers finish their reports.
     broker::drain_workers(std::time::Duration::from_secs(3));
@@ -259,9 +350,13 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
         return Ok(ExitCode::from(code as u8));
     }
     if let Some(sig) = status.signal() {
-        // Die the same way, so the caller's shell sees the same signal.
-        // SAFETY: restoring the default action and re-raising on ourselves.
+        // Die the same way, so the caller's shell sees the same signal; but without a core
+        // dump of cloister itself (the application's own core, if any, is already written).
+        let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: lowering our own core limit; restoring the default action and re-raising on
+        // ourselves.
         unsafe {
+            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
             libc::signal(sig, libc::SIG_DFL);
             libc::raise(sig);
         }
@@ -270,24 +365,66 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
     Ok(ExitCode::FAILURE)
 }
 
-fn run_bench(
-    driver: Option<&str>,
+/// `cloister bench`'s flags beside the driver and the sandbox.
+struct BenchOptions {
     json: bool,
     quick: bool,
-    sandbox: &cage::SandboxOptions,
-) -> Result<ExitCode, String> {
+    load: usize,
+    only: Option<String>,
+}
+
+/// `--load`'s busy processes: killed (and reaped) when this goes, whichever way `run_bench`
+/// ends; each also gets SIGKILL from the kernel if `cloister` itself dies first.
+struct Load(Vec<std::process::Child>);
+
+impl Load {
+    fn start(client: &std::path::Path, n: usize) -> Result<Self, String> {
+        use std::os::unix::process::CommandExt;
+        let mut load = Load(Vec::with_capacity(n));
+        for _ in 0..n {
+            let mut cmd = Command::new(client);
+            cmd.arg("--spin").stdin(std::process::Stdio::null());
+            // SAFETY: prctl is async-signal-safe and touches only the child being started.
+            unsafe {
+                cmd.pre_exec(|| match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                });
+            }
+            let child = cmd.spawn().map_err(|e| format!("cannot start a busy process ({}): {e}", client.display()))?;
+            load.0.push(child);
+        }
+        Ok(load)
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxOptions) -> Result<ExitCode, String> {
     let install = Install::locate()?;
     let client = install.worker.with_file_name("cloister-bench-client");
     if !client.exists() {
         return Err(format!("benchmark client not found at {}", client.display()));
     }
+    let sandbox = &sandbox.resolve()?;
+    cloister_ipc::settings::check_all();
     let mut drivers = cage::choose_drivers(&install, driver)?;
     drivers.truncate(1);
     let cage = Cage::start(&install, drivers, sandbox)?;
     let run_client = |caged: bool| -> Result<serde_json::Value, String> {
         let mut cmd = Command::new(&client);
-        if quick {
+        if opts.quick {
             cmd.arg("--quick");
+        }
+        if let Some(only) = &opts.only {
+            cmd.arg("--only").arg(only);
         }
         if caged {
             cage.configure(&mut cmd, false);
@@ -304,14 +441,18 @@ fn run_bench(
         }
         serde_json::from_slice(&out.stdout).map_err(|e| format!("benchmark client printed bad JSON: {e}"))
     };
+    let load = Load::start(&client, opts.load)?;
     let direct = run_client(false)?;
     let caged = run_client(true)?;
-    print!("{}", bench::render(&direct, &caged, json));
+    drop(load);
+    print!("{}", bench::render(&direct, &caged, opts.load, opts.json));
     Ok(ExitCode::SUCCESS)
 }
 
 fn info(driver: Option<&str>, sandbox: &cage::SandboxOptions) -> Result<ExitCode, String> {
     let install = Install::locate()?;
+    let sandbox = &sandbox.resolve()?;
+    cloister_ipc::settings::check_all();
     let drivers = cage::choose_drivers(&install, driver)?;
     let wanted = drivers.len();
     let cage = Cage::start(&install, drivers, sandbox)?;
@@ -384,6 +525,8 @@ fn run_broker(
 ) -> Result<ExitCode, String> {
     use std::os::unix::fs::DirBuilderExt;
     let install = Install::locate()?;
+    let sandbox = &sandbox.resolve()?;
+    cloister_ipc::settings::check_all();
     let drivers = cage::choose_drivers(&install, driver)?;
     let path = match socket {
         // A folder the caller named: made private if we create it; if it exists, it is theirs
@@ -420,13 +563,7 @@ fn run_broker(
     if !exit_with_parent {
         eprintln!("cloister broker: listening on {} for {}", path.display(), names.join(", "));
     }
-    let options = broker::WorkerOptions {
-        worker: install.worker.clone(),
-        profile: sandbox.profile.clone(),
-        no_sandbox: sandbox.no_sandbox,
-        require_sandbox: sandbox.require_sandbox,
-        learn: None,
-    };
+    let options = sandbox.worker_options(&install, None);
     if exit_with_parent {
         // SAFETY: getppid cannot fail.
         let parent = unsafe { libc::getppid() };

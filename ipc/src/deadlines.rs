@@ -120,7 +120,8 @@ impl Default for Deadlines {
 impl Deadlines {
     pub fn from_env() -> Self {
         let d = Self::default();
-        let get = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+        // At least 1 ms, at most a day: a deadline of 0 or a negative one is a typo.
+        let get = |name: &str, default: u64| crate::settings::number(name, default, 1..=86_400_000);
         Self {
             info_ms: get("CLOISTER_DEADLINE_INFO_MS", d.info_ms),
             build_ms: get("CLOISTER_DEADLINE_BUILD_MS", d.build_ms),

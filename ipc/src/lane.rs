@@ -77,12 +77,9 @@ struct Header {
 }
 
 /// `CLOISTER_SPIN_US`: the longest a wait spins before it sleeps (default 50 µs; 0 never spins).
-fn max_spin() -> Duration {
+pub fn spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("CLOISTER_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
-        Duration::from_micros(us)
-    })
+    *SPIN.get_or_init(|| Duration::from_micros(crate::settings::number("CLOISTER_SPIN_US", 50, 0..=1_000_000)))
 }
 
 /// The number of runnable threads on the machine now: `/proc/loadavg`'s fourth field
@@ -123,14 +120,14 @@ pub struct Spin {
 
 impl Default for Spin {
     fn default() -> Self {
-        Self { budget_ns: AtomicU64::new(max_spin().as_nanos() as u64) }
+        Self { budget_ns: AtomicU64::new(spin_budget().as_nanos() as u64) }
     }
 }
 
 impl Spin {
     /// How long the next wait may spin.
     fn budget(&self) -> Duration {
-        let max = max_spin();
+        let max = spin_budget();
         if max.is_zero() || !core_idle() {
             return Duration::ZERO;
         }
@@ -139,7 +136,7 @@ impl Spin {
 
     /// Learns from a wait that lasted `waited`.
     fn observe(&self, waited: Duration) {
-        let max = max_spin().as_nanos() as u64;
+        let max = spin_budget().as_nanos() as u64;
         let w = waited.as_nanos() as u64;
         let next = if w <= max { (2 * w + 1000).min(max) } else { self.budget_ns.load(Ordering::Relaxed) / 2 };
         self.budget_ns.store(next, Ordering::Relaxed);
@@ -643,7 +640,7 @@ mod tests {
     #[test]
     fn spinning_follows_the_waits_and_backs_off() {
         let s = Spin::default();
-        let max = max_spin();
+        let max = spin_budget();
         s.observe(Duration::from_micros(2));
         assert!(Duration::from_nanos(s.budget_ns.load(Ordering::Relaxed)) <= Duration::from_micros(5));
         s.observe(max * 4);

@@ -5,6 +5,7 @@ pub mod advertised;
 pub mod api_table;
 pub mod channel;
 pub mod cl;
+pub mod copy;
 pub mod deadlines;
 pub mod dispatch;
 pub mod extension_table;
@@ -14,6 +15,7 @@ pub mod image;
 pub mod lane;
 pub mod private;
 pub mod recorder;
+pub mod settings;
 pub mod shm;
 pub mod wire;
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::SandboxError;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Limits {
     pub open_files: u64,
     /// 0: no limit.
@@ -26,6 +27,7 @@ fn default_processes() -> u64 {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub struct Filesystem {
     #[serde(default)]
     pub read: Vec<String>,
@@ -36,6 +38,7 @@ pub struct Filesystem {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub struct Seccomp {
     pub allow: Vec<String>,
     /// The `ioctl` requests the driver may make, by name (`TCGETS`) or number (`0x5401`, or a
@@ -61,6 +64,7 @@ pub enum IoctlName {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Profile {
     pub name: String,
     /// Library file-name prefixes this profile is chosen for.
@@ -93,8 +97,12 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 impl Profile {
+    /// Parses a profile's text. Unknown keys are errors (a typo such as `spwan = false` must not
+    /// silently mean "not set"); toml's message names the line and column, and serde's the keys
+    /// that are known there.
     pub fn parse(text: &str) -> Result<Self, SandboxError> {
-        let p: Profile = toml::from_str(text).map_err(|e| SandboxError::Profile(e.to_string()))?;
+        let p: Profile =
+            toml::from_str(text).map_err(|e| SandboxError::Profile(e.to_string().trim_end().to_string()))?;
         for name in &p.seccomp.allow {
             if crate::seccomp::syscall_number(name).is_none() {
                 return Err(SandboxError::Profile(format!("profile {}: unknown system call {name}", p.name)));
@@ -174,9 +182,16 @@ impl Profile {
             return Ok(p);
         }
         let text = std::fs::read_to_string(name_or_path).map_err(|e| {
-            SandboxError::Profile(format!("profile {name_or_path}: not a built-in profile and not readable: {e}"))
+            let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+            SandboxError::Profile(format!(
+                "profile {name_or_path}: not a built-in profile ({}) and not a readable file: {e}",
+                names.join(", ")
+            ))
         })?;
-        Self::parse(&text)
+        Self::parse(&text).map_err(|e| match e {
+            SandboxError::Profile(m) => SandboxError::Profile(format!("profile file {name_or_path}: {m}")),
+            other => other,
+        })
     }
 
     /// The built-in profile for a driver library, `generic` when none claims it.
@@ -193,6 +208,24 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_keys_are_refused_with_file_line_and_known_keys() {
+        let good = BUILTIN.iter().find(|(n, _)| *n == "generic").unwrap().1;
+        let dir = std::env::temp_dir().join(format!("cloister-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("typo.toml");
+        std::fs::write(&file, good.replacen("spawn =", "spwan =", 1)).unwrap();
+        let e = Profile::load(file.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("typo.toml") && e.contains("spwan") && e.contains("line"), "{e}");
+        assert!(e.contains("`spawn`") && e.contains("`limits`"), "known keys missing: {e}");
+        let nested = good.replacen("[filesystem]", "[filesystem]\nreadd = []", 1);
+        let e = Profile::parse(&nested).unwrap_err().to_string();
+        assert!(e.contains("readd") && e.contains("`read`"), "{e}");
+        let e = Profile::load("nonexistent").unwrap_err().to_string();
+        assert!(e.contains("nonexistent") && e.contains("pocl, nvidia, generic"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn builtin_profiles_parse_and_are_chosen_by_library_name() {

@@ -96,7 +96,7 @@ impl Drop for LaneSlot {
 /// `CLOISTER_SYNC=1`: strict mode, every enqueue waits for its reply (errors come from the call).
 pub fn strict() -> bool {
     static STRICT: OnceLock<bool> = OnceLock::new();
-    *STRICT.get_or_init(|| std::env::var("CLOISTER_SYNC").is_ok_and(|v| !v.is_empty() && v != "0"))
+    *STRICT.get_or_init(cloister_ipc::settings::sync_mode)
 }
 
 /// The deadline of one wait on the worker: the call's class deadline plus a grace, later than

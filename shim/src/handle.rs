@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -15,6 +16,115 @@ use cloister_ipc::{ArgValue, ObjectId};
 use crate::conn::Conn;
 
 pub use cloister_ipc::ObjectKind as Kind;
+
+/// A hasher for the shim's hot maps (handles by address, cached info by parameter, accepted
+/// kernel-argument shapes), which `clGetDeviceInfo` and `clSetKernelArg` consult on every call:
+/// one multiply per word instead of SipHash. Their keys come from this process (heap addresses,
+/// the application's own parameter names), never from the worker, so there is no one to flood
+/// them with colliding keys.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        // FxHash's step (rustc's own hasher): rotate, mix in, multiply by a large odd constant.
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_ne_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.add(n.into());
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.add(n.into());
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    fn write_usize(&mut self, n: usize) {
+        // Heap addresses: the low bits are alignment, the high bits are all alike.
+        self.add((n >> 4) as u64);
+    }
+}
+
+/// How many answers an object's `InfoCache` holds without a lock: more than the parameters of
+/// a device, which clinfo asks all of.
+const INFO_SLOTS: usize = 256;
+
+/// One answer of an `InfoCache` table: (parameter, auxiliary key) and the value, set once.
+type InfoSlot = std::sync::OnceLock<((u32, u64), Box<[u8]>)>;
+
+/// Cached info answers, which never change once cached: each slot of `table` is written once
+/// and read by every later query with one load, no lock and no reference count; what does not
+/// fit (an application asking for device lists of ever new types) goes to `overflow`.
+#[derive(Default)]
+pub struct InfoCache {
+    table: std::sync::OnceLock<Box<[InfoSlot]>>,
+    overflowed: AtomicBool,
+    overflow: RwLock<FastMap<(u32, u64), Vec<u8>>>,
+}
+
+impl InfoCache {
+    /// The slots to try for `key`, in order (open addressing; nothing is ever removed, so an
+    /// empty slot ends the search).
+    #[inline]
+    fn probe(key: (u32, u64)) -> impl Iterator<Item = usize> {
+        let mut h = FastHasher::default();
+        std::hash::Hash::hash(&key, &mut h);
+        // The high bits: a multiplicative hash mixes the key into them.
+        let start = (h.finish() >> 48) as usize;
+        (0..INFO_SLOTS).map(move |i| (start + i) % INFO_SLOTS)
+    }
+
+    #[inline]
+    fn get<R>(&self, key: (u32, u64), f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if let Some(table) = self.table.get() {
+            for i in Self::probe(key) {
+                match table[i].get() {
+                    Some((k, v)) if *k == key => return Some(f(v)),
+                    Some(_) => continue,
+                    None => break,
+                }
+            }
+        }
+        if !self.overflowed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.overflow.read().unwrap_or_else(|e| e.into_inner()).get(&key).map(|v| f(v))
+    }
+
+    fn insert(&self, key: (u32, u64), value: Vec<u8>) {
+        let table = self.table.get_or_init(|| (0..INFO_SLOTS).map(|_| std::sync::OnceLock::new()).collect());
+        let mut value = value.into_boxed_slice();
+        for i in Self::probe(key) {
+            match table[i].set((key, value)) {
+                Ok(()) => return,
+                Err((_, v)) => value = v,
+            }
+            if table[i].get().is_some_and(|(k, _)| *k == key) {
+                return; // another thread cached the same answer first
+            }
+        }
+        self.overflow.write().unwrap_or_else(|e| e.into_inner()).entry(key).or_insert_with(|| value.into_vec());
+        self.overflowed.store(true, Ordering::Release);
+    }
+}
+
+/// A `HashMap` with the `FastHasher`.
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+/// A `HashSet` with the `FastHasher`.
+pub type FastSet<K> = std::collections::HashSet<K, BuildHasherDefault<FastHasher>>;
 
 /// What the application holds. Only the dispatch pointer lives here (the ICD loader reads it);
 /// the object is found through the registry, keyed by the handle's address.
@@ -56,7 +166,7 @@ pub struct KernelArgs {
     pub dirty: Vec<u32>,
     /// The argument shapes the driver has accepted (`kernel::ArgShape`): a value of a known
     /// shape is recorded here and sent with the next enqueue; a new shape is checked at once.
-    pub accepted: std::collections::HashSet<(u32, u64, u8)>,
+    pub accepted: FastSet<(u32, u64, u8)>,
 }
 
 /// What the shim needs to pack an image's rows: the pixel size and the image type, and for a
@@ -135,9 +245,12 @@ pub struct Object {
     pub id: ObjectId,
     pub conn: Arc<Conn>,
     refs: AtomicU32,
-    /// Platform and device info never changes: cached after the first query.
-    pub info_cache: Mutex<HashMap<(u32, u64), Vec<u8>>>,
+    /// Platform and device info never changes: cached after the first query (`cached_info`).
+    info_cache: InfoCache,
     pub data: ObjData,
+    /// Set once no handle leads here any more: the application released the object, or the
+    /// handle was rebound to a successor, or its worker forgotten. A thread's `RECENT` entry
+    /// for it is then stale.
     released: AtomicBool,
     /// Run, last registered first, when the application's last reference goes.
     destructors: Mutex<Vec<(DestructorFn, usize)>>,
@@ -160,6 +273,17 @@ impl Object {
         }
     }
 
+    /// Hands the cached value under `key` to `f` without copying it; `None` if there is none.
+    #[inline]
+    pub fn cached_info<R>(&self, key: (u32, u64), f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.info_cache.get(key, f)
+    }
+
+    /// Caches `value` under `key` (see `info_cache`); a key cached already keeps its value.
+    pub fn cache_info(&self, key: (u32, u64), value: Vec<u8>) {
+        self.info_cache.insert(key, value);
+    }
+
     /// Ties callback `token` to this object's life (see `owned_callbacks`).
     pub fn own_callback(&self, token: u64) {
         self.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner()).push(token);
@@ -176,8 +300,8 @@ unsafe impl Send for Handle {}
 // SAFETY: as above.
 unsafe impl Sync for Handle {}
 
-fn registry() -> &'static RwLock<HashMap<usize, Arc<Object>>> {
-    static REG: std::sync::OnceLock<RwLock<HashMap<usize, Arc<Object>>>> = std::sync::OnceLock::new();
+fn registry() -> &'static RwLock<FastMap<usize, Arc<Object>>> {
+    static REG: std::sync::OnceLock<RwLock<FastMap<usize, Arc<Object>>>> = std::sync::OnceLock::new();
     REG.get_or_init(Default::default)
 }
 
@@ -197,27 +321,114 @@ pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjDat
         id,
         conn: conn.clone(),
         refs: AtomicU32::new(1),
-        info_cache: Mutex::new(HashMap::new()),
+        info_cache: InfoCache::default(),
         data,
         released: AtomicBool::new(false),
         destructors: Mutex::new(Vec::new()),
         owned_callbacks: Mutex::new(Vec::new()),
     });
-    registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj);
+    let old = registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj);
+    if let Some(old) = old {
+        old.released.store(true, Ordering::Release);
+    }
     conn.remember(id, h);
 }
 
 /// Forgets every handle of a worker's objects, so the connection can go (the fuzz harness
 /// ends each input with this; the handles' cells are left allocated, as in the quarantine).
 pub fn forget_worker(conn: &Arc<Conn>) {
-    registry().write().unwrap_or_else(|e| e.into_inner()).retain(|_, o| !Arc::ptr_eq(&o.conn, conn));
+    registry().write().unwrap_or_else(|e| e.into_inner()).retain(|_, o| {
+        let keep = !Arc::ptr_eq(&o.conn, conn);
+        if !keep {
+            o.released.store(true, Ordering::Release);
+        }
+        keep
+    });
+    forget_recent(|o| Arc::ptr_eq(&o.conn, conn));
+}
+
+/// How many objects each thread keeps at hand (`RECENT`).
+const RECENT_SLOTS: usize = 8;
+
+/// The objects a thread looked up last, by handle address; the oldest entry makes room.
+struct Recent {
+    entries: [Option<(usize, Arc<Object>)>; RECENT_SLOTS],
+    next: usize,
+}
+
+impl Recent {
+    #[inline]
+    fn find(&self, h: usize, kind: Kind) -> Option<&Arc<Object>> {
+        self.entries.iter().flatten().find(|e| e.0 == h).filter(|e| fresh(e, h, kind)).map(|e| &e.1)
+    }
+
+    fn insert(&mut self, h: usize, obj: Arc<Object>) {
+        let slot = match self.entries.iter().position(|e| e.as_ref().is_some_and(|e| e.0 == h)) {
+            Some(i) => i,
+            None => {
+                self.next = (self.next + 1) % RECENT_SLOTS;
+                self.next
+            }
+        };
+        self.entries[slot] = Some((h, obj));
+    }
+}
+
+thread_local! {
+    /// The objects this thread looked up last: the calls an application repeats on a few
+    /// handles (`clSetKernelArg`, `clGetDeviceInfo`, enqueues) find their object here, without
+    /// the registry's lock, hashing or reference counting. An entry is good while its object is
+    /// not `released` (then the registry has no such handle any more, or another object behind
+    /// it).
+    static RECENT: std::cell::RefCell<Recent> =
+        const { std::cell::RefCell::new(Recent { entries: [const { None }; RECENT_SLOTS], next: 0 }) };
+}
+
+/// Whether `obj`, found under `h`, is what a lookup of `h` as `kind` must answer now. A
+/// platform or device whose worker died goes through the registry (`lookup`), which waits for
+/// its successor.
+#[inline]
+fn fresh(entry: &(usize, Arc<Object>), h: usize, kind: Kind) -> bool {
+    let (addr, obj) = entry;
+    *addr == h
+        && obj.kind == kind
+        && !obj.released.load(Ordering::Acquire)
+        && !(matches!(kind, Kind::Platform | Kind::Device) && obj.conn.is_dead())
+}
+
+/// Drops this thread's entries whose objects match (the others' go stale by `released`).
+fn forget_recent(matches: impl Fn(&Object) -> bool) {
+    let _ = RECENT.try_with(|r| {
+        if let Ok(mut r) = r.try_borrow_mut() {
+            for slot in r.entries.iter_mut() {
+                if slot.as_ref().is_some_and(|(_, o)| matches(o)) {
+                    *slot = None;
+                }
+            }
+        }
+    });
 }
 
 fn lookup_once(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
-    match registry().read().unwrap_or_else(|e| e.into_inner()).get(&(h as usize)) {
-        Some(o) if o.kind == kind => Ok(o.clone()),
-        _ => Err(kind.invalid()),
+    let h = h as usize;
+    let recent = RECENT.try_with(|r| {
+        let r = r.try_borrow().ok()?;
+        r.find(h, kind).cloned()
+    });
+    if let Ok(Some(o)) = recent {
+        return Ok(o);
     }
+    let found = match registry().read().unwrap_or_else(|e| e.into_inner()).get(&h) {
+        Some(o) if o.kind == kind => o.clone(),
+        _ => return Err(kind.invalid()),
+    };
+    // Not while a `with_object` up the stack lends out an entry: then this one is not kept.
+    let _ = RECENT.try_with(|r| {
+        if let Ok(mut r) = r.try_borrow_mut() {
+            r.insert(h, found.clone());
+        }
+    });
+    Ok(found)
 }
 
 /// Validates `h` as a live handle of `kind`. A platform or device whose worker just died is
@@ -228,6 +439,29 @@ pub fn lookup(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
         return lookup_once(h, kind);
     }
     Ok(found)
+}
+
+/// `f` applied to the live object of `kind` behind `h`, as `lookup` finds it. For the calls an
+/// application makes in tight loops: an object in this thread's `RECENT` is lent to `f` from
+/// there, with no reference count touched. While `f` runs, lookups it makes still read
+/// `RECENT` but do not change it.
+#[inline]
+pub fn with_object<R>(h: *const c_void, kind: Kind, f: impl FnOnce(&Object) -> R) -> Result<R, cl_int> {
+    let addr = h as usize;
+    let mut f = Some(f);
+    let lent = RECENT.try_with(|r| {
+        let r = r.try_borrow().ok()?;
+        let obj = r.find(addr, kind)?;
+        f.take().map(|f| f(obj))
+    });
+    if let Ok(Some(v)) = lent {
+        return Ok(v);
+    }
+    let obj = lookup(h, kind)?;
+    match f.take() {
+        Some(f) => Ok(f(&obj)),
+        None => Err(kind.invalid()), // not reached: `f` is taken only when it ran
+    }
 }
 
 pub fn retain(h: *const c_void, kind: Kind) -> cl_int {
@@ -256,6 +490,7 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
         return CL_SUCCESS;
     }
     registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
+    forget_recent(|o| std::ptr::eq(o, &*obj));
     obj.conn.forget(obj.id);
     for token in std::mem::take(&mut *obj.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner())) {
         obj.conn.unregister_context_callback(token);
@@ -270,4 +505,65 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     }
     quarantine(h as usize);
     CL_SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_cache_keeps_every_answer_beyond_its_table_and_the_first_of_each_key() {
+        let cache = InfoCache::default();
+        assert_eq!(cache.get((1, 0), <[u8]>::to_vec), None);
+        let n = INFO_SLOTS as u32 * 3;
+        for p in 0..n {
+            cache.insert((p, u64::from(p % 7)), p.to_ne_bytes().to_vec());
+        }
+        cache.insert((5, 1000), b"first".to_vec());
+        cache.insert((5, 1000), b"second".to_vec());
+        for p in 0..n {
+            assert_eq!(cache.get((p, u64::from(p % 7)), <[u8]>::to_vec), Some(p.to_ne_bytes().to_vec()), "{p}");
+            assert_eq!(cache.get((p, 99), <[u8]>::to_vec), None, "{p}");
+        }
+        assert_eq!(cache.get((5, 1000), <[u8]>::to_vec), Some(b"first".to_vec()));
+    }
+
+    #[test]
+    fn info_cache_answers_threads_that_fill_it_at_once() {
+        let cache = std::sync::Arc::new(InfoCache::default());
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let cache = cache.clone();
+                std::thread::spawn(move || {
+                    for p in 0..200u32 {
+                        cache.insert((p, t % 2), vec![p as u8, (t % 2) as u8]);
+                        assert_eq!(cache.get((p, t % 2), <[u8]>::to_vec), Some(vec![p as u8, (t % 2) as u8]));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        for p in 0..200u32 {
+            for a in 0..2u64 {
+                assert_eq!(cache.get((p, a), <[u8]>::to_vec), Some(vec![p as u8, a as u8]));
+            }
+        }
+    }
+
+    #[test]
+    fn fast_hasher_spreads_neighbouring_handles_and_params() {
+        let hash = |k: &dyn Fn(&mut FastHasher)| {
+            let mut h = FastHasher::default();
+            k(&mut h);
+            h.finish()
+        };
+        let handles: std::collections::HashSet<u64> =
+            (0..1000usize).map(|i| hash(&|h| h.write_usize(0x5555_0000 + 32 * i))).collect();
+        assert_eq!(handles.len(), 1000);
+        let params: std::collections::HashSet<u64> =
+            (0x1000..0x1100u32).map(|p| hash(&|h| std::hash::Hash::hash(&(p, 0u64), h))).collect();
+        assert_eq!(params.len(), 0x100);
+    }
 }

@@ -41,13 +41,15 @@ pub enum Answer {
     Value(Vec<u8>),
     /// The size query succeeded (with this size) but the value query failed with this code.
     SizeOnly(usize, cl_int),
+    /// Already copied out to the application from the cache, with this outcome.
+    Written(cl_int),
 }
 
 impl Answer {
     pub fn into_value(self) -> Result<Vec<u8>, cl_int> {
         match self {
             Answer::Value(v) => Ok(v),
-            Answer::SizeOnly(_, e) => Err(e),
+            Answer::SizeOnly(_, e) | Answer::Written(e) => Err(e),
         }
     }
 }
@@ -60,8 +62,8 @@ pub fn query(obj: &Object, target: InfoTarget, aux: u64, param: u32) -> Result<V
 fn query_answer(obj: &Object, target: InfoTarget, aux: u64, param: u32) -> Result<Answer, cl_int> {
     let cache = cacheable(target, param);
     if cache {
-        if let Some(v) = obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).get(&(param, aux)) {
-            return Ok(Answer::Value(v.clone()));
+        if let Some(v) = obj.cached_info((param, aux), <[u8]>::to_vec) {
+            return Ok(Answer::Value(v));
         }
     }
     let reply = obj.conn.call(GetInfo { target, object: obj.id, aux, param })?;
@@ -76,7 +78,7 @@ fn query_answer(obj: &Object, target: InfoTarget, aux: u64, param: u32) -> Resul
         map_handles(layout, &mut value, |id| obj.conn.handle_of(id));
     }
     if cache {
-        obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).insert((param, aux), value.clone());
+        obj.cache_info((param, aux), value.clone());
     }
     Ok(Answer::Value(value))
 }
@@ -113,21 +115,29 @@ pub unsafe fn get_info(
     size_ret: *mut usize,
     local: impl FnOnce(&Object) -> Option<Result<Vec<u8>, cl_int>>,
 ) -> cl_int {
-    let obj = match crate::handle::lookup(handle, kind) {
-        Ok(o) => o,
-        Err(e) => return e,
-    };
-    let answer = if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
-        Ok(Answer::Value(obj.ref_count().to_ne_bytes().to_vec()))
-    } else {
-        match local(&obj) {
-            Some(v) => v.map(Answer::Value),
-            None => query_answer(&obj, target, aux, param),
+    // The object is lent (`with_object`): a repeated query touches no reference count.
+    let answer = crate::handle::with_object(handle, kind, |obj| {
+        if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
+            return Ok(Answer::Value(obj.ref_count().to_ne_bytes().to_vec()));
         }
-    };
+        if let Some(v) = local(obj) {
+            return v.map(Answer::Value);
+        }
+        // A cached value goes straight from the cache to the application: the common repeated
+        // query allocates nothing.
+        if cacheable(target, param) {
+            // SAFETY: forwarded from the caller.
+            if let Some(rc) = obj.cached_info((param, aux), |b| unsafe { write_value(b, size, value, size_ret) }) {
+                return Ok(Answer::Written(rc));
+            }
+        }
+        query_answer(obj, target, aux, param)
+    })
+    .and_then(|a| a);
     match answer {
         // SAFETY: forwarded from the caller.
         Ok(Answer::Value(b)) => unsafe { write_value(&b, size, value, size_ret) },
+        Ok(Answer::Written(rc)) => rc,
         Ok(Answer::SizeOnly(len, e)) => {
             if !value.is_null() {
                 return e;

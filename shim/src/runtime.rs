@@ -82,11 +82,8 @@ pub fn await_restarts() -> bool {
 
 /// `CLOISTER_CRASH_LOOP=K/T`: K crashes within T seconds stop the restarts (default 3/60).
 fn crash_loop_limit() -> (usize, Duration) {
-    let parsed = std::env::var("CLOISTER_CRASH_LOOP").ok().and_then(|v| {
-        let (k, t) = v.split_once('/')?;
-        Some((k.trim().parse().ok()?, Duration::from_secs(t.trim().parse().ok()?)))
-    });
-    parsed.unwrap_or((3, Duration::from_secs(60)))
+    let (k, t) = cloister_ipc::settings::crash_loop();
+    (k, Duration::from_secs(t))
 }
 
 struct Restarter(Arc<DriverSlot>);

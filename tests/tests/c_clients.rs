@@ -141,3 +141,25 @@ fn command_buffers_run_directly_and_caged_with_the_same_results() {
     let g = caged(&[], &exe, &[], &[("GARBAGE", "1")]);
     assert!(g.status.success() && text(&g).contains("PASS"), "caged run with garbage handles failed:\n{}", text(&g));
 }
+
+/// Pinned staging (worker/src/staging.rs) is on by default only for discrete GPUs; forced on
+/// here, pocl runs the same path: the driver copies through shared memory it also holds as
+/// `CL_MEM_USE_HOST_PTR` buffers, and every finding must still be the same as direct.
+#[test]
+fn semantics_hold_with_pinned_staging() {
+    let exe = c_client("semantics");
+    let d = direct(&exe, &[], &[]);
+    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
+    let c = caged(&[], &exe, &[], &[("CLOISTER_STAGING", "pinned"), ("CLOISTER_DEBUG", "1")]);
+    assert!(c.status.success(), "caged run failed:\n{}", text(&c));
+    let findings = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("impl:"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(findings(&d), findings(&c));
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert!(err.contains("staging: pinning") && err.contains("status 0"), "the path was not taken:\n{err}");
+}

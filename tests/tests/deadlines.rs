@@ -11,7 +11,8 @@ fn a_driver_hanging_in_init_does_not_hang_the_application() {
     let driver = fault_driver();
     let state = std::env::temp_dir().join(format!("cloister-deadlines-state-{}", std::process::id()));
     let mut cmd = std::process::Command::new(cloister());
-    cmd.args(["run", "--driver", driver.to_str().unwrap(), "--profile", "pocl", "--"])
+    // Without the start-up check, which would stop the run before the application (below).
+    cmd.args(["run", "--no-check", "--driver", driver.to_str().unwrap(), "--profile", "pocl", "--"])
         .arg(&exe)
         .env("CLOISTER_FAULT", "init:hang")
         .env("CLOISTER_DEADLINE_OTHER_MS", "1500")
@@ -26,6 +27,30 @@ fn a_driver_hanging_in_init_does_not_hang_the_application() {
     assert!(reports > 0, "no crash report was written:\n{t}");
     // The application saw no platform and went on (survivor reports its error and exits).
     assert!(t.contains("ERROR step="), "{t}");
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// With the start-up check, the same hang stops `cloister run` before the application starts:
+/// the check's worker is killed at the deadline too, reported, and the run says why, once.
+#[test]
+fn a_driver_hanging_in_init_stops_the_run_before_the_application() {
+    let driver = fault_driver();
+    let state = std::env::temp_dir().join(format!("cloister-deadlines-check-{}", std::process::id()));
+    let marker = state.join("app-ran");
+    let mut cmd = std::process::Command::new(cloister());
+    cmd.args(["run", "--driver", driver.to_str().unwrap(), "--profile", "pocl", "--", "sh", "-c"])
+        .arg(format!("touch {}", marker.display()))
+        .env("CLOISTER_FAULT", "init:hang")
+        .env("CLOISTER_DEADLINE_OTHER_MS", "1500")
+        .env("XDG_STATE_HOME", &state);
+    let (c, took) = output_within(cmd, Duration::from_secs(60));
+    let t = text(&c);
+    assert!(took < Duration::from_secs(15), "the check took {took:?}:\n{t}");
+    assert_eq!(c.status.code(), Some(125), "{t}");
+    assert!(t.contains("cannot be used") && t.contains("Initialize"), "{t}");
+    assert!(!marker.exists(), "the application ran");
+    let reports = std::fs::read_dir(state.join("cloister/crashes")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(reports, 1, "a hang is a driver fault, reported once:\n{t}");
     let _ = std::fs::remove_dir_all(&state);
 }
 

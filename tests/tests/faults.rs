@@ -100,6 +100,15 @@ fn asynchronous_crash_after_the_call_returned() {
 fn crash_during_platform_init_leaves_no_platforms() {
     let (d, c) = run_fault("init:segv");
     assert!(!d.status.success(), "{}", text(&d));
+    // `cloister run` starts the driver once before the application: the crash stops the run
+    // there, with the broker's one line (and its report).
+    let t = text(&c);
+    assert_eq!(c.status.code(), Some(125), "{t}");
+    assert!(t.contains("cannot be used") && t.contains("SIGSEGV") && !t.contains("step="), "{t}");
+    // Started without that check, the application lives on with no platform.
+    let driver = fault_driver();
+    let args = ["--no-check", "--driver", driver.to_str().unwrap(), "--profile", "pocl"];
+    let c = caged(&args, &c_client("survivor"), &[], &[("CLOISTER_FAULT", "init:segv")]);
     let t = text(&c);
     assert!(c.status.success() && t.contains("ERROR step=platforms code=-1001"), "{t}");
 }

@@ -40,6 +40,16 @@ fn learned_profile_confines_the_workload_it_was_learned_from() {
     let bad = run(&crippled);
     let t = text(&bad);
     assert!(t.contains("forbidden system call `openat`"), "{t}");
+    // `cloister run` starts the driver once before the application: it stops there, said once.
+    assert_eq!(bad.status.code(), Some(125), "{t}");
+    assert!(t.contains("cannot be used") && !t.contains("still running"), "{t}");
+    assert_eq!(t.matches("forbidden system call").count(), 1, "{t}");
+    // Without that check the application starts and survives the driver's death.
+    let mut cmd = Command::new(cloister());
+    cmd.args(["run", "--no-check", "--require-sandbox", "--profile"]).arg(&crippled).arg("--").arg(&exe);
+    let bad = cmd.env("XDG_CACHE_HOME", &fresh).output().expect("run cloister");
+    let t = text(&bad);
+    assert!(t.contains("forbidden system call `openat`"), "{t}");
     assert!(bad.status.success() && t.contains("still running"), "the application must survive: {t}");
 
     let _ = std::fs::remove_dir_all(&cache);

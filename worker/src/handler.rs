@@ -71,6 +71,8 @@ pub struct Worker {
     /// once with `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`: drivers (pocl 3.1) leave a
     /// command behind an event that failed before it was enqueued queued for ever.
     failed_events: Mutex<std::collections::HashSet<usize>>,
+    /// Shared regions pinned in the driver's contexts for fast transfers (discrete GPUs).
+    pub staging: crate::staging::Staging,
 }
 
 /// One lane's server: the worker state plus that lane's bulk area.
@@ -143,6 +145,17 @@ impl LaneServer<'_> {
                 Ok((p, Some(seg)))
             }
         }
+    }
+
+    /// Resolves bulk data for a transfer on `queue`, with the region it lies in pinned in the
+    /// queue's context first (see `staging`), so the driver copies at the link's speed.
+    fn staged(&self, queue: usize, d: &DataRef) -> Result<(*mut u8, Option<Arc<SharedRegion>>), cl_int> {
+        let (p, seg) = self.data(d)?;
+        match &seg {
+            Some(region) => self.worker.staging.pin(queue, region.as_ptr(), region.len()),
+            None => self.worker.staging.pin(queue, self.lane.bulk_ptr(), cloister_ipc::lane::BULK_CAP),
+        }
+        Ok((p, seg))
     }
 
     /// Records a new driver object under the id the shim chose.
@@ -480,9 +493,15 @@ impl Handler for LaneServer<'_> {
         let hp = h as *mut c_void;
         // What the worker kept about the object goes with it (the driver may reuse a handle).
         match kind {
-            Kind::Context => drop(self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(&h)),
+            Kind::Context => {
+                self.worker.staging.forget_context(h);
+                self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(&h);
+            }
             Kind::Event => drop(self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner()).remove(&h)),
-            Kind::Queue => drop(self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.object)),
+            Kind::Queue => {
+                self.worker.staging.forget_queue(h);
+                self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.object);
+            }
             _ => {}
         }
         // SAFETY: h was a live handle of `kind`; the shim sends one release per object.
@@ -680,7 +699,7 @@ impl Handler for LaneServer<'_> {
     fn enqueue_write_buffer(&self, r: EnqueueWriteBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        let (src, _keep) = tri!(self.data(&r.data));
+        let (src, _keep) = tri!(self.staged(q, &r.data));
         let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
         let f = driver_fn!(q, clEnqueueWriteBuffer);
         let (offset, len) = (r.offset as usize, r.data.len() as usize);
@@ -698,7 +717,7 @@ impl Handler for LaneServer<'_> {
     fn enqueue_read_buffer(&self, r: EnqueueReadBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        let (dst, _keep) = tri!(self.data(&r.into));
+        let (dst, _keep) = tri!(self.staged(q, &r.into));
         // A lane's bulk area is reused by the next call, so reads into it block.
         let blocking = if matches!(r.into, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
         let f = driver_fn!(q, clEnqueueReadBuffer);
@@ -1020,7 +1039,7 @@ impl Handler for LaneServer<'_> {
         if packed as u64 != r.data.len() {
             return CL_INVALID_VALUE;
         }
-        let (host, _keep) = tri!(self.data(&r.data));
+        let (host, _keep) = tri!(self.staged(q, &r.data));
         // A lane's bulk area is reused by the next call, so transfers through it block.
         let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
         let zero = [0usize; 3];
@@ -1448,7 +1467,10 @@ impl Handler for LaneServer<'_> {
 
     fn drop_segment(&self, r: DropSegment) -> i32 {
         match self.worker.segments.remove(r.segment) {
-            Some(_) => CL_SUCCESS,
+            Some(region) => {
+                self.worker.staging.forget_region(region.as_ptr());
+                CL_SUCCESS
+            }
             None => CL_INVALID_VALUE,
         }
     }

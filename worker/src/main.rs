@@ -11,6 +11,7 @@ mod includes;
 mod notify;
 mod objects;
 mod segments;
+mod staging;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
@@ -377,4 +378,6 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
             Err(_) => break,
         }
     }
+    // The lane's memory goes away with this thread: no driver may keep it pinned.
+    worker.staging.forget_region(lane.bulk_ptr());
 }

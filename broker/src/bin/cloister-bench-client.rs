@@ -1,6 +1,10 @@
 //! The benchmark client `cloister bench` runs twice, directly on the driver and through the cage.
 //! It uses plain OpenCL through the system's `libOpenCL`, so both runs execute the same code.
-//! Prints one JSON object: the device and one result per workload.
+//! Prints one JSON object: the device, and per workload the min / median / max time per operation
+//! over the repeats (README, Benchmarks, lists the workloads).
+//!
+//! `--quick` shortens every workload, `--only A,B` runs the workloads whose names contain A or B,
+//! and `--spin` makes this process one of `cloister bench --load`'s busy threads instead.
 
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
@@ -84,6 +88,7 @@ extern "C" {
         e: *mut Handle,
     ) -> cl_int;
     fn clFinish(q: Handle) -> cl_int;
+    fn clReleaseMemObject(m: Handle) -> cl_int;
 }
 
 const CL_DEVICE_TYPE_ALL: u64 = 0xFFFF_FFFF;
@@ -91,7 +96,11 @@ const CL_DEVICE_NAME: u32 = 0x102B;
 const CL_PLATFORM_NAME: u32 = 0x0902;
 const CL_MEM_READ_WRITE: u64 = 1;
 const CL_MAP_READ: u64 = 1;
-const CL_MAP_WRITE: u64 = 2;
+const CL_MAP_WRITE_INVALIDATE_REGION: u64 = 4;
+const CL_TRUE: u32 = 1;
+const CL_FALSE: u32 = 0;
+/// The page size the map workloads touch: one access per page makes every page fault in.
+const PAGE: usize = 4096;
 
 fn check(what: &str, rc: cl_int) {
     if rc != 0 {
@@ -100,33 +109,79 @@ fn check(what: &str, rc: cl_int) {
     }
 }
 
-struct Bench {
+/// How long each workload is measured: at least `min_repeats` timed repeats, more while the
+/// time budget lasts (up to `MAX_REPEATS`), so min / median / max mean something.
+struct Plan {
+    quick: bool,
+    min_repeats: usize,
     budget: Duration,
+    /// Substrings of the workload names to run (`--only`); empty: all.
+    only: Vec<String>,
+}
+
+const MAX_REPEATS: usize = 200;
+
+/// What a workload's throughput counts, if it has one.
+#[derive(Clone, Copy)]
+enum Throughput {
+    None,
+    /// Bytes moved per operation: GB/s.
+    Bytes(usize),
+    /// Operations per second (the enqueue stream): M ops/s.
+    Ops,
+}
+
+struct Bench {
+    plan: Plan,
     results: Vec<serde_json::Value>,
 }
 
 impl Bench {
-    /// Runs `op` in batches for the time budget; records the median time per op of the batches.
-    fn run(&mut self, name: &str, bytes: Option<usize>, batch: usize, mut op: impl FnMut()) {
-        for _ in 0..batch.min(8) {
-            op(); // warm up
+    fn wanted(&self, name: &str) -> bool {
+        self.plan.only.is_empty() || self.plan.only.iter().any(|p| name.contains(p.as_str()))
+    }
+
+    /// Times `repeat(ops)` (which performs `ops` operations, waiting for them to complete)
+    /// after one small warm-up call; records min / median / max time per operation over the
+    /// repeats.
+    fn measure(&mut self, name: &str, throughput: Throughput, ops: usize, mut repeat: impl FnMut(usize)) {
+        if !self.wanted(name) {
+            return;
         }
+        repeat(ops.min(8));
         let mut per_op = Vec::new();
         let start = Instant::now();
-        while per_op.len() < 3 || (start.elapsed() < self.budget && per_op.len() < 200) {
+        while per_op.len() < self.plan.min_repeats || (start.elapsed() < self.plan.budget && per_op.len() < MAX_REPEATS)
+        {
             let t = Instant::now();
-            for _ in 0..batch {
-                op();
-            }
-            per_op.push(t.elapsed().as_secs_f64() / batch as f64);
+            repeat(ops);
+            per_op.push(t.elapsed().as_nanos() as f64 / ops as f64);
         }
-        per_op.sort_by(f64::total_cmp);
-        let median = per_op[per_op.len() / 2];
-        let (unit, value) = if median < 1e-4 { ("ns/op", median * 1e9) } else { ("us/op", median * 1e6) };
-        let mut r = serde_json::json!({ "name": name, "unit": unit, "value": value, "ops": per_op.len() * batch });
-        if let Some(b) = bytes {
-            r["bytes_per_op"] = b.into();
-            r["gb_per_s"] = (b as f64 / median / 1e9).into();
+        self.record(name, throughput, ops, per_op);
+    }
+
+    fn record(&mut self, name: &str, throughput: Throughput, ops: usize, mut per_op_ns: Vec<f64>) {
+        per_op_ns.sort_by(f64::total_cmp);
+        let median = per_op_ns[per_op_ns.len() / 2];
+        let mut r = serde_json::json!({
+            "name": name,
+            "ops_per_repeat": ops,
+            "repeats": per_op_ns.len(),
+            "min_ns": per_op_ns[0],
+            "median_ns": median,
+            "max_ns": per_op_ns[per_op_ns.len() - 1],
+        });
+        match throughput {
+            Throughput::None => {}
+            Throughput::Bytes(b) => {
+                r["bytes_per_op"] = b.into();
+                r["throughput"] = (b as f64 / median).into();
+                r["throughput_unit"] = "GB/s".into();
+            }
+            Throughput::Ops => {
+                r["throughput"] = (1e3 / median).into();
+                r["throughput_unit"] = "M ops/s".into();
+            }
         }
         self.results.push(r);
     }
@@ -140,19 +195,49 @@ fn info_string(f: impl Fn(usize, *mut c_void, *mut usize) -> cl_int) -> String {
     String::from_utf8_lossy(&buf).trim_end_matches('\0').to_string()
 }
 
+/// `--load`'s busy thread: spins until killed (by `cloister bench`, or by the kernel when
+/// `cloister bench` dies: it sets the parent-death signal).
+fn spin() -> ! {
+    let mut x = 0u64;
+    loop {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+}
+
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let mut bench = Bench { budget: Duration::from_millis(if quick { 50 } else { 400 }), results: Vec::new() };
-    // SAFETY (whole function): plain OpenCL calls with valid pointers to locals; every return
-    // code is checked before the results are used.
+    let mut args = std::env::args().skip(1);
+    let mut quick = false;
+    let mut only = Vec::new();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--spin" => spin(),
+            "--only" => only.extend(args.next().unwrap_or_default().split(',').map(str::to_string)),
+            other => {
+                eprintln!("cloister-bench-client: unknown argument {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    only.retain(|p| !p.is_empty());
+    let plan = if quick {
+        Plan { quick, min_repeats: 3, budget: Duration::from_millis(30), only }
+    } else {
+        Plan { quick, min_repeats: 5, budget: Duration::from_millis(400), only }
+    };
+    let mut bench = Bench { plan, results: Vec::new() };
+    // SAFETY (whole function): plain OpenCL calls with valid pointers to locals and buffers of
+    // the sizes passed; every return code is checked before the results are used.
     unsafe {
         let t = Instant::now();
         let mut platform: Handle = null_mut();
         check("clGetPlatformIDs", clGetPlatformIDs(1, &mut platform, null_mut()));
         let mut device: Handle = null_mut();
         check("clGetDeviceIDs", clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 1, &mut device, null_mut()));
-        let init = t.elapsed();
-        bench.results.push(serde_json::json!({ "name": "platform_init", "unit": "us/op", "value": init.as_secs_f64() * 1e6, "ops": 1 }));
+        let init = t.elapsed().as_nanos() as f64;
+        if bench.wanted("platform_init") {
+            bench.record("platform_init", Throughput::None, 1, vec![init]);
+        }
         let device_name = info_string(|s, v, r| clGetDeviceInfo(device, CL_DEVICE_NAME, s, v, r));
         let platform_name = info_string(|s, v, r| clGetPlatformInfo(platform, CL_PLATFORM_NAME, s, v, r));
 
@@ -172,78 +257,143 @@ fn main() {
         check("clCreateBuffer", err);
 
         let mut name = [0u8; 256];
-        bench.run("info_query", None, 1000, || {
-            check(
-                "clGetDeviceInfo",
-                clGetDeviceInfo(device, CL_DEVICE_NAME, name.len(), name.as_mut_ptr().cast(), null_mut()),
-            );
+        bench.measure("info_query", Throughput::None, 1000, |n| {
+            for _ in 0..n {
+                check(
+                    "clGetDeviceInfo",
+                    clGetDeviceInfo(device, CL_DEVICE_NAME, name.len(), name.as_mut_ptr().cast(), null_mut()),
+                );
+            }
         });
         let mut v = 0i32;
-        bench.run("set_kernel_arg", None, 1000, || {
-            v += 1;
+        let set_args = |v: i32| {
             check(
                 "clSetKernelArg",
                 clSetKernelArg(kernel, 0, std::mem::size_of::<Handle>(), (&small as *const Handle).cast()),
             );
             check("clSetKernelArg", clSetKernelArg(kernel, 1, 4, (&v as *const i32).cast()));
+        };
+        bench.measure("set_kernel_arg", Throughput::None, 1000, |n| {
+            for _ in 0..n {
+                v += 1;
+                set_args(v);
+            }
         });
+        set_args(0);
         let one = 1usize;
-        bench.run("enqueue_empty_kernel", None, 200, || {
+        let enqueue = || {
             check(
                 "clEnqueueNDRangeKernel",
                 clEnqueueNDRangeKernel(q, kernel, 1, null(), &one, null(), 0, null(), null_mut()),
             );
-        });
-        check("clFinish", clFinish(q));
-        bench.run("enqueue_finish_roundtrip", None, 20, || {
-            check(
-                "clEnqueueNDRangeKernel",
-                clEnqueueNDRangeKernel(q, kernel, 1, null(), &one, null(), 0, null(), null_mut()),
-            );
+        };
+        let stream = if bench.plan.quick { 2_000 } else { 20_000 };
+        bench.measure(&format!("enqueue_stream_{stream}"), Throughput::Ops, stream, |n| {
+            for _ in 0..n {
+                enqueue();
+            }
             check("clFinish", clFinish(q));
         });
-        for (label, size) in [("4k", 4usize << 10), ("1m", 1 << 20), ("64m", 64 << 20)] {
+        bench.measure("enqueue_finish_roundtrip", Throughput::None, 10, |n| {
+            for _ in 0..n {
+                enqueue();
+                check("clFinish", clFinish(q));
+            }
+        });
+        for (label, size, ops) in [("4k", 4usize << 10, 50), ("1m", 1 << 20, 10), ("64m", 64 << 20, 1)] {
+            let names = ["write_", "read_", "map_read_", "map_write_"].map(|op| format!("{op}{label}"));
+            if !names.iter().any(|n| bench.wanted(n) || bench.wanted(&format!("{n}_nb"))) {
+                continue;
+            }
             let buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, null_mut(), &mut err);
             check("clCreateBuffer", err);
             let mut host = vec![1u8; size];
-            let batch = if size > 1 << 20 { 1 } else { 20 };
-            bench.run(&format!("write_{label}"), Some(size), batch, || {
-                check(
-                    "clEnqueueWriteBuffer",
-                    clEnqueueWriteBuffer(q, buf, 1, 0, size, host.as_ptr().cast(), 0, null(), null_mut()),
-                );
-            });
-            bench.run(&format!("read_{label}"), Some(size), batch, || {
-                check(
-                    "clEnqueueReadBuffer",
-                    clEnqueueReadBuffer(q, buf, 1, 0, size, host.as_mut_ptr().cast(), 0, null(), null_mut()),
-                );
-            });
-            if size == 64 << 20 {
-                bench.run("map_unmap_64m", Some(size), 1, || {
-                    let p = clEnqueueMapBuffer(
-                        q,
-                        buf,
-                        1,
-                        CL_MAP_READ | CL_MAP_WRITE,
-                        0,
-                        size,
-                        0,
-                        null(),
-                        null_mut(),
-                        &mut err,
-                    );
-                    check("clEnqueueMapBuffer", err);
-                    let bytes = std::slice::from_raw_parts_mut(p.cast::<u8>(), size);
-                    for page in bytes.chunks_mut(4096) {
-                        page[0] = page[0].wrapping_add(1);
+            for (blocking, suffix) in [(CL_TRUE, ""), (CL_FALSE, "_nb")] {
+                // Non-blocking: `ops` enqueues, then one clFinish waits for them all.
+                let nb_ops = if blocking == CL_TRUE { ops } else { ops.max(2) };
+                bench.measure(&format!("write_{label}{suffix}"), Throughput::Bytes(size), nb_ops, |n| {
+                    for _ in 0..n {
+                        check(
+                            "clEnqueueWriteBuffer",
+                            clEnqueueWriteBuffer(
+                                q,
+                                buf,
+                                blocking,
+                                0,
+                                size,
+                                host.as_ptr().cast(),
+                                0,
+                                null(),
+                                null_mut(),
+                            ),
+                        );
                     }
-                    check("clEnqueueUnmapMemObject", clEnqueueUnmapMemObject(q, buf, p, 0, null(), null_mut()));
-                    check("clFinish", clFinish(q));
+                    if blocking == CL_FALSE {
+                        check("clFinish", clFinish(q));
+                    }
+                });
+                bench.measure(&format!("read_{label}{suffix}"), Throughput::Bytes(size), nb_ops, |n| {
+                    for _ in 0..n {
+                        check(
+                            "clEnqueueReadBuffer",
+                            clEnqueueReadBuffer(
+                                q,
+                                buf,
+                                blocking,
+                                0,
+                                size,
+                                host.as_mut_ptr().cast(),
+                                0,
+                                null(),
+                                null_mut(),
+                            ),
+                        );
+                    }
+                    if blocking == CL_FALSE {
+                        check("clFinish", clFinish(q));
+                    }
                 });
             }
+            if size != 64 << 20 {
+                check("clReleaseMemObject", clReleaseMemObject(buf));
+                continue;
+            }
+            // Maps: a blocking map of the whole buffer, the application touching every page
+            // (reading one word of each, or writing one), the unmap, and a clFinish.
+            let map = |flags: u64, touch: &mut dyn FnMut(&mut [u8])| {
+                let mut err = 0;
+                let p = clEnqueueMapBuffer(q, buf, CL_TRUE, flags, 0, size, 0, null(), null_mut(), &mut err);
+                check("clEnqueueMapBuffer", err);
+                touch(std::slice::from_raw_parts_mut(p.cast::<u8>(), size));
+                check("clEnqueueUnmapMemObject", clEnqueueUnmapMemObject(q, buf, p, 0, null(), null_mut()));
+                check("clFinish", clFinish(q));
+            };
+            let mut sum = 0u64;
+            bench.measure("map_read_64m", Throughput::Bytes(size), 1, |n| {
+                for _ in 0..n {
+                    map(CL_MAP_READ, &mut |bytes| {
+                        sum = bytes.iter().step_by(PAGE).fold(sum, |s, &b| s.wrapping_add(b as u64));
+                    });
+                }
+            });
+            std::hint::black_box(sum);
+            let mut stamp = 0u8;
+            bench.measure("map_write_64m", Throughput::Bytes(size), 1, |n| {
+                for _ in 0..n {
+                    stamp = stamp.wrapping_add(1);
+                    map(CL_MAP_WRITE_INVALIDATE_REGION, &mut |bytes| {
+                        bytes.iter_mut().step_by(PAGE).for_each(|b| *b = stamp);
+                    });
+                }
+            });
+            check("clReleaseMemObject", clReleaseMemObject(buf));
         }
-        let out = serde_json::json!({ "device": device_name, "platform": platform_name, "results": bench.results });
+        let out = serde_json::json!({
+            "device": device_name,
+            "platform": platform_name,
+            "quick": bench.plan.quick,
+            "results": bench.results,
+        });
         println!("{out}");
     }
 }

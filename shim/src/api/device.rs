@@ -31,7 +31,7 @@ pub unsafe fn clGetDeviceIDs(
     }
     // Cached beside the info values under a parameter name no info query uses.
     let key = (u32::MAX, device_type);
-    let cached = obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+    let cached = obj.cached_info(key, <[u8]>::to_vec);
     let ids: Vec<u64> = match cached {
         Some(bytes) => bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default())).collect(),
         None => {
@@ -43,7 +43,7 @@ pub unsafe fn clGetDeviceIDs(
                 return reply.status;
             }
             let bytes = reply.ids.iter().flat_map(|i| i.to_ne_bytes()).collect();
-            obj.info_cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, bytes);
+            obj.cache_info(key, bytes);
             reply.ids
         }
     };

@@ -97,68 +97,143 @@ pub unsafe fn clCreateKernelsInProgram(
     CL_SUCCESS
 }
 
+/// An argument as `clSetKernelArg` received it, before anything is allocated for it.
+enum Incoming<'a> {
+    /// `arg_value == NULL`: a `__local` buffer of this many bytes.
+    Local(u64),
+    /// One of our memory objects or samplers (`bytes` hold its handle): its id, whether it
+    /// is a sampler, and the address of its worker's connection.
+    Object {
+        id: cloister_ipc::ObjectId,
+        sampler: bool,
+        conn: usize,
+        bytes: &'a [u8],
+    },
+    Bytes(&'a [u8]),
+}
+
+impl Incoming<'_> {
+    /// What the driver's checks depend on besides the index and the size: the kind of value.
+    fn shape_kind(&self) -> u8 {
+        match self {
+            Incoming::Local(_) => 0,
+            Incoming::Bytes(_) => 1,
+            Incoming::Object { sampler: false, .. } => 2,
+            Incoming::Object { sampler: true, .. } => 3,
+        }
+    }
+
+    fn to_value(&self) -> ArgValue {
+        match *self {
+            Incoming::Local(n) => ArgValue::Local(n),
+            Incoming::Object { id, .. } => ArgValue::Object(id),
+            Incoming::Bytes(b) => ArgValue::Bytes(b.to_vec()),
+        }
+    }
+
+    /// Whether `slot` (a recorded value, which the driver accepted) has this value's shape:
+    /// the same size of bytes, the same `__local` size, or the same object.
+    fn fits(&self, slot: Option<&ArgValue>) -> bool {
+        match (self, slot) {
+            (Incoming::Bytes(new), Some(ArgValue::Bytes(old))) => old.len() == new.len(),
+            (Incoming::Local(n), Some(ArgValue::Local(old))) => old == n,
+            (Incoming::Object { id, .. }, Some(ArgValue::Object(old))) => old == id,
+            _ => false,
+        }
+    }
+
+    /// Records the value in `slot`, reusing what is there: `false` if it was there already.
+    fn store(&self, slot: &mut Option<ArgValue>) -> bool {
+        match (self, slot.as_mut()) {
+            (Incoming::Bytes(new), Some(ArgValue::Bytes(old))) if old.len() == new.len() => {
+                let changed = old.as_slice() != *new;
+                old.copy_from_slice(new);
+                changed
+            }
+            (Incoming::Local(n), Some(ArgValue::Local(old))) if old == n => false,
+            (Incoming::Object { id, .. }, Some(ArgValue::Object(old))) if old == id => false,
+            _ => {
+                *slot = Some(self.to_value());
+                true
+            }
+        }
+    }
+}
+
+/// Records the argument, to be shipped with the next enqueue. A shape the driver has accepted
+/// before (index, size, kind of value) is recorded without a round trip and, for a value of
+/// the same size as the last one, without an allocation: applications set arguments before
+/// every enqueue.
 pub unsafe fn clSetKernelArg(
     kernel: cl_kernel,
     arg_index: cl_uint,
     arg_size: usize,
     arg_value: *const c_void,
 ) -> cl_int {
-    let k = match lookup(kernel, Kind::Kernel) {
-        Ok(k) => k,
-        Err(e) => return e,
-    };
-    let ObjData::Kernel { num_args, args } = &k.data else {
-        return CL_INVALID_KERNEL;
-    };
-    if arg_index >= *num_args {
-        return CL_INVALID_ARG_INDEX;
-    }
-    // What the driver's checks depend on: the index, the size and the kind of value.
-    let (value, kind) = if arg_value.is_null() {
-        (ArgValue::Local(arg_size as u64), 0u8)
+    let incoming = if arg_value.is_null() {
+        Incoming::Local(arg_size as u64)
     } else {
         // SAFETY: arg_value points at arg_size bytes per the API contract.
         let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
-        match object_arg(bytes, &k.conn) {
-            Some((v, Kind::Sampler)) => (v, 3),
-            Some((v, _)) => (v, 2),
-            None => (ArgValue::Bytes(bytes.to_vec()), 1),
-        }
+        object_arg(bytes).unwrap_or(Incoming::Bytes(bytes))
     };
-    let shape = (arg_index, arg_size as u64, kind);
-    let known = args.lock().unwrap_or_else(|e| e.into_inner()).accepted.contains(&shape);
-    if !known {
-        // A shape the driver has not seen: ask it now, so an error comes from this call (a
-        // wrong size, a NULL `__local` size) and not from a later enqueue.
-        match k.conn.call(cloister_ipc::SetKernelArg { kernel: k.id, index: arg_index, value: value.clone() }) {
-            Ok(CL_SUCCESS) => {
-                args.lock().unwrap_or_else(|e| e.into_inner()).accepted.insert(shape);
-            }
-            Ok(e) | Err(e) => return e,
+    // The kernel is lent (`with_object`): no reference count is touched.
+    let r = crate::handle::with_object(kernel, Kind::Kernel, |k| {
+        let ObjData::Kernel { num_args, args } = &k.data else {
+            return CL_INVALID_KERNEL;
+        };
+        if arg_index >= *num_args {
+            return CL_INVALID_ARG_INDEX;
         }
-    }
-    let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
-    if a.values.len() <= arg_index as usize {
-        a.values.resize(arg_index as usize + 1, None);
-    }
-    if a.values[arg_index as usize].as_ref() != Some(&value) {
-        a.values[arg_index as usize] = Some(value);
-        if !a.dirty.contains(&arg_index) {
+        // An object of another worker is not one the driver knows: its handle is just bytes.
+        let incoming = match incoming {
+            Incoming::Object { conn, bytes, .. } if conn != std::sync::Arc::as_ptr(&k.conn) as usize => {
+                Incoming::Bytes(bytes)
+            }
+            other => other,
+        };
+        let shape = (arg_index, arg_size as u64, incoming.shape_kind());
+        let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
+        let accepted = incoming.fits(a.values.get(arg_index as usize).and_then(Option::as_ref));
+        if !accepted && !a.accepted.contains(&shape) {
+            drop(a);
+            // A shape the driver has not seen: ask it now, so an error comes from this call (a
+            // wrong size, a NULL `__local` size) and not from a later enqueue.
+            let call = cloister_ipc::SetKernelArg { kernel: k.id, index: arg_index, value: incoming.to_value() };
+            match k.conn.call(call) {
+                Ok(CL_SUCCESS) => {}
+                Ok(e) | Err(e) => return e,
+            }
+            a = args.lock().unwrap_or_else(|e| e.into_inner());
+            a.accepted.insert(shape);
+        }
+        if a.values.len() <= arg_index as usize {
+            a.values.resize(arg_index as usize + 1, None);
+        }
+        if incoming.store(&mut a.values[arg_index as usize]) && !a.dirty.contains(&arg_index) {
             a.dirty.push(arg_index);
         }
-    }
-    CL_SUCCESS
+        CL_SUCCESS
+    });
+    r.unwrap_or_else(|e| e)
 }
 
 /// A pointer-sized argument holding one of our memory-object or sampler handles travels as its
 /// id (with the kind of object it is).
-fn object_arg(bytes: &[u8], conn: &std::sync::Arc<crate::conn::Conn>) -> Option<(ArgValue, Kind)> {
-    let raw = usize::from_ne_bytes(bytes.try_into().ok()?);
-    if raw == 0 {
+fn object_arg(bytes: &[u8]) -> Option<Incoming<'_>> {
+    let raw = usize::from_ne_bytes(bytes.try_into().ok()?) as *const c_void;
+    if raw.is_null() {
         return None;
     }
-    let obj = lookup(raw as *const c_void, Kind::Mem).or_else(|_| lookup(raw as *const c_void, Kind::Sampler)).ok()?;
-    std::sync::Arc::ptr_eq(&obj.conn, conn).then_some((ArgValue::Object(obj.id), obj.kind))
+    let found = |kind| {
+        crate::handle::with_object(raw, kind, |o| Incoming::Object {
+            id: o.id,
+            sampler: kind == Kind::Sampler,
+            conn: std::sync::Arc::as_ptr(&o.conn) as usize,
+            bytes,
+        })
+    };
+    found(Kind::Mem).or_else(|_| found(Kind::Sampler)).ok()
 }
 
 /// Takes the arguments set since the last enqueue, to ship with the next one.

@@ -1,0 +1,118 @@
+//! The start-up check of `cloister run`: before the application starts, each chosen driver is
+//! started once in its cage and greeted, exactly as the shim will greet it. A library that is
+//! not a driver, does not load, finds no platform, or dies in the cage, is one clear message
+//! before anything runs, instead of three restarts, three crash reports and an application
+//! without OpenCL that exits 0. The check's worker is ended as soon as it answered.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use cloister_ipc::handshake::Hello;
+use cloister_ipc::{channel, ShimMessage, WorkerMessage};
+
+use crate::broker::{self, WorkerOptions};
+use crate::drivers::Driver;
+
+/// A driver that answered: the profile it runs under, and the cage layers that are not on.
+pub struct Checked {
+    pub driver: Driver,
+    pub weaker: Vec<String>,
+}
+
+/// Starts `driver`'s worker in its cage, greets it, and ends it.
+pub fn check(options: &WorkerOptions, driver: &Driver) -> Result<Checked, String> {
+    let options = WorkerOptions { probe: true, ..options.clone() };
+    let (sock, note, dismissal) =
+        broker::spawn_worker(&options, driver, None).map_err(|e| format!("cannot start its worker: {e}"))?;
+    let greeted = greet(&sock);
+    drop(sock);
+    if greeted.is_err() {
+        // The worker died or refused: its reaper says why (the cage's verdict, a signal, an
+        // exit status), unless it is still alive and hung.
+        let end = Instant::now() + Duration::from_secs(2);
+        while note.lock().unwrap_or_else(|e| e.into_inner()).is_none() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    if let Some(d) = &dismissal {
+        d.now();
+    }
+    let died = note.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    match greeted {
+        Ok(layers) => Ok(Checked {
+            driver: driver.clone(),
+            weaker: layers.into_iter().filter(|l| !l.ends_with(": on")).collect(),
+        }),
+        Err(e) => Err(match died {
+            // The broker said it already, with the report's path.
+            Some(_) if !e.starts_with("refused") => "its worker died at start-up (above)".to_string(),
+            _ => e,
+        }),
+    }
+}
+
+/// Says hello and waits for the welcome (within the `Initialize` deadline): the cage's layers.
+fn greet(sock: &OwnedFd) -> Result<Vec<String>, String> {
+    channel::send(sock, &ShimMessage::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
+    let limit = cloister_ipc::deadlines::Deadlines::from_env().for_op(cloister_ipc::deadlines::INITIALIZE) + 2000;
+    let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let end = Instant::now() + Duration::from_millis(limit);
+    loop {
+        let left = end.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd, as counted.
+        let n = unsafe { libc::poll(&mut pfd, 1, left) };
+        if n > 0 {
+            break;
+        }
+        if n == 0 {
+            return Err(format!("its worker did not answer within {limit} ms"));
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return Err(std::io::Error::last_os_error().to_string());
+        }
+    }
+    match channel::recv::<WorkerMessage>(sock) {
+        Ok((WorkerMessage::Welcome { version, layers, .. }, _)) => {
+            if version != cloister_ipc::handshake::PROTOCOL_VERSION {
+                return Err(format!("its worker speaks protocol v{version} (a different cloister-worker?)"));
+            }
+            Ok(layers)
+        }
+        Ok((WorkerMessage::Refused { reason }, _)) => Err(format!("refused: {reason}")),
+        Ok((WorkerMessage::Notify(_), _)) => Err("its worker sent a notification before its welcome".into()),
+        Err(e) => Err(format!("its worker ended without a welcome ({e})")),
+    }
+}
+
+/// The drivers an application runs with. Each is checked (at once, in parallel). A driver the
+/// user named (`explicit`) must pass; of the registered ones, those that fail are left out with
+/// one warning each (a stale `.icd` the ICD loader would skip in silence), and none left is an
+/// error. A cage weaker than its profile asks for is said once per driver.
+pub fn usable(options: &WorkerOptions, drivers: Vec<Driver>, explicit: bool) -> Result<Vec<Driver>, String> {
+    let results: Vec<(Driver, Result<Checked, String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = drivers.iter().map(|d| (d.clone(), s.spawn(move || check(options, d)))).collect();
+        handles.into_iter().map(|(d, h)| (d, h.join().unwrap_or_else(|_| Err("its check panicked".into())))).collect()
+    });
+    let mut ok = Vec::new();
+    let mut failed = Vec::new();
+    for (d, r) in results {
+        match r {
+            Ok(c) => {
+                if !c.weaker.is_empty() && !options.no_sandbox {
+                    eprintln!("cloister: note: driver {} runs in a weaker cage: {}", d.name, c.weaker.join("; "));
+                }
+                ok.push(c.driver);
+            }
+            Err(e) => failed.push(format!("driver {} ({}) cannot be used: {e}", d.name, d.library)),
+        }
+    }
+    if explicit || ok.is_empty() {
+        if let Some(first) = failed.first() {
+            return Err(if failed.len() == 1 { first.clone() } else { failed.join("\ncloister: ") });
+        }
+    }
+    for f in failed {
+        eprintln!("cloister: warning: {f}; it is left out");
+    }
+    Ok(ok)
+}

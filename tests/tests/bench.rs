@@ -1,0 +1,84 @@
+//! `cloister bench` measures every workload of its table directly and caged, with min / median /
+//! max per run, the ratio, and the busy processes of `--load` gone when it ends. Figures are
+//! not checked: speed targets live in the benchmark, not in tests.
+
+use cloister_tests::*;
+use serde_json::Value;
+use std::process::Command;
+
+fn bench(args: &[&str]) -> Value {
+    let out = Command::new(cloister()).arg("bench").args(args).output().expect("cannot run cloister bench");
+    assert!(out.status.success(), "cloister bench {args:?} failed:\n{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{}", text(&out)))
+}
+
+fn names(run: &Value) -> Vec<String> {
+    let results = run["results"].as_array().expect("a run has results");
+    results.iter().map(|r| r["name"].as_str().expect("a result has a name").to_string()).collect()
+}
+
+/// This build's `--spin` processes (`--load`'s busy threads) alive on this machine.
+fn spinners() -> usize {
+    let client = target_dir().join("cloister-bench-client");
+    let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };
+    procs
+        .flatten()
+        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
+        .filter(|c| {
+            let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
+            args[0] == client.as_os_str().as_encoded_bytes() && args.contains(&&b"--spin"[..])
+        })
+        .count()
+}
+
+#[test]
+fn every_workload_is_measured_both_ways_under_load() {
+    let doc = bench(&["--quick", "--json", "--load", "1"]);
+    assert_eq!(doc["load"].as_u64(), Some(1), "{doc:#}");
+    let mut expected: Vec<String> =
+        ["platform_init", "info_query", "set_kernel_arg", "enqueue_stream_2000", "enqueue_finish_roundtrip"]
+            .map(String::from)
+            .into();
+    for size in ["4k", "1m", "64m"] {
+        for op in ["write", "read"] {
+            expected.push(format!("{op}_{size}"));
+            expected.push(format!("{op}_{size}_nb"));
+        }
+    }
+    expected.extend(["map_read_64m".to_string(), "map_write_64m".to_string()]);
+    for run in ["direct", "caged"] {
+        let mut got = names(&doc[run]);
+        got.sort();
+        let mut want = expected.clone();
+        want.sort();
+        assert_eq!(got, want, "{run} run: {doc:#}");
+        for r in doc[run]["results"].as_array().unwrap() {
+            let (min, median, max) = (r["min_ns"].as_f64(), r["median_ns"].as_f64(), r["max_ns"].as_f64());
+            let (Some(min), Some(median), Some(max)) = (min, median, max) else { panic!("{run}: {r}") };
+            assert!(0.0 < min && min <= median && median <= max, "{run}: {r}");
+            let name = r["name"].as_str().unwrap();
+            let moves_bytes = name.starts_with("write") || name.starts_with("read") || name.starts_with("map");
+            assert_eq!(r["bytes_per_op"].is_u64(), moves_bytes, "{run}: {r}");
+            if moves_bytes || name.starts_with("enqueue_stream") {
+                assert!(r["throughput"].as_f64().is_some_and(|t| t > 0.0), "{run}: {r}");
+            }
+        }
+    }
+    for name in &expected {
+        assert!(doc["ratios"][name].as_f64().is_some_and(|x| x > 0.0), "no ratio for {name}: {doc:#}");
+    }
+    assert_eq!(spinners(), 0, "a busy process outlived cloister bench");
+}
+
+#[test]
+fn only_runs_the_named_workloads() {
+    let doc = bench(&["--quick", "--json", "--only", "info_query,map_read"]);
+    for run in ["direct", "caged"] {
+        assert_eq!(names(&doc[run]), ["info_query", "map_read_64m"], "{run}: {doc:#}");
+    }
+    let out = Command::new(cloister()).args(["bench", "--quick", "--only", "set_kernel_arg"]).output().unwrap();
+    let table = text(&out);
+    assert!(out.status.success(), "{table}");
+    let line = table.lines().find(|l| l.starts_with("set_kernel_arg ")).unwrap_or_else(|| panic!("{table}"));
+    assert!(line.contains(" ns (") && line.split_whitespace().count() >= 7, "{line}");
+}
