@@ -71,6 +71,12 @@ pub fn decode_reply<C: Call>(bytes: &[u8]) -> Result<C::Reply, IpcError> {
     Ok(reply)
 }
 
+/// Decodes the reply of a call whose reply is a bare status (every request that may be posted,
+/// `Request::posted`).
+pub fn decode_status(bytes: &[u8]) -> Result<i32, IpcError> {
+    postcard::from_bytes(bytes).map_err(IpcError::Decode)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

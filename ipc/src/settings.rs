@@ -78,6 +78,11 @@ pub fn staging() -> &'static str {
     choice("CLOISTER_STAGING", "auto", &["auto", "plain", "pinned"])
 }
 
+/// `CLOISTER_SYNC=1`: strict mode, every enqueue waits for its reply (see the shim's `Conn::post`).
+pub fn sync_mode() -> bool {
+    number("CLOISTER_SYNC", 0u8, 0..=1) == 1
+}
+
 /// Reads every setting once, so that `cloister run` says what is wrong before the application
 /// starts (the application's shim and the workers then stay quiet about it).
 pub fn check_all() {
@@ -87,6 +92,7 @@ pub fn check_all() {
     choice("CLOISTER_ZERO_COPY", "1", &["0", "1"]);
     crate::copy::threads();
     crate::lane::spin_budget();
+    sync_mode();
 }
 
 #[cfg(test)]

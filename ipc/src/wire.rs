@@ -644,6 +644,28 @@ pub enum Frame<'a> {
     Fetched { len: u64 },
 }
 
+impl Request {
+    /// For a request that may be posted (sent without waiting for its reply): its queue and
+    /// its wait list and event. Only enqueues whose reply is a bare status qualify, so a
+    /// failure can be reported later (the event fails, the queue remembers the code); the
+    /// worker refuses anything else that arrives posted.
+    pub fn posted(&self) -> Option<(ObjectId, &EnqueueSync)> {
+        match self {
+            Request::EnqueueNdRange(r) => Some((r.queue, &r.sync)),
+            Request::EnqueueCopyBuffer(r) => Some((r.queue, &r.sync)),
+            Request::EnqueueFillBuffer(r) => Some((r.queue, &r.sync)),
+            Request::EnqueueMarkerOrBarrier(r) => Some((r.queue, &r.sync)),
+            Request::EnqueueUnmapMemObject(r) => Some((r.queue, &r.sync)),
+            // Only a non-blocking one from a segment: the lane's bulk area is reused by the next
+            // call, and a blocking write must not return before the data is in the buffer.
+            Request::EnqueueWriteBuffer(r) if !r.blocking && matches!(r.data, DataRef::Segment { .. }) => {
+                Some((r.queue, &r.sync))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Messages on the socket from the shim to its worker.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum ShimMessage {
@@ -686,9 +708,26 @@ pub enum WorkerMessage {
 /// Something the driver did on its own time: the shim runs the application's callback.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum Notification {
-    EventStatus { token: u64, status: i32 },
-    ContextError { token: u64, errinfo: String, private_info: Vec<u8> },
-    BuildDone { token: u64 },
+    EventStatus {
+        token: u64,
+        status: i32,
+    },
+    ContextError {
+        token: u64,
+        errinfo: String,
+        private_info: Vec<u8>,
+    },
+    BuildDone {
+        token: u64,
+    },
+    /// A posted request (`Request::posted`) failed in the driver after the application's call
+    /// had returned: `token` is its context's callback, `op` the call (`OP_NAMES` index), `code`
+    /// the driver's error. The shim words the message itself.
+    LateError {
+        token: u64,
+        op: u32,
+        code: i32,
+    },
 }
 
 /// The application (shim) asking the broker for its workers.

@@ -6,14 +6,14 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
 
 use cloister_ipc::cl::*;
 use cloister_ipc::handshake::Hello;
-use cloister_ipc::lane::Lane;
+use cloister_ipc::lane::{Lane, PostError, WaitEnd};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{channel, decode_reply, Call, Notification, ObjectId, ShimMessage, WorkerMessage};
+use cloister_ipc::{channel, decode_reply, Call, Notification, ObjectId, Request, ShimMessage, WorkerMessage};
 
 use crate::handle::{new_handle, Kind, ObjData};
 
@@ -65,6 +65,14 @@ pub struct Conn {
     pub death_watcher: OnceLock<Arc<dyn DeathWatcher>>,
     /// Every lane ever opened, so a death can wake the threads sleeping on them at once.
     lanes: Mutex<Vec<Weak<Lane>>>,
+    /// The first lane that posted a request (its address; 0: none yet), and whether another
+    /// one has since: while only one thread posts, the others' calls need not look at it.
+    first_poster: AtomicUsize,
+    many_posters: AtomicBool,
+    /// Contexts ever created on this worker. While there is one, every object is in it, so an
+    /// enqueue's objects cannot be of different contexts (`CL_INVALID_CONTEXT`, which the shim
+    /// does not track per object): only then is anything posted.
+    contexts_made: AtomicU64,
     /// (platform handle, its device handles), in the worker's order.
     pub platforms: OnceLock<Vec<(usize, Vec<usize>)>>,
 }
@@ -77,8 +85,45 @@ struct LaneSlot {
 }
 
 impl Drop for LaneSlot {
+    /// The thread is gone, but what it posted still runs before anything another thread asks
+    /// afterwards (see `Conn::after_other_lanes`): its ring drains before the lane closes.
     fn drop(&mut self) {
+        let dead = &self.dead;
+        if !dead.load(Ordering::Acquire) {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadlines().other_ms);
+            let _ = self.lane.wait_drained(&|| !dead.load(Ordering::Acquire) && std::time::Instant::now() < deadline);
+        }
         self.lane.close();
+    }
+}
+
+/// `CLOISTER_SYNC=1`: strict mode, every enqueue waits for its reply (errors come from the call).
+pub fn strict() -> bool {
+    static STRICT: OnceLock<bool> = OnceLock::new();
+    *STRICT.get_or_init(cloister_ipc::settings::sync_mode)
+}
+
+/// The deadline of one wait on the worker: the call's class deadline plus a grace, later than
+/// the broker's watchdog (which kills a stuck worker and writes the report), as the backstop for
+/// a worker the watchdog cannot see.
+struct Deadline {
+    name: &'static str,
+    ms: u64,
+    at: std::time::Instant,
+    passed: std::cell::Cell<bool>,
+}
+
+impl Deadline {
+    fn for_op(name: &'static str) -> Self {
+        let ms = deadlines().for_op(name) + SHIM_GRACE_MS;
+        let at = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+        Deadline { name, ms, at, passed: std::cell::Cell::new(false) }
+    }
+
+    /// Whether waiting on the worker still makes sense.
+    fn alive(&self, conn: &Conn) -> bool {
+        self.passed.set(std::time::Instant::now() >= self.at);
+        !conn.is_dead() && !self.passed.get() && !conn.hung_up()
     }
 }
 
@@ -245,6 +290,9 @@ impl Conn {
             pending: Default::default(),
             segment_pool: Mutex::new(Vec::new()),
             lanes: Mutex::new(Vec::new()),
+            first_poster: AtomicUsize::new(0),
+            many_posters: AtomicBool::new(false),
+            contexts_made: AtomicU64::new(0),
             death_watcher: OnceLock::new(),
             platforms: OnceLock::new(),
         });
@@ -389,24 +437,12 @@ impl Conn {
         fill: impl FnOnce(*mut u8) -> Result<(), cl_int>,
         drain: impl FnOnce(&C::Reply, *mut u8) -> R,
     ) -> Result<C::Reply, cl_int> {
-        if self.is_dead() {
-            self.await_death_told();
-            return Err(FAULT);
-        }
-        let slot = self.lane()?;
+        let slot = self.open_lane()?;
         let lane = &slot.lane;
         fill(lane.bulk_ptr())?;
         let request = req.into_request();
-        // Timed as the flight recorder notes it (a binary size query is a build).
-        let name = cloister_ipc::deadlines::recorded_name(&request);
         let waits = waits_for_completion(&request);
-        let bytes = cloister_ipc::encode_request_value(&request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        let reply = crate::spill::exchange(self, C::NAME, &bytes, |frame| self.round_trip(lane, frame, name))?;
-        if cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait {
-            // Kernel printf output is in the pipes by now: it reaches the application before
-            // the call returns, as it would directly.
-            crate::stdio_relay::drain();
-        }
+        let reply = self.exchange(lane, &request)?;
         match decode_reply::<C>(&reply) {
             Ok(r) => {
                 drain(&r, lane.bulk_ptr());
@@ -415,43 +451,132 @@ impl Conn {
                 }
                 Ok(r)
             }
-            Err(e) => {
-                // A reply we cannot read is a misbehaving worker: a fault, like a crash.
-                crate::runtime::warn(&format!("worker for {} sent a malformed reply to {}: {e}", self.driver, C::NAME));
-                self.hang_up();
-                self.mark_dead();
-                self.await_death_told();
-                Err(FAULT)
-            }
+            Err(e) => Err(self.malformed(C::NAME, &e.to_string())),
         }
     }
 
-    /// Posts one lane frame and waits for the answer's frame, within the deadline of `name`.
-    fn round_trip(&self, lane: &Lane, frame: &[u8], name: &str) -> Result<Vec<u8>, cl_int> {
-        lane.post_request(frame).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        // A worker that never answers (hung outside any call the broker's watchdog sees, or
-        // hostile) is given up on at the call's deadline, like one that died.
-        // Later than the broker's watchdog, which kills a stuck worker and writes the report:
-        // this is the backstop for a worker the watchdog cannot see.
-        let deadline_ms = deadlines().for_op(name) + SHIM_GRACE_MS;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms);
-        let timed_out = std::cell::Cell::new(false);
-        let alive = || {
-            timed_out.set(std::time::Instant::now() >= deadline);
-            !self.is_dead() && !timed_out.get() && !self.hung_up()
-        };
-        lane.wait_reply(&alive).map_err(|_| {
-            if timed_out.get() && !self.is_dead() {
-                crate::runtime::warn(&format!(
-                    "the worker for {} did not answer {name} within {deadline_ms} ms; giving up on it",
-                    self.driver,
-                ));
-                self.hang_up();
+    /// Sends an enqueue the caller vouched for without waiting for its reply, if it may travel
+    /// so (`Request::posted`, not in strict mode): CL_SUCCESS at once, and a failure in the
+    /// driver is reported late (the event fails, the context's callback hears it, the queue's
+    /// next blocking call returns it). Anything else is an ordinary call.
+    pub fn post<C: Call<Reply = cl_int>>(&self, req: C) -> Result<cl_int, cl_int> {
+        let request = req.into_request();
+        if strict() || request.posted().is_none() || self.contexts_made.load(Ordering::Acquire) > 1 {
+            return self.call_request(&request);
+        }
+        let slot = self.open_lane()?;
+        let bytes = cloister_ipc::encode_request_value(&request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        self.after_other_lanes(&slot.lane, request.op_name())?;
+        let deadline = Deadline::for_op(request.op_name());
+        match slot.lane.post(&bytes, &|| deadline.alive(self)) {
+            Ok(()) => {
+                self.note_poster(&slot.lane);
+                Ok(CL_SUCCESS)
             }
-            self.mark_dead();
+            // Too large for the ring (a kernel with kilobytes of arguments): a call.
+            Err(PostError::TooLarge) => self.call_request(&request),
+            // The worker wrote a ring counter that cannot be: a misbehaving worker, cut off.
+            Err(PostError::Ended(WaitEnd::Protocol)) => Err(self.reject(request.op_name(), "a ring tail out of range")),
+            Err(PostError::Ended(_)) => Err(self.gave_up(&deadline)),
+        }
+    }
+
+    /// A call with a bare status for a reply, from an already-built request.
+    fn call_request(&self, request: &Request) -> Result<cl_int, cl_int> {
+        let slot = self.open_lane()?;
+        let reply = self.exchange(&slot.lane, request)?;
+        cloister_ipc::decode_status(&reply).map_err(|e| self.malformed(request.op_name(), &e.to_string()))
+    }
+
+    /// This thread's lane, or the fault of a dead worker.
+    fn open_lane(&self) -> Result<Rc<LaneSlot>, cl_int> {
+        if self.is_dead() {
             self.await_death_told();
-            FAULT
-        })
+            return Err(FAULT);
+        }
+        self.lane()
+    }
+
+    /// Posts `request` as this lane's call and waits for the reply's bytes, up to its deadline.
+    fn exchange(&self, lane: &Lane, request: &Request) -> Result<Vec<u8>, cl_int> {
+        // Timed as the flight recorder notes it (a binary size query is a build).
+        let name = cloister_ipc::deadlines::recorded_name(request);
+        let bytes = cloister_ipc::encode_request_value(request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        if matches!(request, Request::CreateContext(_) | Request::CreateContextFromType(_)) {
+            self.contexts_made.fetch_add(1, Ordering::AcqRel);
+        }
+        self.after_other_lanes(lane, name)?;
+        // Too big for the lane, the request or its reply travels through a segment (`spill`).
+        let reply =
+            crate::spill::exchange(self, request.op_name(), &bytes, |frame| self.round_trip(lane, frame, name))?;
+        if cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait {
+            // Kernel printf output is in the pipes by now: it reaches the application before
+            // the call returns, as it would directly.
+            crate::stdio_relay::drain();
+        }
+        Ok(reply)
+    }
+
+    /// Posts one lane frame as this lane's call and waits for the answer's frame, within the
+    /// deadline of `name`: a worker that never answers (hung outside any call the broker's
+    /// watchdog sees, or hostile) is given up on then, like one that died.
+    fn round_trip(&self, lane: &Lane, frame: &[u8], name: &'static str) -> Result<Vec<u8>, cl_int> {
+        lane.post_request(frame).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        let deadline = Deadline::for_op(name);
+        lane.wait_reply(&|| deadline.alive(self)).map_err(|_| self.gave_up(&deadline))
+    }
+
+    /// A wait on the worker ended without an answer: past its deadline (the worker is cut off),
+    /// or the worker is gone. Returns the call's error once the contexts have heard.
+    fn gave_up(&self, deadline: &Deadline) -> cl_int {
+        if deadline.passed.get() && !self.is_dead() {
+            crate::runtime::warn(&format!(
+                "the worker for {} did not answer {} within {} ms; giving up on it",
+                self.driver, deadline.name, deadline.ms,
+            ));
+            self.hang_up();
+        }
+        self.mark_dead();
+        self.await_death_told();
+        FAULT
+    }
+
+    /// A reply we cannot read is a misbehaving worker: a fault, like a crash.
+    fn malformed(&self, call: &str, err: &str) -> cl_int {
+        crate::runtime::warn(&format!("worker for {} sent a malformed reply to {call}: {err}", self.driver));
+        self.hang_up();
+        self.mark_dead();
+        self.await_death_told();
+        FAULT
+    }
+
+    /// Notes that `lane` has posted (see `first_poster`).
+    fn note_poster(&self, lane: &Arc<Lane>) {
+        let me = Arc::as_ptr(lane) as usize;
+        match self.first_poster.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+            Err(first) if first != me => self.many_posters.store(true, Ordering::Release),
+            _ => {}
+        }
+    }
+
+    /// Before a request on `mine`: waits until the worker has taken everything other threads
+    /// posted so far. Directly, an enqueue has reached the driver when its call returns, so a
+    /// thread told of it (a clFinish, a wait on its event, a release of its buffer) must find
+    /// it there; across lanes only this wait gives that order.
+    fn after_other_lanes(&self, mine: &Lane, name: &'static str) -> Result<(), cl_int> {
+        let first = self.first_poster.load(Ordering::Acquire);
+        if first == 0 || (first == mine as *const Lane as usize && !self.many_posters.load(Ordering::Acquire)) {
+            return Ok(());
+        }
+        let others: Vec<Arc<Lane>> = {
+            let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+            lanes.iter().filter_map(Weak::upgrade).filter(|l| !std::ptr::eq(&**l, mine) && !l.is_drained()).collect()
+        };
+        for lane in others {
+            let deadline = Deadline::for_op(name);
+            lane.wait_drained(&|| deadline.alive(self)).map_err(|_| self.gave_up(&deadline))?;
+        }
+        Ok(())
     }
 
     /// A reply that breaks what the application declared (a longer binary than the size it was
@@ -756,6 +881,14 @@ impl Conn {
                 // The program was kept alive for its callback (see `Callback::Build`).
                 crate::handle::release(program as *mut c_void, Kind::Program);
             }
+            Notification::LateError { token, op, code } => {
+                drop(cbs);
+                let msg = std::ffi::CString::new(late_error_message(op, code)).unwrap_or_default();
+                self.run_context_callback(token, |pfn, user_data| {
+                    // SAFETY: as for ContextError.
+                    unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, user_data as *mut c_void) };
+                });
+            }
             Notification::EventStatus { token, status } => {
                 let Some(Callback::Event { pfn, user_data, event }) = cbs.remove(&token) else {
                     return;
@@ -772,6 +905,27 @@ impl Conn {
             }
         }
     }
+}
+
+/// What the context's callback hears when a posted enqueue failed in the driver. `op` and `code`
+/// come from the worker: only names from the shim's own tables go into the text.
+fn late_error_message(op: u32, code: cl_int) -> String {
+    let call = match cloister_ipc::OP_NAMES.get(op as usize).copied() {
+        Some("EnqueueNdRange") => "clEnqueueNDRangeKernel",
+        Some("EnqueueCopyBuffer") => "clEnqueueCopyBuffer",
+        Some("EnqueueFillBuffer") => "clEnqueueFillBuffer",
+        Some("EnqueueMarkerOrBarrier") => "clEnqueueMarkerWithWaitList/clEnqueueBarrierWithWaitList",
+        Some("EnqueueUnmapMemObject") => "clEnqueueUnmapMemObject",
+        Some("EnqueueWriteBuffer") => "clEnqueueWriteBuffer",
+        _ => "an enqueue",
+    };
+    let name = cloister_ipc::cl::error_name(code).unwrap_or("an unknown error");
+    format!(
+        "cloister: {call} failed in the driver with {name} ({code}) after the call had returned CL_SUCCESS \
+         (cloister enqueues asynchronously). The command's event, if one was asked for, has this status, \
+         and the next blocking call on its queue (clFinish, a blocking read, write or map) returns it. \
+         Set CLOISTER_SYNC=1 to have each enqueue return its own error."
+    )
 }
 
 #[cfg(test)]

@@ -158,8 +158,13 @@ fn serve(lane: &Lane, script: &std::sync::Mutex<Script>, sock: &OwnedFd, stop: &
         }
         // Notifications the driver sends on its own time, before this reply.
         while !s.done() && s.byte().is_multiple_of(4) {
-            let n = match s.byte() % 3 {
+            let n = match s.byte() % 4 {
                 0 => Notification::EventStatus { token: u64::from(s.byte() % 32), status: s.status() },
+                3 => Notification::LateError {
+                    token: u64::from(s.byte() % 32),
+                    op: u32::from(s.byte()),
+                    code: s.status(),
+                },
                 1 => Notification::ContextError {
                     token: u64::from(s.byte() % 32),
                     errinfo: String::from_utf8_lossy(&s.take(8)).into_owned(),

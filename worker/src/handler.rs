@@ -88,6 +88,15 @@ pub struct Worker {
     pub objects: ObjectTable,
     pub segments: Segments,
     mappings: Mutex<HashMap<u64, Mapping>>,
+    /// The first late error of a posted enqueue on each queue (by id), until the next blocking
+    /// call on that queue returns it (`late_status`).
+    late: Mutex<HashMap<ObjectId, cl_int>>,
+    /// Each context's callback token, by driver handle: where late errors are told.
+    context_tokens: Mutex<HashMap<usize, u64>>,
+    /// The failed events `late_failure` made (driver handles). A command waiting on one fails at
+    /// once with `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`: drivers (pocl 3.1) leave a
+    /// command behind an event that failed before it was enqueued queued for ever.
+    failed_events: Mutex<std::collections::HashSet<usize>>,
     /// Shared regions pinned in the driver's contexts for fast transfers (discrete GPUs).
     pub staging: crate::staging::Staging,
 }
@@ -194,6 +203,12 @@ impl LaneServer<'_> {
             Ok(w) => w,
             Err(e) => return e,
         };
+        if !wait.is_empty() {
+            let failed = self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner());
+            if wait.iter().any(|w| failed.contains(&(*w as usize))) {
+                return CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
+            }
+        }
         let mut ev = null_mut();
         let rc = call(wait.len() as u32, wait_ptr(&wait), ev_ptr(sync, &mut ev));
         self.adopt_event(sync, ev, rc)
@@ -286,6 +301,75 @@ impl LaneServer<'_> {
         }
         Ok(())
     }
+}
+
+impl LaneServer<'_> {
+    /// A posted enqueue (`Request::posted`) failed with `code` after the application's call
+    /// returned CL_SUCCESS: reported as OpenCL reports asynchronous errors. The application's
+    /// event exists anyway, as a user event of the queue's context failed with `code` (so its
+    /// status is negative and commands waiting on it fail as the driver makes them); the queue
+    /// remembers the code for its next blocking call; the context's callback hears of it.
+    pub(crate) fn late_failure(&self, queue: ObjectId, sync: &EnqueueSync, op: u32, code: cl_int) {
+        // A failure must read as one: a (nonsensical) positive code becomes a generic error.
+        let code = if code < 0 { code } else { CL_OUT_OF_RESOURCES };
+        self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).entry(queue).or_insert(code);
+        let ctx = self.obj(queue, Kind::Queue).ok().and_then(queue_context);
+        if let (Some(id), Some(ctx)) = (sync.event, ctx) {
+            // SAFETY: ctx is a live context handle from the driver.
+            let table = unsafe { crate::driver::dispatch(ctx) };
+            if let (None, Some(create), Some(set)) =
+                (self.worker.objects.get_any(id), table.clCreateUserEvent, table.clSetUserEventStatus)
+            {
+                let mut rc = CL_SUCCESS;
+                // SAFETY: a live context; then the user event just created.
+                let ev = unsafe { create(ctx as _, &mut rc) };
+                if rc == CL_SUCCESS && !ev.is_null() {
+                    // SAFETY: as above.
+                    unsafe { set(ev, code) };
+                    self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner()).insert(ev as usize);
+                    self.adopt(id, Kind::Event, ev, rc);
+                }
+            }
+        }
+        let token =
+            ctx.and_then(|c| self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&c).copied());
+        if let Some(token) = token {
+            notify::send(Notification::LateError { token, op, code });
+        }
+    }
+
+    /// The status a blocking call on `queue` returns: a late error the queue holds takes the
+    /// place of its success (once).
+    pub(crate) fn late_status(&self, queue: ObjectId, rc: cl_int) -> cl_int {
+        match rc {
+            CL_SUCCESS => self.take_late(queue).err().unwrap_or(rc),
+            _ => rc,
+        }
+    }
+
+    /// Takes the late error `queue` holds, if any. A blocking map returns it instead of mapping
+    /// (a map made and then failed would stay mapped in the driver).
+    pub(crate) fn take_late(&self, queue: ObjectId) -> Result<(), cl_int> {
+        match self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&queue) {
+            Some(code) => Err(code),
+            None => Ok(()),
+        }
+    }
+
+    /// Remembers a context's callback token (see `Worker::context_tokens`).
+    fn context_created(&self, ctx: *mut c_void, rc: cl_int, token: Option<u64>) {
+        if let (CL_SUCCESS, false, Some(t)) = (rc, ctx.is_null(), token) {
+            self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).insert(ctx as usize, t);
+        }
+    }
+}
+
+/// A queue's context.
+fn queue_context(q: usize) -> Option<usize> {
+    let mut ctx: usize = 0;
+    let (size, ptr) = (HANDLE, (&mut ctx as *mut usize).cast());
+    let rc = info_call(InfoTarget::CommandQueue, q, 0, CL_QUEUE_CONTEXT, size, ptr, null_mut());
+    (rc == CL_SUCCESS && ctx != 0).then_some(ctx)
 }
 
 /// A property list as the driver wants it: zero-terminated, or NULL for `None`.
@@ -433,9 +517,17 @@ impl Handler for LaneServer<'_> {
             return CL_INVALID_VALUE;
         };
         let hp = h as *mut c_void;
+        // What the worker kept about the object goes with it (the driver may reuse a handle).
         match kind {
-            Kind::Context => self.worker.staging.forget_context(h),
-            Kind::Queue => self.worker.staging.forget_queue(h),
+            Kind::Context => {
+                self.worker.staging.forget_context(h);
+                self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(&h);
+            }
+            Kind::Event => drop(self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner()).remove(&h)),
+            Kind::Queue => {
+                self.worker.staging.forget_queue(h);
+                self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.object);
+            }
             _ => {}
         }
         // SAFETY: h was a live handle of `kind`; the shim sends one release per object.
@@ -467,6 +559,7 @@ impl Handler for LaneServer<'_> {
         // SAFETY: props is zero-terminated or NULL; devs holds live devices; the callback has
         // the signature clCreateContext expects.
         let ctx = unsafe { f(opt_ptr(&props), devs.len() as u32, devs.as_ptr(), cb, token, &mut rc) };
+        self.context_created(ctx, rc, r.notify);
         self.adopt(r.id, Kind::Context, ctx, rc)
     }
 
@@ -484,6 +577,7 @@ impl Handler for LaneServer<'_> {
         let (cb, token) = notify_pair(r.notify, notify::on_context_error as *mut c_void);
         // SAFETY: as in create_context.
         let ctx = unsafe { f(opt_ptr(&props), r.device_type, cb, token, &mut rc) };
+        self.context_created(ctx, rc, r.notify);
         self.adopt(r.id, Kind::Context, ctx, rc)
     }
 
@@ -655,7 +749,13 @@ impl Handler for LaneServer<'_> {
         let (offset, len) = (r.offset as usize, r.data.len() as usize);
         // SAFETY: src holds `len` bytes of shared memory that outlives the write (lane: blocking;
         // segment: the shim drops it only after the event completes).
-        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e) })
+        let rc =
+            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e) });
+        if r.blocking {
+            self.late_status(r.queue, rc)
+        } else {
+            rc
+        }
     }
 
     fn enqueue_read_buffer(&self, r: EnqueueReadBuffer) -> i32 {
@@ -668,7 +768,13 @@ impl Handler for LaneServer<'_> {
         let (offset, len) = (r.offset as usize, r.into.len() as usize);
         // SAFETY: dst holds `len` writable bytes of shared memory that outlives the read (lane:
         // blocking; segment: the shim drops it only after the event completes).
-        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e) })
+        let rc =
+            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e) });
+        if r.blocking {
+            self.late_status(r.queue, rc)
+        } else {
+            rc
+        }
     }
 
     fn enqueue_copy_buffer(&self, r: EnqueueCopyBuffer) -> i32 {
@@ -693,6 +799,9 @@ impl Handler for LaneServer<'_> {
 
     fn enqueue_map_buffer(&self, r: EnqueueMapBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
+        if r.blocking {
+            tri!(self.take_late(r.queue));
+        }
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let (flags, offset, size) = (r.flags, r.offset as usize, r.size as usize);
         let view = if r.in_place {
@@ -788,7 +897,7 @@ impl Handler for LaneServer<'_> {
         // SAFETY: live queue.
         unsafe {
             if r.finish {
-                driver_fn!(q, clFinish)(q as _)
+                self.late_status(r.queue, driver_fn!(q, clFinish)(q as _))
             } else {
                 driver_fn!(q, clFlush)(q as _)
             }
@@ -1107,6 +1216,9 @@ impl Handler for LaneServer<'_> {
 
     fn enqueue_map_image(&self, r: EnqueueMapImage) -> MapImageReply {
         let q = tri!(self.obj(r.queue, Kind::Queue));
+        if r.blocking {
+            tri!(self.take_late(r.queue));
+        }
         let m = tri!(self.obj(r.mem, Kind::Mem));
         let Some(segment) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE.into() };
         let region = r.region.map(|x| x as usize);

@@ -20,10 +20,12 @@ use std::sync::Arc;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::handshake::PROTOCOL_VERSION;
-use cloister_ipc::lane::{Lane, LANE_BYTES};
+use cloister_ipc::lane::{Lane, Work, LANE_BYTES};
 use cloister_ipc::recorder::{FlightRecorder, RecorderHeader, RECORDER_FD};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{channel, dispatch as dispatch_call, Enumerated, ShimMessage, WorkerMessage, WORKER_ID_BIT};
+use cloister_ipc::{
+    channel, dispatch as dispatch_call, Enumerated, Request, ShimMessage, WorkerMessage, WORKER_ID_BIT,
+};
 
 use handler::{LaneServer, Worker};
 use objects::Kind;
@@ -361,44 +363,79 @@ fn device_name(dev: usize) -> String {
 /// The flight recorder the broker reads (absent when the worker runs without a broker).
 pub(crate) static RECORDER: std::sync::OnceLock<&'static RecorderHeader> = std::sync::OnceLock::new();
 
+/// Serves one lane in the application's order: calls are answered, posted requests (enqueues
+/// the shim vouched for) run without an answer, and a posted request the driver rejects is
+/// reported late (`LaneServer::late_failure`).
 fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
     let server = LaneServer { worker, lane };
     let recorder = RECORDER.get().copied();
     let slot = recorder.and_then(FlightRecorder::claim_slot);
+    // Runs a request and encodes its reply. Noted before the driver runs it, so a crash or hang
+    // inside names the call.
+    let run = |req: Request| {
+        let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
+            .unwrap_or_else(|| req.op_index());
+        let start = recorder.map(|r| FlightRecorder::begin(r, slot, lane_id, op));
+        let reply = dispatch_call(&server, req).unwrap_or_default();
+        if let (Some(r), Some(start)) = (recorder, start) {
+            FlightRecorder::end(r, slot, lane_id, op, start);
+        }
+        reply
+    };
     let alive = || true;
     let mut spill = cloister_ipc::spill::LaneSpill::default();
-    while let Ok(bytes) = lane.wait_request(&alive) {
-        // The call stays in flight in the recorder until its reply is posted.
-        let mut in_flight = None;
-        let framed = spill.serve(
-            &bytes,
-            |id| worker.segments.get(id),
-            |bytes| match cloister_ipc::decode_request(bytes) {
-                Ok(req) => {
-                    // Noted before the driver runs it, so a crash or hang inside names the call.
-                    let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
-                        .unwrap_or_else(|| req.op_index());
-                    in_flight = recorder.map(|r| (r, op, FlightRecorder::begin(r, slot, lane_id, op)));
-                    let build =
-                        cloister_ipc::deadlines::class_of(req.op_name()) == cloister_ipc::deadlines::Class::Build;
-                    let reply = dispatch_call(&server, req).unwrap_or_default();
-                    if build {
-                        // A build is where LLVM installs its signal handlers.
-                        signals::ensure_last();
+    loop {
+        match lane.next(&alive) {
+            Ok(Work::Call(bytes)) => {
+                // The call stays in flight in the recorder until its reply is posted.
+                let mut in_flight = None;
+                let framed = spill.serve(
+                    &bytes,
+                    |id| worker.segments.get(id),
+                    |bytes| match cloister_ipc::decode_request(bytes) {
+                        Ok(req) => {
+                            // Noted before the driver runs it, so a crash or hang inside names the call.
+                            let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
+                                .unwrap_or_else(|| req.op_index());
+                            in_flight = recorder.map(|r| (r, op, FlightRecorder::begin(r, slot, lane_id, op)));
+                            let build = cloister_ipc::deadlines::class_of(req.op_name())
+                                == cloister_ipc::deadlines::Class::Build;
+                            let reply = dispatch_call(&server, req).unwrap_or_default();
+                            if build {
+                                // A build is where LLVM installs its signal handlers.
+                                signals::ensure_last();
+                            }
+                            reply
+                        }
+                        // An empty reply fails to decode in the shim, which treats it as a fault.
+                        Err(_) => Vec::new(),
+                    },
+                );
+                match framed.and_then(|f| lane.post_reply(&f).map_err(|e| e.to_string())) {
+                    Ok(()) => {
+                        if let Some((r, op, start)) = in_flight {
+                            FlightRecorder::end(r, slot, lane_id, op, start);
+                        }
                     }
-                    reply
-                }
-                // An empty reply fails to decode in the shim, which treats it as a fault.
-                Err(_) => Vec::new(),
-            },
-        );
-        match framed.and_then(|f| lane.post_reply(&f).map_err(|e| e.to_string())) {
-            Ok(()) => {
-                if let Some((r, op, start)) = in_flight {
-                    FlightRecorder::end(r, slot, lane_id, op, start);
+                    Err(why) => cannot_reply(lane_id, &why),
                 }
             }
-            Err(why) => cannot_reply(lane_id, &why),
+            Ok(Work::Posted(bytes)) => {
+                // Only what may be posted runs; anything else (which the shim never posts) is
+                // dropped, as nobody waits for its answer.
+                if let Ok(req) = cloister_ipc::decode_request(&bytes) {
+                    if let Some((queue, sync)) = req.posted().map(|(q, s)| (q, s.clone())) {
+                        let op = req.op_index();
+                        let code = cloister_ipc::decode_status(&run(req)).unwrap_or(CL_OUT_OF_RESOURCES);
+                        if code != CL_SUCCESS {
+                            server.late_failure(queue, &sync, op, code);
+                        }
+                    }
+                }
+                // Its failure, if any, is recorded: calls from other threads may go on.
+                lane.posted_done();
+            }
+            Err(_) => break,
         }
     }
     // The lane's memory goes away with this thread: no driver may keep it pinned.

@@ -11,8 +11,8 @@ use cloister_ipc::image::Strided;
 use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::*;
 
-use super::kernel::{restore_dirty_args, take_dirty_args};
-use super::{enqueue_call, enqueue_sync, finish_enqueue, slice};
+use super::kernel::{all_args_set, restore_dirty_args, take_dirty_args};
+use super::{enqueue_posted, enqueue_sync, finish_enqueue, slice};
 use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
 use crate::pending::{settle, Mirror, PendingOp, Transfer};
@@ -156,7 +156,13 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32>>(
     make: impl FnOnce(u64, EnqueueSync) -> C,
 ) -> Result<cl_int, cl_int> {
     let (own, event_id) = with_own_event(q, sync);
-    let rc = q.conn.call(make(segment.id, own));
+    // A write's data is in the segment already: it can be posted (`Conn::post` decides which
+    // requests may). A read must learn whether it was accepted before it is tracked.
+    let req = make(segment.id, own);
+    let rc = match transfer {
+        Transfer::Write => q.conn.post(req),
+        _ => q.conn.call(req),
+    };
     if rc != Ok(CL_SUCCESS) {
         q.conn.release_segment(segment);
         return rc;
@@ -342,7 +348,7 @@ pub unsafe fn clEnqueueCopyBuffer(
             sync,
         };
         // SAFETY: the wait list and event per API contract.
-        unsafe { enqueue_call(&q, n, list, event, make) }
+        unsafe { enqueue_posted(&q, n, list, event, make) }
     })();
     r.unwrap_or_else(|e| e)
 }
@@ -374,7 +380,7 @@ pub unsafe fn clEnqueueFillBuffer(
             sync,
         };
         // SAFETY: the wait list and event per API contract.
-        unsafe { enqueue_call(&q, n, list, event, make) }
+        unsafe { enqueue_posted(&q, n, list, event, make) }
     })();
     r.unwrap_or_else(|e| e)
 }
@@ -487,7 +493,15 @@ pub unsafe fn clEnqueueUnmapMemObject(
 /// Has the worker unmap mapping `id` of `m` (copying its view back first if `write_back` and
 /// the view is not the driver's own mapping).
 fn unmap(q: &Object, m: &Object, id: u64, write_back: bool, sync: EnqueueSync) -> Result<cl_int, cl_int> {
-    q.conn.call(EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: id, write_back, sync })
+    let req = EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: id, write_back, sync };
+    // Without a write-back the worker does not touch the segment, so the unmap can be posted
+    // and the segment pooled at once; a write-back waits, as the next user of the pooled
+    // segment may overwrite it before the worker has copied it back.
+    if write_back {
+        q.conn.call(req)
+    } else {
+        q.conn.post(req)
+    }
 }
 
 /// Blocking transfers from this size on are pipelined (`pipelined`), in chunks of
@@ -696,6 +710,12 @@ pub unsafe fn clEnqueueNDRangeKernel(
         };
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        let (global, local) = (dims(global_work_size), dims(local_work_size));
+        // What the shim can vouch for is posted: every argument set (with a shape the driver
+        // accepted), sizes given and non-zero. Whether the driver takes the sizes (a local size
+        // that does not divide the global one, or is too large for the kernel) comes late.
+        let nonzero = |v: &Option<Vec<u64>>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
+        let vouched = all_args_set(&k.data) && nonzero(&global) && (local.is_none() || nonzero(&local));
         let args = take_dirty_args(&k.data);
         let req = EnqueueNdRange {
             queue: q.id,
@@ -703,11 +723,11 @@ pub unsafe fn clEnqueueNDRangeKernel(
             args: args.clone(),
             work_dim,
             offset: dims(global_work_offset),
-            global: dims(global_work_size),
-            local: dims(local_work_size),
+            global,
+            local,
             sync: sync.clone(),
         };
-        let rc = q.conn.call(req);
+        let rc = if vouched { q.conn.post(req) } else { q.conn.call(req) };
         if rc != Ok(CL_SUCCESS) {
             restore_dirty_args(&k.data, &args);
         }
@@ -739,7 +759,7 @@ fn marker_or_barrier(
     let r = (|| {
         let q = lookup(queue, Kind::Queue)?;
         // SAFETY: the wait list and event per API contract.
-        unsafe { enqueue_call(&q, n, list, event, |sync| EnqueueMarkerOrBarrier { queue: q.id, barrier, sync }) }
+        unsafe { enqueue_posted(&q, n, list, event, |sync| EnqueueMarkerOrBarrier { queue: q.id, barrier, sync }) }
     })();
     r.unwrap_or_else(|e| e)
 }

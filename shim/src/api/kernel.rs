@@ -246,6 +246,16 @@ pub fn take_dirty_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
     dirty.into_iter().filter_map(|i| a.values.get(i as usize).cloned().flatten().map(|v| (i, v))).collect()
 }
 
+/// Whether every argument of the kernel has a value (a posted enqueue needs them all: the
+/// driver's `CL_INVALID_KERNEL_ARGS` would otherwise come late).
+pub fn all_args_set(data: &ObjData) -> bool {
+    let ObjData::Kernel { num_args, args } = data else {
+        return false;
+    };
+    let a = args.lock().unwrap_or_else(|e| e.into_inner());
+    a.values.len() >= *num_args as usize && a.values[..*num_args as usize].iter().all(Option::is_some)
+}
+
 /// Puts arguments back as unsent after a failed enqueue, so the next one ships them again.
 pub fn restore_dirty_args(data: &ObjData, sent: &[(u32, ArgValue)]) {
     let ObjData::Kernel { args, .. } = data else {

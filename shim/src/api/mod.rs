@@ -156,8 +156,41 @@ pub unsafe fn enqueue_call<C: cloister_ipc::Call<Reply = cl_int>>(
     make: impl FnOnce(EnqueueSync) -> C,
 ) -> Result<cl_int, cl_int> {
     // SAFETY: forwarded from the caller.
+    unsafe { enqueue_via(queue, n, list, event, make, |req| queue.conn.call(req)) }
+}
+
+/// Like `enqueue_call`, for an enqueue the caller has vouched for (live handles of one worker,
+/// everything the shim can check checked): it is posted (`Conn::post`) and returns at once;
+/// the driver's error, if any, comes late. The event's id is the shim's, so it exists at once.
+///
+/// # Safety
+/// As for `enqueue_call`.
+pub unsafe fn enqueue_posted<C: cloister_ipc::Call<Reply = cl_int>>(
+    queue: &Object,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+    make: impl FnOnce(EnqueueSync) -> C,
+) -> Result<cl_int, cl_int> {
+    // SAFETY: forwarded from the caller.
+    unsafe { enqueue_via(queue, n, list, event, make, |req| queue.conn.post(req)) }
+}
+
+/// `enqueue_call` and `enqueue_posted`, by how the request travels (`send`).
+///
+/// # Safety
+/// As for `enqueue_call`.
+unsafe fn enqueue_via<C: cloister_ipc::Call<Reply = cl_int>>(
+    queue: &Object,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+    make: impl FnOnce(EnqueueSync) -> C,
+    send: impl FnOnce(C) -> Result<cl_int, cl_int>,
+) -> Result<cl_int, cl_int> {
+    // SAFETY: forwarded from the caller.
     let sync = unsafe { enqueue_sync(queue, n, list, event)? };
-    let rc = queue.conn.call(make(sync.clone()));
+    let rc = send(make(sync.clone()));
     // SAFETY: forwarded from the caller.
     Ok(unsafe { finish_enqueue(queue, &sync, event, rc) })
 }

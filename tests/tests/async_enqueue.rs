@@ -1,0 +1,108 @@
+//! Asynchronous enqueues (`tests/c/async_enqueue.c`): cloister posts the enqueues it can vouch
+//! for and returns at once. Results must be what they are directly; an error the driver finds
+//! later must surface as OpenCL's asynchronous errors do; `CLOISTER_SYNC=1` must give the
+//! driver's error from the call itself; a worker that dies with enqueues queued must leave no
+//! call hanging.
+
+use cloister_tests::*;
+
+const STRICT: (&str, &str) = ("CLOISTER_SYNC", "1");
+
+fn lines(o: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect()
+}
+
+/// 2 x 20 000 posted kernels on two threads' queues, then a kernel, a copy and a barrier behind
+/// them, and another thread's 5 000 enqueues read on this one: the same numbers as directly.
+#[test]
+fn posted_enqueues_run_in_order_with_the_right_results() {
+    let exe = c_client("async_enqueue");
+    let d = direct(&exe, &["stream"], &[]);
+    let c = caged(&[], &exe, &["stream"], &[]);
+    let s = caged(&[], &exe, &["stream"], &[STRICT]);
+    assert!(d.status.success(), "{}", text(&d));
+    let want = lines(&d);
+    assert!(want.iter().any(|l| l == "stream 0: 20000 increments then double, copy back: right (40000, 40000)"));
+    assert!(want.iter().any(|l| l == "another thread's 5000 enqueues, then a read here: 5000"), "{want:?}");
+    assert_eq!(lines(&c), want, "caged:\n{}", text(&c));
+    assert_eq!(lines(&s), want, "strict:\n{}", text(&s));
+}
+
+/// A work-group larger than the kernel allows: directly (and in strict mode) the call says
+/// CL_INVALID_WORK_GROUP_SIZE; posted, the call succeeds and the error comes late, as OpenCL's
+/// asynchronous errors do.
+#[test]
+fn a_rejected_enqueue_reports_late_and_strict_mode_reports_at_once() {
+    let exe = c_client("async_enqueue");
+    let d = direct(&exe, &["late"], &[]);
+    let s = caged(&[], &exe, &["late"], &[STRICT]);
+    let c = caged(&[], &exe, &["late"], &[]);
+    for o in [&d, &s, &c] {
+        assert!(o.status.success(), "{}", text(o));
+    }
+    let code = CL_INVALID_WORK_GROUP_SIZE;
+    assert_eq!(lines(&d)[0], format!("rejected NDRange -> {code}"), "{}", text(&d));
+    assert_eq!(lines(&s), lines(&d), "strict mode must answer as the driver does:\n{}", text(&s));
+
+    let out = lines(&c);
+    let t = text(&c);
+    let expected = [
+        "rejected NDRange -> 0".to_string(),
+        format!("late: clFinish -> {code}"),
+        format!("late: event status {code}"),
+        "late: wait on its event -> -14".to_string(),
+        "late: a marker waiting on it: wait -> -14, status negative".to_string(),
+        // The marker failed too (its wait list held a failed event): reported the same way.
+        "late: clFinish again -> -14".to_string(),
+        format!("late: then a blocking map -> {code} (NULL)"),
+        format!("late: then a blocking read -> {code}"),
+        "late: and the next one -> 0".to_string(),
+    ];
+    assert_eq!(out[..expected.len()], expected, "{t}");
+    let heard = out.iter().find(|l| l.starts_with("late: notify heard: ")).expect("a notify line");
+    assert!(
+        heard.contains("clEnqueueNDRangeKernel") && heard.contains("CL_INVALID_WORK_GROUP_SIZE (-54)"),
+        "the context's callback must name the call and the error: {heard}"
+    );
+    // The queue and the kernel's arguments survive: the next NDRange works.
+    assert!(out.contains(&"afterwards a good NDRange: 1 1".to_string()), "{t}");
+    assert_eq!(out.last().map(String::as_str), Some("done"), "{t}");
+}
+
+/// The fault driver crashes the worker in the first NDRange, with the other 2 999 queued behind
+/// it: every later call returns CL_DEVICE_NOT_AVAILABLE, events included, and nothing hangs.
+#[test]
+fn a_worker_dying_with_posted_enqueues_queued_leaves_nothing_hanging() {
+    let exe = c_client("async_enqueue");
+    let driver = fault_driver();
+    let started = std::time::Instant::now();
+    let c = caged(
+        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
+        &exe,
+        &["death"],
+        &[("CLOISTER_FAULT", "enqueue:segv")],
+    );
+    let t = text(&c);
+    assert!(c.status.success(), "{t}");
+    let out = lines(&c);
+    // Enqueues posted before the worker died returned CL_SUCCESS; the first one after it (if
+    // the loop got there) returned CL_DEVICE_NOT_AVAILABLE.
+    let first = &out[0];
+    assert!(first.starts_with("death: ") && (first.ends_with("then 0") || first.ends_with("then -2")), "{t}");
+    for want in ["death: clFinish -> -2", "death: wait on event 0 -> -2, status -2", "death: blocking read -> -2"] {
+        assert!(out.iter().any(|l| l == want), "missing {want:?}:\n{t}");
+    }
+    // Events of enqueues made after the death were never handed out; those made before fail.
+    for i in 1..3 {
+        let line = out.iter().find(|l| {
+            l.starts_with(&format!("death: wait on event {i}")) || l.starts_with(&format!("death: event {i} "))
+        });
+        let line = line.unwrap_or_else(|| panic!("no line for event {i}:\n{t}"));
+        assert!(line.ends_with("-> -2, status -2") || line.ends_with("was never returned"), "{t}");
+    }
+    assert!(out.iter().any(|l| l == "death: still running"), "{t}");
+    assert!(t.contains("died during EnqueueNdRange"), "the report names the posted call in flight:\n{t}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
+}
+
+const CL_INVALID_WORK_GROUP_SIZE: i32 = -54;
