@@ -86,7 +86,7 @@ impl Strided {
     pub unsafe fn pack(&self, src: *const u8, dst: *mut u8) {
         for (i, off) in self.rows().enumerate() {
             // SAFETY: guaranteed by the caller.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(off), dst.add(i * self.row_bytes), self.row_bytes) };
+            unsafe { crate::copy::copy(dst.add(i * self.row_bytes), src.add(off), self.row_bytes) };
         }
     }
 
@@ -97,7 +97,7 @@ impl Strided {
     pub unsafe fn unpack(&self, src: *const u8, dst: *mut u8) {
         for (i, off) in self.rows().enumerate() {
             // SAFETY: guaranteed by the caller.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(i * self.row_bytes), dst.add(off), self.row_bytes) };
+            unsafe { crate::copy::copy(dst.add(off), src.add(i * self.row_bytes), self.row_bytes) };
         }
     }
 }

@@ -76,7 +76,7 @@ fn with_host_data<C: Call<Reply = i32>>(
     }
     let seg = conn.acquire_segment(len)?;
     // SAFETY: as above; the segment holds at least `len` bytes.
-    unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), seg.region.as_ptr(), len) };
+    unsafe { cloister_ipc::copy::copy(seg.region.as_ptr(), host_ptr.cast::<u8>(), len) };
     let rc = conn.call(req(Some(DataRef::Segment { id: seg.id, offset: 0, len: len as u64 })));
     conn.release_segment(seg);
     rc
@@ -161,7 +161,7 @@ fn create_zero_copy_buffer(
     let region = SharedRegion::create("cloister-buffer", size).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
     if !host_ptr.is_null() {
         // SAFETY: COPY_HOST_PTR: the application's memory holds `size` bytes; so does the region.
-        unsafe { std::ptr::copy_nonoverlapping(host_ptr.cast::<u8>(), region.as_ptr(), size) };
+        unsafe { cloister_ipc::copy::copy(region.as_ptr(), host_ptr.cast::<u8>(), size) };
     }
     let segment = conn.share_region(&region)?;
     // The fd travelled with the message: this side needs only the mapping.
