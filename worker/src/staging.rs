@@ -6,8 +6,8 @@
 //! the link's speed (55 GB/s). Creating a `CL_MEM_USE_HOST_PTR` buffer over host memory makes
 //! NVIDIA's driver register (pin) those pages for the context, and its later transfers from or to
 //! anywhere inside them take the fast path (measured: plain `clEnqueueWriteBuffer` from memfd
-//! pages, 15 GB/s before, 55 GB/s after such a buffer exists). So the first transfer through a
-//! shared region in a context pins the whole region there, once; the buffer is never used for
+//! pages, 15 GB/s before, 55 GB/s after such a buffer exists). So the second transfer through a
+//! shared region in a context pins the whole region there, once (see `seen_once`); the buffer is never used for
 //! anything else and is released before the region is unmapped, the context released, or the
 //! queue's handle forgotten.
 //!
@@ -46,6 +46,11 @@ struct State {
     /// (context, region base) -> the buffer that keeps the region pinned there (0: the driver
     /// refused, do not ask again).
     pinned: HashMap<(usize, usize), usize>,
+    /// Regions used once in a context and not pinned yet: pinning costs about as much as one
+    /// pageable copy (the driver locks every page), so only a region used again is pinned (a
+    /// lane's bulk area and pooled segments are; a one-off segment for a huge non-blocking
+    /// transfer is not, and would cost more pinned than it saves).
+    seen_once: std::collections::HashSet<(usize, usize)>,
 }
 
 /// The regions pinned so far, per context.
@@ -88,6 +93,11 @@ impl Staging {
             }
         };
         let Some(ctx) = ctx else { return };
+        let key = (ctx, base as usize);
+        if !state.pinned.contains_key(&key) && state.seen_once.insert(key) {
+            return;
+        }
+        state.seen_once.remove(&key);
         let debug = self.debug;
         state.pinned.entry((ctx, base as usize)).or_insert_with(|| {
             let mut rc = CL_SUCCESS;
@@ -114,6 +124,7 @@ impl Staging {
     /// Before `base`'s region is unmapped: releases its buffers in every context.
     pub fn forget_region(&self, base: *mut u8) {
         let mut state = self.state();
+        state.seen_once.retain(|(_, b)| *b != base as usize);
         let gone: Vec<(usize, usize)> = state.pinned.keys().filter(|(_, b)| *b == base as usize).copied().collect();
         for key in gone {
             release(state.pinned.remove(&key));
@@ -123,6 +134,7 @@ impl Staging {
     /// Before a context's last release: its pinning buffers would keep it alive.
     pub fn forget_context(&self, ctx: usize) {
         let mut state = self.state();
+        state.seen_once.retain(|(c, _)| *c != ctx);
         let gone: Vec<(usize, usize)> = state.pinned.keys().filter(|(c, _)| *c == ctx).copied().collect();
         for key in gone {
             release(state.pinned.remove(&key));
