@@ -5,7 +5,8 @@
  *
  * Every check compares against a reference copy kept in host memory. A failed check prints FAIL
  * and exits 1; the last line is "data integrity ok". Sizes straddle the cage's thresholds: the
- * zero-copy floor (64 KiB) and the lane's bulk area (16 MiB). */
+ * zero-copy floor (64 KiB), the lane's bulk area (16 MiB) and the largest non-blocking transfer
+ * staged through a segment of its own (64 MiB). */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <stdint.h>
@@ -269,8 +270,10 @@ int main(void) {
   CHECK(clBuildProgram(prog, 1, &dev, NULL, NULL, NULL));
   add1 = clCreateKernel(prog, "add1", &err);
   CHECK(err);
-  size_t sizes[] = { 4096 + 3, (64 << 10) + 17, (1 << 20) + 5, (20 << 20) + 123 };
-  for (int i = 0; i < 4; i++) transfers(sizes[i]);
+  /* The last is past the largest non-blocking transfer the cage stages through a segment of its
+   * own (64 MiB): such a one runs as a blocking, pipelined one. */
+  size_t sizes[] = { 4096 + 3, (64 << 10) + 17, (1 << 20) + 5, (20 << 20) + 123, (65 << 20) + 4099 };
+  for (int i = 0; i < 5; i++) transfers(sizes[i]);
   sub_buffers();
   host_ptr_flags(4096);
   host_ptr_flags((1 << 20) + 3);
