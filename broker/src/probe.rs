@@ -24,12 +24,14 @@ pub struct Checked {
 enum Failure {
     Refused(String),
     Died(String),
+    /// The cage killed it for a forbidden call: the same driver would do it again.
+    Violated(String),
 }
 
 /// Starts `driver`'s worker in its cage, greets it, and ends it. A worker that dies while it
 /// starts is replaced up to the crash-loop limit, as the shim does for an application (a crash
 /// that does not come back is no reason to stop the run); one that hung until the `Initialize`
-/// deadline is not (it would hang again).
+/// deadline, or that the cage killed for a forbidden call, is not (it would do it again).
 pub fn check(options: &WorkerOptions, driver: &Driver) -> Result<Checked, String> {
     let (limit, _) = cloister_ipc::settings::crash_loop();
     let patience = Duration::from_millis(
@@ -45,6 +47,7 @@ pub fn check(options: &WorkerOptions, driver: &Driver) -> Result<Checked, String
                 return Err(if tries > 1 { format!("{e} (after {tries} tries)") } else { e })
             }
             Err(Failure::Died(_)) => eprintln!("cloister: driver {}: starting another worker", driver.name),
+            Err(Failure::Violated(e)) => return Err(e),
         }
         tries += 1;
     }
@@ -75,6 +78,9 @@ fn check_once(options: &WorkerOptions, driver: &Driver) -> Result<Checked, Failu
         }),
         Err(e) if e.starts_with("refused") => Err(Failure::Refused(e)),
         // The broker said it already, with the report's path.
+        Err(_) if died.as_deref().is_some_and(|d| d.contains("seccomp trapped")) => {
+            Err(Failure::Violated("its worker broke the cage at start-up (above)".into()))
+        }
         Err(_) if died.is_some() => Err(Failure::Died("its worker died at start-up (above)".into())),
         Err(e) => Err(Failure::Died(e)),
     }
