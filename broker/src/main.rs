@@ -161,10 +161,25 @@ const FORWARDED_SIGNALS: [libc::c_int; 9] = [
     libc::SIGCONT,
 ];
 
+/// Signals that arrived before the application's pid was known (it may already run, and be
+/// told about, before `spawn` returns here): one bit each, sent on once the pid is stored.
+static PENDING_SIGNALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 extern "C" fn forward_signal(sig: libc::c_int) {
-    let pid = CHILD.load(Ordering::Relaxed);
+    let pid = CHILD.load(Ordering::SeqCst);
     if pid > 0 {
         // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    } else if (0..64).contains(&sig) {
+        PENDING_SIGNALS.fetch_or(1 << sig, Ordering::SeqCst);
+    }
+}
+
+/// Sends the application the signals that came before its pid was stored.
+fn forward_pending_signals(pid: i32) {
+    let pending = PENDING_SIGNALS.swap(0, Ordering::SeqCst);
+    for sig in (0..64).filter(|s| pending & (1 << s) != 0) {
+        // SAFETY: signalling our own child.
         unsafe { libc::kill(pid, sig) };
     }
 }
@@ -340,7 +355,8 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
             return Ok(ExitCode::from(code));
         }
     };
-    CHILD.store(child.id() as i32, Ordering::Relaxed);
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    forward_pending_signals(child.id() as i32);
     let status = child.wait().map_err(|e| e.to_string())?;
     // The application's workers end with it; let their reapers finish their reports.
     broker::drain_workers(std::time::Duration::from_secs(3));

@@ -169,7 +169,19 @@ fn signals_are_forwarded_to_the_application() {
     assert_eq!(&buf, b"ready\n");
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
-    let status = child.wait().unwrap();
+    // A lost signal would leave the application looping: fail after 60 s instead of hanging.
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            let _ = Command::new("pkill").args(["-f", "trap 'echo got-usr1"]).status();
+            panic!("the application never got SIGUSR1");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     assert_eq!(status.code(), Some(3), "{rest}");
