@@ -25,8 +25,10 @@ use crate::drivers::{self, Driver};
 impl SandboxOptions {
     /// Checks the options before anything starts. A profile file is made absolute (the worker
     /// runs in its cache folder, where a relative path means something else) and parsed here, so
-    /// a missing or malformed profile is one message naming the file and line.
+    /// a missing or malformed profile is one message naming the file and line; the `CLOISTER_*`
+    /// settings are read once, so a bad value is said now (`settings::check_all`).
     pub fn resolve(&self) -> Result<Self, String> {
+        cloister_ipc::settings::check_all();
         let mut out = self.clone();
         if let Some(p) = &self.profile {
             if cloister_sandbox_policy::Profile::builtin(p).is_none() {

@@ -247,7 +247,6 @@ fn run(
 ) -> Result<ExitCode, String> {
     let install = Install::locate()?;
     let sandbox = &sandbox.resolve()?;
-    cloister_ipc::settings::check_all();
     let drivers = cage::choose_drivers(&install, driver)?;
     // Each driver is started once in its cage before the application: a driver that cannot be
     // used is one message now, not crashed workers later and an application without OpenCL.
@@ -430,7 +429,6 @@ fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxO
         return Err(format!("benchmark client not found at {}", client.display()));
     }
     let sandbox = &sandbox.resolve()?;
-    cloister_ipc::settings::check_all();
     let mut drivers = cage::choose_drivers(&install, driver)?;
     drivers.truncate(1);
     let cage = Cage::start(&install, drivers, sandbox)?;
@@ -468,7 +466,6 @@ fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxO
 fn info(driver: Option<&str>, sandbox: &cage::SandboxOptions) -> Result<ExitCode, String> {
     let install = Install::locate()?;
     let sandbox = &sandbox.resolve()?;
-    cloister_ipc::settings::check_all();
     let drivers = cage::choose_drivers(&install, driver)?;
     let wanted = drivers.len();
     let cage = Cage::start(&install, drivers, sandbox)?;
@@ -542,7 +539,6 @@ fn run_broker(
     use std::os::unix::fs::DirBuilderExt;
     let install = Install::locate()?;
     let sandbox = &sandbox.resolve()?;
-    cloister_ipc::settings::check_all();
     let drivers = cage::choose_drivers(&install, driver)?;
     let path = match socket {
         // A folder the caller named: made private if we create it; if it exists, it is theirs

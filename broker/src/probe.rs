@@ -4,7 +4,7 @@
 //! before anything runs, instead of three restarts, three crash reports and an application
 //! without OpenCL that exits 0. The check's worker is ended as soon as it answered.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use cloister_ipc::handshake::Hello;
@@ -90,21 +90,8 @@ fn check_once(options: &WorkerOptions, driver: &Driver) -> Result<Checked, Failu
 fn greet(sock: &OwnedFd) -> Result<Vec<String>, String> {
     channel::send(sock, &ShimMessage::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
     let limit = cloister_ipc::deadlines::Deadlines::from_env().for_op(cloister_ipc::deadlines::INITIALIZE) + 2000;
-    let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    let end = Instant::now() + Duration::from_millis(limit);
-    loop {
-        let left = end.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd, as counted.
-        let n = unsafe { libc::poll(&mut pfd, 1, left) };
-        if n > 0 {
-            break;
-        }
-        if n == 0 {
-            return Err(format!("its worker did not answer within {limit} ms"));
-        }
-        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
+    if !channel::readable_within(sock, Duration::from_millis(limit)) {
+        return Err(format!("its worker did not answer within {limit} ms"));
     }
     match channel::recv::<WorkerMessage>(sock) {
         Ok((WorkerMessage::Welcome { version, layers, .. }, _)) => {

@@ -22,6 +22,24 @@ pub fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), IpcError> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Whether `sock` has something to read (or was closed) within `limit`.
+pub fn readable_within(sock: &impl AsRawFd, limit: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd, as counted.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n > 0 {
+            return true;
+        }
+        if n == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
+}
+
 /// Sends one frame with optional fds attached.
 pub fn send_raw(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<(), IpcError> {
     if bytes.len() > MAX_FRAME || fds.len() > MAX_FDS {

@@ -83,13 +83,19 @@ pub fn sync_mode() -> bool {
     number("CLOISTER_SYNC", 0u8, 0..=1) == 1
 }
 
+/// `CLOISTER_ZERO_COPY`: whether buffers of host-unified devices share their memory (`1`, the
+/// default) or are staged like any other (`0`).
+pub fn zero_copy() -> bool {
+    choice("CLOISTER_ZERO_COPY", "1", &["0", "1"]) == "1"
+}
+
 /// Reads every setting once, so that `cloister run` says what is wrong before the application
 /// starts (the application's shim and the workers then stay quiet about it).
 pub fn check_all() {
     crate::deadlines::Deadlines::from_env();
     crash_loop();
     staging();
-    choice("CLOISTER_ZERO_COPY", "1", &["0", "1"]);
+    zero_copy();
     crate::copy::threads();
     crate::lane::spin_budget();
     sync_mode();

@@ -154,24 +154,6 @@ fn deadlines() -> &'static cloister_ipc::deadlines::Deadlines {
     D.get_or_init(cloister_ipc::deadlines::Deadlines::from_env)
 }
 
-/// Whether `sock` has something to read (or was closed) within `limit`.
-fn readable_within(sock: &OwnedFd, limit: std::time::Duration) -> bool {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ms = left.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd, as counted.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n > 0 {
-            return true;
-        }
-        if n == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return false;
-        }
-    }
-}
-
 /// The notifier thread's name (callbacks run on it).
 const NOTIFIER: &str = "cloister-notify";
 
@@ -254,7 +236,7 @@ impl Conn {
         // there is killed by the broker's watchdog at the deadline of `Initialize`; this is the
         // backstop for a worker the watchdog cannot see.
         let deadline_ms = deadlines().for_op(cloister_ipc::deadlines::INITIALIZE) + SHIM_GRACE_MS;
-        if !readable_within(&sock, std::time::Duration::from_millis(deadline_ms)) {
+        if !channel::readable_within(&sock, std::time::Duration::from_millis(deadline_ms)) {
             return Err(format!("the worker for {driver} did not answer its welcome within {deadline_ms} ms"));
         }
         let (msg, _) = channel::recv::<WorkerMessage>(&sock).map_err(|e| format!("worker for {driver}: {e}"))?;
@@ -706,7 +688,7 @@ impl Conn {
     fn notification_loop(self: &Arc<Self>) {
         loop {
             // Marked busy before the message leaves the socket (see `await_completed_callbacks`).
-            while !readable_within(&self.sock, std::time::Duration::from_secs(3600)) {}
+            while !channel::readable_within(&self.sock, std::time::Duration::from_secs(3600)) {}
             *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = true;
             let received = channel::recv::<WorkerMessage>(&self.sock);
             match received {

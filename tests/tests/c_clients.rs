@@ -47,17 +47,16 @@ fn api_full_passes_directly_and_caged_with_the_same_results() {
 fn semantics_match_directly_and_caged() {
     let exe = c_client("semantics");
     let (d, c) = both_ways(&exe);
-    let findings = |o: &Output| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|l| !l.starts_with("impl:"))
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
     assert_eq!(findings(&d), findings(&c));
     let out = text(&c);
     assert!(out.contains("impl: read map scribble not written back"), "{out}");
     assert!(out.contains("impl: after a blocking read host_ptr holds the device's results"), "{out}");
+}
+
+/// A semantics transcript without its "impl:" lines (where the spec leaves the answer to the
+/// implementation and the cage documents its own).
+fn findings(o: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&o.stdout).lines().filter(|l| !l.starts_with("impl:")).map(str::to_string).collect()
 }
 
 /// Without a loader dereferencing handles first, a garbage, NULL or released handle of every
@@ -167,13 +166,6 @@ fn semantics_hold_with_pinned_staging() {
     assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
     let c = caged(&[], &exe, &[], &[("CLOISTER_STAGING", "pinned"), ("CLOISTER_DEBUG", "1")]);
     assert!(c.status.success(), "caged run failed:\n{}", text(&c));
-    let findings = |o: &Output| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|l| !l.starts_with("impl:"))
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
     assert_eq!(findings(&d), findings(&c));
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(err.contains("staging: pinning") && err.contains("status 0"), "the path was not taken:\n{err}");

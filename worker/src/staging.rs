@@ -125,20 +125,14 @@ impl Staging {
     pub fn forget_region(&self, base: *mut u8) {
         let mut state = self.state();
         state.seen_once.retain(|(_, b)| *b != base as usize);
-        let gone: Vec<(usize, usize)> = state.pinned.keys().filter(|(_, b)| *b == base as usize).copied().collect();
-        for key in gone {
-            release(state.pinned.remove(&key));
-        }
+        state.pinned.retain(|(_, b), mem| *b != base as usize || release(*mem));
     }
 
     /// Before a context's last release: its pinning buffers would keep it alive.
     pub fn forget_context(&self, ctx: usize) {
         let mut state = self.state();
         state.seen_once.retain(|(c, _)| *c != ctx);
-        let gone: Vec<(usize, usize)> = state.pinned.keys().filter(|(c, _)| *c == ctx).copied().collect();
-        for key in gone {
-            release(state.pinned.remove(&key));
-        }
+        state.pinned.retain(|(c, _), mem| *c != ctx || release(*mem));
         state.queues.retain(|_, c| *c != Some(ctx));
     }
 
@@ -153,8 +147,9 @@ impl Staging {
     }
 }
 
-fn release(mem: Option<usize>) {
-    if let Some(mem) = mem.filter(|m| *m != 0) {
+/// Releases a pinning buffer (0: none was made); false, for `retain` to drop its entry.
+fn release(mem: usize) -> bool {
+    if mem != 0 {
         // SAFETY: `mem` is a live buffer this module created and releases once.
         unsafe {
             if let Some(f) = crate::driver::dispatch(mem).clReleaseMemObject {
@@ -162,6 +157,7 @@ fn release(mem: Option<usize>) {
             }
         }
     }
+    false
 }
 
 /// The context to pin in for `queue`: its own, when the queue's device is not host-unified (or

@@ -91,7 +91,7 @@ const ZERO_COPY_MIN: usize = 64 << 10;
 /// Asked of the worker once per context; its answer only picks the path (both are safe).
 fn zero_copy_context(ctx: &Object) -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ENABLED.get_or_init(|| cloister_ipc::settings::choice("CLOISTER_ZERO_COPY", "1", &["0", "1"]) == "1") {
+    if !*ENABLED.get_or_init(cloister_ipc::settings::zero_copy) {
         return false;
     }
     // Kept in the context's own info cache under a device parameter no context query uses.
