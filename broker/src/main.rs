@@ -476,7 +476,8 @@ fn info(driver: Option<&str>, sandbox: &cage::SandboxOptions) -> Result<ExitCode
         println!("driver {}", w.driver);
         println!("  sandbox profile: {}", w.profile);
         for layer in &w.layers {
-            println!("    {layer}");
+            // Named by the worker: escaped before they reach a terminal.
+            println!("    {}", cloister_crash_reports::escape(layer, false));
         }
         for (platform, devices) in &w.platforms {
             println!("  platform: {platform}");

@@ -121,7 +121,9 @@ pub fn usable(options: &WorkerOptions, drivers: Vec<Driver>, explicit: bool) -> 
         match r {
             Ok(c) => {
                 if !c.weaker.is_empty() && !options.no_sandbox {
-                    eprintln!("cloister: note: driver {} runs in a weaker cage: {}", d.name, c.weaker.join("; "));
+                    // The layer names come from the worker: escaped before they reach a terminal.
+                    let weaker = cloister_crash_reports::escape(&c.weaker.join("; "), false);
+                    eprintln!("cloister: note: driver {} runs in a weaker cage: {weaker}", d.name);
                 }
                 ok.push(c.driver);
             }
