@@ -89,6 +89,19 @@ pub fn zero_copy() -> bool {
     choice("CLOISTER_ZERO_COPY", "1", &["0", "1"]) == "1"
 }
 
+/// `CLOISTER_RECOVERY`: what the shim does when a worker dies. `replay` rebuilds the
+/// application's objects and memory contents in the replacement worker and reruns what was
+/// lost; `report` (the default) makes the lost objects answer `CL_DEVICE_NOT_AVAILABLE`.
+pub fn recovery() -> &'static str {
+    choice("CLOISTER_RECOVERY", "report", &["report", "replay"])
+}
+
+/// `CLOISTER_RECOVERY_BUDGET_MB`: how much memory (MiB) replay mode may keep per worker for
+/// known buffer contents and the journal of commands since (default 256).
+pub fn recovery_budget_mb() -> u64 {
+    number("CLOISTER_RECOVERY_BUDGET_MB", 256u64, 0..=1 << 20)
+}
+
 /// Reads every setting once, so that `cloister run` says what is wrong before the application
 /// starts (the application's shim and the workers then stay quiet about it).
 pub fn check_all() {
@@ -99,6 +112,8 @@ pub fn check_all() {
     crate::copy::threads();
     crate::lane::spin_budget();
     sync_mode();
+    recovery();
+    recovery_budget_mb();
 }
 
 #[cfg(test)]

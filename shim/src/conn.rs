@@ -75,6 +75,8 @@ pub struct Conn {
     contexts_made: AtomicU64,
     /// (platform handle, its device handles), in the worker's order.
     pub platforms: OnceLock<Vec<(usize, Vec<usize>)>>,
+    /// What rebuilds this worker's objects in a replacement (`CLOISTER_RECOVERY=replay`).
+    pub journal: crate::recovery::Journal,
 }
 
 /// A lane owned by the current thread; closing it on thread exit ends the worker's thread.
@@ -277,6 +279,7 @@ impl Conn {
             contexts_made: AtomicU64::new(0),
             death_watcher: OnceLock::new(),
             platforms: OnceLock::new(),
+            journal: Default::default(),
         });
         let mut table = Vec::new();
         let place = |old: Option<usize>, kind: Kind, id: u64, data: ObjData| match old {
@@ -312,6 +315,17 @@ impl Conn {
 
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
+    }
+
+    /// This connection's number in this process.
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// Allocates ids after those of `old`, which this worker replaces: its objects are
+    /// rebuilt here under their own ids (`recovery`).
+    pub fn continue_ids_from(&self, old: &Conn) {
+        self.next_id.fetch_max(old.next_id.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Cuts the channel: the worker sees EOF, and our notifier thread runs the death handling.
@@ -464,7 +478,7 @@ impl Conn {
     }
 
     /// A call with a bare status for a reply, from an already-built request.
-    fn call_request(&self, request: &Request) -> Result<cl_int, cl_int> {
+    pub fn call_request(&self, request: &Request) -> Result<cl_int, cl_int> {
         let slot = self.open_lane()?;
         let reply = self.exchange(&slot.lane, request)?;
         cloister_ipc::decode_status(&reply).map_err(|e| self.malformed(request.op_name(), &e.to_string()))
@@ -473,6 +487,7 @@ impl Conn {
     /// This thread's lane, or the fault of a dead worker.
     fn open_lane(&self) -> Result<Rc<LaneSlot>, cl_int> {
         if self.is_dead() {
+            crate::recovery::met_death(self.serial);
             self.await_death_told();
             return Err(FAULT);
         }
@@ -519,6 +534,7 @@ impl Conn {
             self.hang_up();
         }
         self.mark_dead();
+        crate::recovery::met_death(self.serial);
         self.await_death_told();
         FAULT
     }
@@ -621,6 +637,12 @@ impl Conn {
         let token = self.alloc_id();
         self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).insert(token, cb);
         token
+    }
+
+    /// Registers `cb` under a token of the worker this one replaces (a rebuilt context's
+    /// `pfn_notify`, whose token the worker was given again).
+    pub fn register_callback_as(&self, token: u64, cb: Callback) {
+        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).insert(token, cb);
     }
 
     /// Takes a callback out before it ran; the caller drops what it kept alive for it.
@@ -788,11 +810,18 @@ impl Conn {
             .and_then(|w| w.account())
             .map(|a| format!(": {a}"))
             .unwrap_or_else(|| " (see `cloister crashes`)".into());
-        let message = format!(
-            "cloister: the worker hosting driver {} died{why}. This context and its objects are lost: \
-             create a new context on the same device to continue.",
-            self.driver
-        );
+        let message = match crate::recovery::on() {
+            true => format!(
+                "cloister: the worker hosting driver {} died{why}. CLOISTER_RECOVERY=replay: cloister rebuilds \
+                 this context's objects in a new worker; calls wait for it, and another message says how it went.",
+                self.driver
+            ),
+            false => format!(
+                "cloister: the worker hosting driver {} died{why}. This context and its objects are lost: \
+                 create a new context on the same device to continue.",
+                self.driver
+            ),
+        };
         let msg = std::ffi::CString::new(message).unwrap_or_default();
         let mut tokens: Vec<u64> = {
             let cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());

@@ -403,6 +403,66 @@ pub fn forget_worker(conn: &Arc<Conn>) {
     forget_recent(|o| Arc::ptr_eq(&o.conn, conn));
 }
 
+/// Every live handle of a worker's objects, with its object.
+pub fn objects_of(conn: &Arc<Conn>) -> Vec<(usize, Arc<Object>)> {
+    let reg = registry().read().unwrap_or_else(|e| e.into_inner());
+    reg.iter().filter(|(_, o)| Arc::ptr_eq(&o.conn, conn)).map(|(h, o)| (*h, o.clone())).collect()
+}
+
+/// Points handle `h` at its object rebuilt under the same id in `conn`, the replacement of its
+/// worker (`recovery`): reference count, destructors and owned callbacks go with it; `view` is
+/// a zero-copy buffer's new memory. Maps the application held are not carried.
+pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
+    let mut reg = registry().write().unwrap_or_else(|e| e.into_inner());
+    let Some(old) = reg.get(&h).cloned() else { return };
+    let data = match &old.data {
+        ObjData::Mem { flags, host_ptr, host_len, image, shared, .. } => ObjData::Mem {
+            flags: *flags,
+            host_ptr: *host_ptr,
+            host_len: *host_len,
+            image: *image,
+            maps: Mutex::new(HashMap::new()),
+            shared: view.or_else(|| shared.clone()),
+        },
+        ObjData::Program { app_source, binary_sizes } => ObjData::Program {
+            app_source: app_source.clone(),
+            binary_sizes: Mutex::new(binary_sizes.lock().unwrap_or_else(|e| e.into_inner()).clone()),
+        },
+        ObjData::Kernel { num_args, args } => {
+            let a = args.lock().unwrap_or_else(|e| e.into_inner());
+            // Every argument set goes with the next enqueue: the rebuilt kernel has those of
+            // the last command replayed, not necessarily the latest.
+            let dirty = (0..a.values.len() as u32).filter(|&i| a.values[i as usize].is_some()).collect();
+            let args = KernelArgs { values: a.values.clone(), dirty, accepted: a.accepted.clone() };
+            ObjData::Kernel { num_args: *num_args, args: Mutex::new(args) }
+        }
+        ObjData::Platform => ObjData::Platform,
+        ObjData::Device => ObjData::Device,
+        ObjData::Context => ObjData::Context,
+        ObjData::Queue => ObjData::Queue,
+        ObjData::Event => ObjData::Event,
+        ObjData::Sampler => ObjData::Sampler,
+        ObjData::CommandBuffer => ObjData::CommandBuffer,
+    };
+    fn take<T>(m: &Mutex<Vec<T>>) -> Vec<T> {
+        std::mem::take(&mut *m.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+    let obj = Arc::new(Object {
+        kind: old.kind,
+        id: old.id,
+        conn: conn.clone(),
+        refs: AtomicU32::new(old.refs.load(Ordering::Acquire)),
+        info_cache: InfoCache::default(),
+        data,
+        released: AtomicBool::new(false),
+        destructors: Mutex::new(take(&old.destructors)),
+        owned_callbacks: Mutex::new(take(&old.owned_callbacks)),
+    });
+    reg.insert(h, obj);
+    old.released.store(true, Ordering::Release);
+    conn.remember(old.id, h);
+}
+
 /// How many objects each thread keeps at hand (`RECENT`).
 const RECENT_SLOTS: usize = 8;
 
@@ -548,6 +608,9 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
     forget_recent(|o| std::ptr::eq(o, &*obj));
     obj.conn.forget(obj.id);
+    if crate::recovery::on() {
+        obj.conn.journal.released(obj.id);
+    }
     for token in std::mem::take(&mut *obj.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner())) {
         obj.conn.unregister_context_callback(token);
     }

@@ -16,6 +16,7 @@ mod handle;
 mod includes;
 mod info;
 mod pending;
+mod recovery;
 mod runtime;
 mod spill;
 mod stdio_relay;
@@ -31,11 +32,16 @@ use cloister_ipc::dispatch::IcdDispatch;
 /// What an entry point returns when it is not forwarded, or when it panicked.
 trait EntryReturn {
     fn with_code(code: cl_int) -> Self;
+    /// Whether the call failed in a way a worker's death explains (see `recovery::retrying`).
+    fn failed(&self) -> bool;
 }
 
 impl EntryReturn for cl_int {
     fn with_code(code: cl_int) -> Self {
         code
+    }
+    fn failed(&self) -> bool {
+        *self == conn::FAULT
     }
 }
 
@@ -43,10 +49,16 @@ impl EntryReturn for *mut c_void {
     fn with_code(_: cl_int) -> Self {
         std::ptr::null_mut()
     }
+    fn failed(&self) -> bool {
+        self.is_null()
+    }
 }
 
 impl EntryReturn for () {
     fn with_code(_: cl_int) -> Self {}
+    fn failed(&self) -> bool {
+        false
+    }
 }
 
 macro_rules! set_errcode {
@@ -61,7 +73,9 @@ macro_rules! set_errcode {
 
 macro_rules! entry_body {
     (forwarded, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { api::$name($($arg),*) })) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            recovery::retrying(<$ret as EntryReturn>::failed, || unsafe { api::$name($($arg),*) })
+        })) {
             Ok(v) => v,
             Err(_) => {
                 set_errcode!($err, CL_OUT_OF_HOST_MEMORY);

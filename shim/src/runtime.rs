@@ -26,6 +26,9 @@ pub struct DriverSlot {
 pub struct Runtime {
     pub slots: Vec<Arc<DriverSlot>>,
     broker: Option<Mutex<OwnedFd>>,
+    /// Where the broker listens, if it is a shared one (`CLOISTER_SOCKET` or the per-user
+    /// socket): a restarted broker is found there again (`reconnect`).
+    broker_path: Option<String>,
 }
 
 impl Runtime {
@@ -56,7 +59,7 @@ pub fn runtime() -> &'static Runtime {
         Ok(rt) => rt,
         Err(e) => {
             warn(&e);
-            Runtime { slots: Vec::new(), broker: None }
+            Runtime { slots: Vec::new(), broker: None, broker_path: None }
         }
     })
 }
@@ -67,7 +70,9 @@ pub fn await_restarts() -> bool {
     let mut waited = false;
     for slot in &rt.slots {
         let mut busy = slot.restarting.lock().unwrap_or_else(|e| e.into_inner());
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // A rebuild (`recovery`) builds programs and reruns commands again.
+        let patience = if crate::recovery::on() { 120 } else { 10 };
+        let deadline = Instant::now() + Duration::from_secs(patience);
         while *busy {
             waited = true;
             let left = deadline.saturating_duration_since(Instant::now());
@@ -127,7 +132,11 @@ impl DeathWatcher for Restarter {
             ));
             return finish();
         }
-        match respawn(&slot.driver, dead) {
+        let replacement = match crate::recovery::on() {
+            true => respawn_and_rebuild(&slot.driver, dead),
+            false => respawn(&slot.driver, dead),
+        };
+        match replacement {
             Ok(conn) => {
                 let _ = conn.death_watcher.set(Arc::new(Restarter(slot.clone())));
                 *slot.current.write().unwrap_or_else(|e| e.into_inner()) = conn;
@@ -149,26 +158,123 @@ fn why_died(driver: &str) -> Option<String> {
     }
 }
 
+/// In replay mode: a new worker for `driver` with `dead`'s objects rebuilt in it and the
+/// application's handles moved there (`recovery`). A replacement that dies during the rebuild
+/// is replaced again, the step it died in counted (after `recovery::RETRIES` the step is
+/// dropped); these deaths do not count towards the crash loop, as they are bounded so.
+fn respawn_and_rebuild(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, String> {
+    let mut st = dead.journal.take();
+    let mut previous = dead.clone();
+    // Each round either succeeds or adds one attempt to one step, and steps are finite; this
+    // bound only guards against a rebuild that never ends.
+    for _ in 0..64 {
+        let conn = respawn(driver, &previous)?;
+        conn.continue_ids_from(dead);
+        match crate::recovery::rebuild(&mut st, dead, &conn) {
+            crate::recovery::Outcome::Done(rebuilt) => {
+                crate::recovery::carry_over(dead, &conn, rebuilt, st);
+                return Ok(conn);
+            }
+            crate::recovery::Outcome::Crashed(step) => {
+                warn(&format!("the new worker for {driver} died too while cloister rebuilt the application's objects ({step:?}); trying again"));
+                st.count_attempt(step);
+                previous = conn;
+            }
+        }
+    }
+    Err("the rebuild did not finish".into())
+}
+
 /// Asks the broker for a new worker for `driver` and rebinds `dead`'s platforms and devices.
+/// A broker that went away (restarted) is looked for again where it listened.
 fn respawn(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, String> {
     let rt = RT.get().ok_or("no runtime")?;
     let broker = rt.broker.as_ref().ok_or("no broker connection")?;
     let (grant_fd, grant_driver) = {
-        let sock = broker.lock().unwrap_or_else(|e| e.into_inner());
-        channel::send(&*sock, &BrokerRequest::Respawn { driver: driver.to_string() }, &[])
-            .map_err(|e| e.to_string())?;
-        let (reply, mut fds) = channel::recv::<BrokerReply>(&*sock).map_err(|e| format!("broker: {e}"))?;
-        match reply {
-            BrokerReply::Workers { mut grants, errors, .. } => match (grants.pop(), fds.pop()) {
-                (Some(g), Some(fd)) => (fd, g.driver),
-                _ => return Err(errors.join("; ")),
-            },
-            BrokerReply::Refused { reason } => return Err(reason),
-            BrokerReply::Death { .. } => return Err("the broker answered out of turn".into()),
+        let mut sock = broker.lock().unwrap_or_else(|e| e.into_inner());
+        match ask_respawn(&sock, driver) {
+            Ok(granted) => granted,
+            Err(Asked::Refused(e)) => return Err(e),
+            Err(Asked::Gone(e)) => {
+                let path = rt.broker_path.as_deref().ok_or_else(|| format!("the broker is gone ({e})"))?;
+                let (fresh, granted) = reconnect(path, driver).map_err(|r| format!("the broker is gone ({e}); {r}"))?;
+                *sock = fresh;
+                granted
+            }
         }
     };
     let reuse = dead.platforms.get().cloned().unwrap_or_default();
     Conn::connect(grant_fd, &grant_driver, Some(&reuse))
+}
+
+/// Why a respawn request got no worker: the broker said no, or it is not there any more.
+enum Asked {
+    Refused(String),
+    Gone(String),
+}
+
+fn ask_respawn(sock: &OwnedFd, driver: &str) -> Result<(OwnedFd, String), Asked> {
+    channel::send(sock, &BrokerRequest::Respawn { driver: driver.to_string() }, &[])
+        .map_err(|e| Asked::Gone(e.to_string()))?;
+    let (reply, mut fds) = channel::recv::<BrokerReply>(sock).map_err(|e| Asked::Gone(format!("broker: {e}")))?;
+    match reply {
+        BrokerReply::Workers { mut grants, errors, .. } => match (grants.pop(), fds.pop()) {
+            (Some(g), Some(fd)) => Ok((fd, g.driver)),
+            _ => Err(Asked::Refused(errors.join("; "))),
+        },
+        BrokerReply::Refused { reason } => Err(Asked::Refused(reason)),
+        BrokerReply::Death { .. } => Err(Asked::Refused("the broker answered out of turn".into())),
+    }
+}
+
+/// How long a restarted broker is waited for.
+const BROKER_RESTART_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Greets the broker listening at `path` again (it was restarted), as at start-up, and takes
+/// its worker for `driver` (those for other drivers are dropped: their slots ask when their
+/// own workers die).
+fn reconnect(path: &str, driver: &str) -> Result<(OwnedFd, (OwnedFd, String)), String> {
+    let deadline = Instant::now() + BROKER_RESTART_PATIENCE;
+    let sock = loop {
+        match connect_seqpacket(path) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() >= deadline => return Err(format!("no broker at {path}: {e}")),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    private::check_peer_is_us(sock.as_raw_fd(), std::path::Path::new(path))?;
+    let (grants, fds) = hello(&sock)?;
+    let fd = grants.iter().zip(fds).find(|(g, _)| g.driver == driver).map(|(_, fd)| fd);
+    let fd = fd.ok_or_else(|| format!("the restarted broker has no driver {driver}"))?;
+    Ok((sock, (fd, driver.to_string())))
+}
+
+/// Says hello to the broker on `sock` (with the pipes for the workers' output) and returns its
+/// grants and their fds.
+fn hello(sock: &OwnedFd) -> Result<(Vec<cloister_ipc::WorkerGrant>, Vec<OwnedFd>), String> {
+    // Two pipes go with the hello, never our own stdout and stderr (a terminal the driver could
+    // read or type into): the workers write kernel printf output and driver messages there,
+    // and we relay it to our fd 1 and fd 2 (see `stdio_relay`).
+    let pipes = crate::stdio_relay::start();
+    let stdio: Vec<i32> = pipes.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
+    channel::send(sock, &BrokerRequest::Hello(Hello::new()), &stdio).map_err(|e| e.to_string())?;
+    drop(pipes);
+    let (reply, fds) = channel::recv::<BrokerReply>(sock).map_err(|e| format!("broker: {e}"))?;
+    match reply {
+        BrokerReply::Workers { version, grants, errors } => {
+            if version != cloister_ipc::handshake::PROTOCOL_VERSION {
+                return Err(format!(
+                    "broker speaks protocol v{version}; shim and broker must come from the same build"
+                ));
+            }
+            for e in errors {
+                warn(&e);
+            }
+            Ok((grants, fds))
+        }
+        BrokerReply::Refused { reason } => Err(format!("broker refused: {reason}")),
+        BrokerReply::Death { .. } => Err("the broker answered out of turn".into()),
+    }
 }
 
 /// The `cloister` binary beside this library (the shim finds its own file with dladdr).
@@ -224,42 +330,20 @@ fn start_private_broker() -> Result<(OwnedFd, String), String> {
 }
 
 fn connect() -> Result<Runtime, String> {
-    let (sock, path) = match std::env::var("CLOISTER_SOCKET") {
+    let (sock, broker_path) = match std::env::var("CLOISTER_SOCKET") {
         Ok(path) => {
             let sock = connect_seqpacket(&path).map_err(|e| format!("cannot reach the broker at {path}: {e}"))?;
             // Nothing (not even the hello with our stdio) goes to another user's process.
             private::check_peer_is_us(sock.as_raw_fd(), std::path::Path::new(&path))?;
-            (sock, path)
+            (sock, Some(path))
         }
         Err(_) => match user_broker() {
-            Some(found) => found,
-            None => start_private_broker()?,
+            Some((sock, path)) => (sock, Some(path)),
+            // A private broker exits with this process: there is nothing to find again.
+            None => (start_private_broker()?.0, None),
         },
     };
-    let _ = path;
-    // Two pipes go with the hello, never our own stdout and stderr (a terminal the driver could
-    // read or type into): the workers write kernel printf output and driver messages there,
-    // and we relay it to our fd 1 and fd 2 (see `stdio_relay`).
-    let pipes = crate::stdio_relay::start();
-    let stdio: Vec<i32> = pipes.iter().flatten().map(|fd| fd.as_raw_fd()).collect();
-    channel::send(&sock, &BrokerRequest::Hello(Hello::new()), &stdio).map_err(|e| e.to_string())?;
-    drop(pipes);
-    let (reply, fds) = channel::recv::<BrokerReply>(&sock).map_err(|e| format!("broker: {e}"))?;
-    let (grants, errors) = match reply {
-        BrokerReply::Workers { version, grants, errors } => {
-            if version != cloister_ipc::handshake::PROTOCOL_VERSION {
-                return Err(format!(
-                    "broker speaks protocol v{version}; shim and broker must come from the same build"
-                ));
-            }
-            (grants, errors)
-        }
-        BrokerReply::Refused { reason } => return Err(format!("broker refused: {reason}")),
-        BrokerReply::Death { .. } => return Err("the broker answered out of turn".into()),
-    };
-    for e in errors {
-        warn(&e);
-    }
+    let (grants, fds) = hello(&sock)?;
     let mut slots = Vec::new();
     for (grant, fd) in grants.iter().zip(fds) {
         match connect_with_retries(&sock, fd, &grant.driver) {
@@ -278,7 +362,7 @@ fn connect() -> Result<Runtime, String> {
             Err(e) => warn(&e),
         }
     }
-    Ok(Runtime { slots, broker: Some(Mutex::new(sock)) })
+    Ok(Runtime { slots, broker: Some(Mutex::new(sock)), broker_path })
 }
 
 /// The per-user broker (`cloister broker`), if one of ours listens: its folders must be private

@@ -60,10 +60,24 @@ fn notify_token(conn: &Conn, pfn: *mut c_void, user_data: *mut c_void) -> Result
 
 /// Ties a context's notification to its handle: it goes when the application releases the
 /// context, or at once when no context was made.
-fn own_notify(conn: &Conn, notify: Option<u64>, created: Result<*mut c_void, cl_int>) -> Result<*mut c_void, cl_int> {
+/// In replay mode the callback is recorded too, to be registered again after a rebuild.
+fn own_notify(
+    conn: &Conn,
+    notify: Option<u64>,
+    pfn: *mut c_void,
+    user_data: *mut c_void,
+    created: Result<*mut c_void, cl_int>,
+) -> Result<*mut c_void, cl_int> {
     let Some(token) = notify else { return created };
     match created.as_ref().ok().map(|&h| lookup(h, Kind::Context)) {
-        Some(Ok(ctx)) => ctx.own_callback(token),
+        Some(Ok(ctx)) => {
+            ctx.own_callback(token);
+            if crate::recovery::on() {
+                // SAFETY: as in notify_token, which accepted it (non-NULL).
+                let pfn = unsafe { std::mem::transmute::<*mut c_void, ContextNotifyFn>(pfn) };
+                conn.journal.context_notify(ctx.id, pfn, user_data as usize, token);
+            }
+        }
         _ => {
             let _ = conn.unregister_callback(token);
         }
@@ -91,9 +105,9 @@ pub unsafe fn clCreateContext(
         let conn = conn.ok_or(CL_INVALID_VALUE)?;
         let notify = notify_token(&conn, pfn_notify, user_data)?;
         let r = create(&conn, Kind::Context, ObjData::Context, |id| {
-            conn.call(CreateContext { id, properties: props, devices: ids, notify })
+            crate::recovery::recorded(&conn, CreateContext { id, properties: props, devices: ids, notify })
         });
-        own_notify(&conn, notify, r)
+        own_notify(&conn, notify, pfn_notify, user_data, r)
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
@@ -115,9 +129,9 @@ pub unsafe fn clCreateContextFromType(
         };
         let notify = notify_token(&conn, pfn_notify, user_data)?;
         let r = create(&conn, Kind::Context, ObjData::Context, |id| {
-            conn.call(CreateContextFromType { id, properties: props, device_type, notify })
+            crate::recovery::recorded(&conn, CreateContextFromType { id, properties: props, device_type, notify })
         });
-        own_notify(&conn, notify, r)
+        own_notify(&conn, notify, pfn_notify, user_data, r)
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }

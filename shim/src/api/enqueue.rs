@@ -11,7 +11,7 @@ use cloister_ipc::image::Strided;
 use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::*;
 
-use super::kernel::{all_args_set, restore_dirty_args, take_dirty_args};
+use super::kernel::{all_args, all_args_set, restore_dirty_args, take_dirty_args};
 use super::{enqueue_posted, enqueue_sync, finish_enqueue, slice};
 use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
@@ -256,7 +256,15 @@ pub unsafe fn clEnqueueReadBuffer(
         // SAFETY: event per API contract.
         unsafe { chunked(&q, &sync, event, size, step) }
     })();
-    r.unwrap_or_else(|e| e)
+    let rc = r.unwrap_or_else(|e| e);
+    if rc == CL_SUCCESS && blocking_read != CL_FALSE && crate::recovery::on() {
+        if let Ok((q, m)) = queue_and_mem(queue, buffer) {
+            // SAFETY: the blocking read filled `size` bytes at `ptr`.
+            let data = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) };
+            q.conn.journal.read(&q.conn, q.id, m.id, offset as u64, data);
+        }
+    }
+    rc
 }
 
 pub unsafe fn clEnqueueWriteBuffer(
@@ -321,7 +329,39 @@ pub unsafe fn clEnqueueWriteBuffer(
         // SAFETY: event per API contract.
         unsafe { chunked(&q, &sync, event, size, step) }
     })();
-    r.unwrap_or_else(|e| e)
+    let rc = r.unwrap_or_else(|e| e);
+    if rc == CL_SUCCESS && crate::recovery::on() {
+        // SAFETY: as for the write itself (`ptr` holds `size` bytes; the list and event per
+        // the API contract, the event written by the successful call).
+        unsafe { record_write(queue, buffer, offset, size, ptr, n, list, event) };
+    }
+    rc
+}
+
+/// In replay mode, records a successful write with its data (`recovery`).
+///
+/// # Safety
+/// As for `clEnqueueWriteBuffer`, after it succeeded.
+#[allow(clippy::too_many_arguments)]
+unsafe fn record_write(
+    queue: cl_command_queue,
+    buffer: cl_mem,
+    offset: usize,
+    size: usize,
+    ptr: *const c_void,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) {
+    let Ok((q, m)) = queue_and_mem(queue, buffer) else { return };
+    // SAFETY: the wait list holds `n` events per the API contract.
+    let waits = unsafe { slice(list, n as usize, CL_INVALID_EVENT_WAIT_LIST) }.unwrap_or(&[]);
+    let wait = super::ids_of(waits, Kind::Event, CL_INVALID_EVENT_WAIT_LIST).map(|w| w.0).unwrap_or_default();
+    // SAFETY: a non-NULL event holds the handle the write returned.
+    let event = (!event.is_null()).then(|| lookup(unsafe { *event }, Kind::Event).ok().map(|e| e.id)).flatten();
+    // SAFETY: ptr holds `size` bytes.
+    let data = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) };
+    q.conn.journal.wrote(q.id, m.id, offset as u64, data, EnqueueSync { wait, event });
 }
 
 pub unsafe fn clEnqueueCopyBuffer(
@@ -434,6 +474,9 @@ pub unsafe fn clEnqueueMapBuffer(
             }
             return Err(rc.unwrap_or_else(|e| e));
         }
+        if crate::recovery::on() && map_flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
+            q.conn.journal.lose(m.id);
+        }
         // SAFETY: event per API contract; the mirror covers part of the buffer's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, (id, view), map_flags, mirror) };
         let ptr = mirror.map_or(view as usize, |m| m.at);
@@ -473,6 +516,9 @@ pub unsafe fn clEnqueueUnmapMemObject(
         };
         // A non-blocking map not yet seen complete needs no filling any more.
         q.conn.pending().forget_map(&q.conn, record.id);
+        if crate::recovery::on() && record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
+            q.conn.journal.lose(m.id);
+        }
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
         if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
             // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
@@ -734,9 +780,13 @@ pub unsafe fn clEnqueueNDRangeKernel(
             local,
             sync: sync.clone(),
         };
+        // Replay runs it again with every argument (those of earlier enqueues too).
+        let copy = crate::recovery::on().then(|| EnqueueNdRange { args: all_args(&k.data), ..req.clone() });
         let rc = if vouched { q.conn.post(req) } else { q.conn.call(req) };
         if rc != Ok(CL_SUCCESS) {
             restore_dirty_args(&k.data, &args);
+        } else if let Some(copy) = copy {
+            q.conn.journal.enqueued(Request::EnqueueNdRange(copy));
         }
         // SAFETY: event per API contract.
         Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })

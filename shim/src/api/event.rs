@@ -44,7 +44,9 @@ forward_info!(clGetEventProfilingInfo, cl_event, Kind::Event, InfoTarget::EventP
 
 pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -> cl_event {
     let r = lookup(context, Kind::Context).and_then(|ctx| {
-        create(&ctx.conn, Kind::Event, ObjData::Event, |id| ctx.conn.call(CreateUserEvent { id, context: ctx.id }))
+        create(&ctx.conn, Kind::Event, ObjData::Event, |id| {
+            crate::recovery::recorded(&ctx.conn, CreateUserEvent { id, context: ctx.id })
+        })
     });
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
@@ -52,7 +54,13 @@ pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -
 
 pub unsafe fn clSetUserEventStatus(event: cl_event, execution_status: cl_int) -> cl_int {
     let r = lookup(event, Kind::Event)
-        .and_then(|ev| ev.conn.call(SetUserEventStatus { event: ev.id, status: execution_status }));
+        .and_then(|ev| {
+            let rc = ev.conn.call(SetUserEventStatus { event: ev.id, status: execution_status });
+            if rc == Ok(CL_SUCCESS) && crate::recovery::on() {
+                ev.conn.journal.user_status(ev.id, execution_status);
+            }
+            rc
+        });
     r.unwrap_or_else(|e| e)
 }
 

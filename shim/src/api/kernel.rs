@@ -40,9 +40,14 @@ pub unsafe fn clCreateKernel(program: cl_program, kernel_name: *const c_char, er
         // SAFETY: NUL-terminated per the API contract.
         let name = unsafe { CStr::from_ptr(kernel_name) }.to_bytes().to_vec();
         let id = p.conn.alloc_id();
-        let reply = p.conn.call(CreateKernel { id, program: p.id, name })?;
+        let req = CreateKernel { id, program: p.id, name };
+        let copy = crate::recovery::on().then(|| req.clone());
+        let reply = p.conn.call(req)?;
         if reply.status != CL_SUCCESS {
             return Err(reply.status);
+        }
+        if let Some(req) = copy {
+            crate::recovery::note(&p.conn, &req);
         }
         let num_args = checked_num_args(&p.conn, "clCreateKernel", reply.num_args)?;
         Ok(new_handle(Kind::Kernel, id, &p.conn, kernel_data(num_args)))
@@ -244,6 +249,15 @@ pub fn take_dirty_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
     let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
     let dirty = std::mem::take(&mut a.dirty);
     dirty.into_iter().filter_map(|i| a.values.get(i as usize).cloned().flatten().map(|v| (i, v))).collect()
+}
+
+/// Every argument set so far (for `recovery`, which replays an enqueue with all of them).
+pub fn all_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
+    let ObjData::Kernel { args, .. } = data else {
+        return Vec::new();
+    };
+    let a = args.lock().unwrap_or_else(|e| e.into_inner());
+    a.values.iter().enumerate().filter_map(|(i, v)| Some((i as u32, v.clone()?))).collect()
 }
 
 /// Whether every argument of the kernel has a value (a posted enqueue needs them all: the

@@ -134,15 +134,10 @@ fn create_buffer(
     }
     let mirror = if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 };
     create(&conn, Kind::Mem, ObjData::mem(flags, mirror, size, None), |id| {
-        with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer {
-            id,
-            context: ctx.id,
-            properties,
-            flags: wire_flags,
-            size: size as u64,
-            host_data,
-            memory: None,
-        })
+        let req = CreateBuffer { id, context: ctx.id, properties, flags: wire_flags, size: size as u64, host_data: None, memory: None };
+        let rc = with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer { host_data, ..req.clone() });
+        record_buffer(&conn, req, host_ptr, size, false, &rc);
+        rc
     })
 }
 
@@ -167,21 +162,27 @@ fn create_zero_copy_buffer(
     // The fd travelled with the message: this side needs only the mapping.
     let view = SharedView { memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
     let r = create(conn, Kind::Mem, ObjData::shared_mem(flags, view), |id| {
-        conn.call(CreateBuffer {
-            id,
-            context: ctx.id,
-            properties,
-            flags: wire_flags,
-            size: size as u64,
-            host_data: None,
-            memory: Some(segment),
-        })
+        let req = CreateBuffer { id, context: ctx.id, properties, flags: wire_flags, size: size as u64, host_data: None, memory: None };
+        let rc = conn.call(CreateBuffer { memory: Some(segment), ..req.clone() });
+        record_buffer(conn, req, host_ptr, size, true, &rc);
+        rc
     });
     if r.is_err() {
         // The worker may not have taken the segment (it refused the call before): it forgets it.
         let _ = conn.call(cloister_ipc::DropSegment { segment });
     }
     r
+}
+
+/// In replay mode, records a buffer just created, with its initial contents (`recovery`).
+fn record_buffer(conn: &Conn, req: CreateBuffer, host_ptr: *mut c_void, size: usize, zero_copy: bool, rc: &Result<cl_int, cl_int>) {
+    if !crate::recovery::on() || *rc != Ok(CL_SUCCESS) {
+        return;
+    }
+    // SAFETY: a non-NULL host_ptr holds `size` bytes (COPY_HOST_PTR or USE_HOST_PTR), per the
+    // API contract the creating call relied on too.
+    let initial = (!host_ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(host_ptr.cast::<u8>(), size) });
+    conn.journal.buffer(req, initial, zero_copy);
 }
 
 pub unsafe fn clCreateBuffer(

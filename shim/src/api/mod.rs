@@ -148,7 +148,7 @@ pub unsafe fn finish_enqueue(
 ///
 /// # Safety
 /// `list` holds `n` events or is NULL; `event` is NULL or valid for a write.
-pub unsafe fn enqueue_call<C: cloister_ipc::Call<Reply = cl_int>>(
+pub unsafe fn enqueue_call<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
     queue: &Object,
     n: cl_uint,
     list: *const cl_event,
@@ -165,7 +165,7 @@ pub unsafe fn enqueue_call<C: cloister_ipc::Call<Reply = cl_int>>(
 ///
 /// # Safety
 /// As for `enqueue_call`.
-pub unsafe fn enqueue_posted<C: cloister_ipc::Call<Reply = cl_int>>(
+pub unsafe fn enqueue_posted<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
     queue: &Object,
     n: cl_uint,
     list: *const cl_event,
@@ -180,7 +180,7 @@ pub unsafe fn enqueue_posted<C: cloister_ipc::Call<Reply = cl_int>>(
 ///
 /// # Safety
 /// As for `enqueue_call`.
-unsafe fn enqueue_via<C: cloister_ipc::Call<Reply = cl_int>>(
+unsafe fn enqueue_via<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
     queue: &Object,
     n: cl_uint,
     list: *const cl_event,
@@ -190,7 +190,12 @@ unsafe fn enqueue_via<C: cloister_ipc::Call<Reply = cl_int>>(
 ) -> Result<cl_int, cl_int> {
     // SAFETY: forwarded from the caller.
     let sync = unsafe { enqueue_sync(queue, n, list, event)? };
-    let rc = send(make(sync.clone()));
+    let req = make(sync.clone());
+    let copy = crate::recovery::on().then(|| req.clone());
+    let rc = send(req);
+    if let (Some(copy), Ok(CL_SUCCESS)) = (copy, &rc) {
+        queue.conn.journal.enqueued(copy.into_request());
+    }
     // SAFETY: forwarded from the caller.
     Ok(unsafe { finish_enqueue(queue, &sync, event, rc) })
 }

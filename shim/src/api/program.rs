@@ -53,7 +53,7 @@ pub unsafe fn clCreateProgramWithSource(
             }
         }
         create(&ctx.conn, Kind::Program, ObjData::program_with(app_source), |id| {
-            ctx.conn.call(CreateProgramWithSource { id, context: ctx.id, sources })
+            crate::recovery::recorded(&ctx.conn, CreateProgramWithSource { id, context: ctx.id, sources })
         })
     })();
     // SAFETY: errcode_ret per API contract.
@@ -96,7 +96,11 @@ pub unsafe fn clBuildProgram(
             }))
         };
         let (options, includes) = with_includes(&p, options);
-        let reply = p.conn.call(BuildProgram { program: p.id, devices, options, includes, notify });
+        let req = BuildProgram { program: p.id, devices, options, includes, notify };
+        if crate::recovery::on() {
+            p.conn.journal.built(req.clone());
+        }
+        let reply = p.conn.call(req);
         finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)))
     })();
     r.unwrap_or_else(|e| e)
@@ -215,7 +219,12 @@ pub unsafe fn clCreateProgramWithBinary(
             bins.push(unsafe { std::slice::from_raw_parts(bin.cast::<u8>(), len) }.to_vec());
         }
         let id = ctx.conn.alloc_id();
-        let reply = ctx.conn.call(CreateProgramWithBinary { id, context: ctx.id, devices, binaries: bins })?;
+        let req = CreateProgramWithBinary { id, context: ctx.id, devices, binaries: bins };
+        let copy = crate::recovery::on().then(|| req.clone());
+        let reply = ctx.conn.call(req)?;
+        if let (Some(req), CL_SUCCESS) = (copy, reply.status) {
+            crate::recovery::note(&ctx.conn, &req);
+        }
         if !binary_status.is_null() {
             for (i, &st) in reply.statuses.iter().take(num_devices as usize).enumerate() {
                 // SAFETY: binary_status holds num_devices entries.

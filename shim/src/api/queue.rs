@@ -29,7 +29,7 @@ pub unsafe fn clCreateCommandQueue(
 ) -> cl_command_queue {
     let r = context_and_device(context, device).and_then(|(ctx, dev)| {
         create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
-            ctx.conn.call(CreateCommandQueue { id, context: ctx.id, device: dev, properties })
+            crate::recovery::recorded(&ctx.conn, CreateCommandQueue { id, context: ctx.id, device: dev, properties })
         })
     });
     // SAFETY: errcode_ret per API contract.
@@ -65,7 +65,8 @@ pub unsafe fn clCreateCommandQueueWithProperties(
             Some(v)
         };
         create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
-            ctx.conn.call(CreateCommandQueueWithProperties { id, context: ctx.id, device: dev, properties: props })
+            let req = CreateCommandQueueWithProperties { id, context: ctx.id, device: dev, properties: props };
+            crate::recovery::recorded(&ctx.conn, req)
         })
     });
     // SAFETY: errcode_ret per API contract.
@@ -82,6 +83,9 @@ fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
     let rc = q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e);
     if finish {
         crate::pending::settle(&q.conn, Some(q.id));
+        if rc == CL_SUCCESS && crate::recovery::on() {
+            q.conn.journal.finished(&q.conn, q.id);
+        }
     }
     rc
 }

@@ -1,0 +1,896 @@
+//! Recovery (`CLOISTER_RECOVERY=replay`): the application's objects and memory contents are
+//! rebuilt in the replacement of a worker that died, under the same handles and the same ids,
+//! and the commands the dead worker may have lost are run again, so an application that never
+//! recreates its context carries on (DESIGN.md, Faults).
+//!
+//! What is kept, per worker (`Journal`, in the connection):
+//! - a recipe per object the shim can rebuild (the creating request, the program's build, a
+//!   context's `pfn_notify`, a user event's status); the shim allocates object ids, so the
+//!   same requests create the same ids in the replacement, and only device and platform ids
+//!   (the worker's own) are translated;
+//! - per buffer, its contents at the last checkpoint (`Base`), and the commands enqueued since
+//!   (`Cmd`): writes with their data, kernels with all their arguments, copies, fills, markers.
+//!
+//! A checkpoint makes every buffer's contents known at one point, so the journal before it can
+//! go: taken when it costs nothing (the application's blocking read of a whole buffer, when
+//! nothing else was written since), or when the journal grows long (the shim reads back what
+//! commands wrote, at a blocking read or `clFinish`). Everything is bounded by
+//! `CLOISTER_RECOVERY_BUDGET_MB`: a buffer whose contents do not fit is lost (it answers
+//! `CL_DEVICE_NOT_AVAILABLE` after a crash, as today) until a checkpoint reads it back.
+//!
+//! Replay restores every buffer to its checkpoint before any command runs again, so a kernel
+//! that ran partly before the crash is rerun on its inputs, never on half-updated memory.
+//! A step that crashes the replacement worker too is tried `RETRIES` more times at most, then
+//! dropped: its event fails, what it writes is lost, and the context's `pfn_notify` says so.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cloister_ipc::cl::*;
+use cloister_ipc::*;
+
+use crate::conn::{Callback, Conn, ContextNotifyFn};
+use crate::handle::{Kind, SharedView};
+
+/// How many times a step that crashed the driver is run again before it is dropped.
+pub const RETRIES: u32 = 2;
+
+/// A journal this long is checkpointed at the next blocking read or `clFinish` even when that
+/// costs a read-back.
+const LONG_JOURNAL: usize = 64;
+
+/// At `clFinish`, written buffers up to this many bytes are read back for a checkpoint.
+const CHEAP_READ_BACK: u64 = 4 << 20;
+
+/// `CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`.
+const OUT_OF_ORDER: u64 = 1;
+
+/// Whether replay mode is on (read once).
+pub fn on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| cloister_ipc::settings::recovery() == "replay")
+}
+
+fn budget() -> u64 {
+    static B: OnceLock<u64> = OnceLock::new();
+    *B.get_or_init(|| cloister_ipc::settings::recovery_budget_mb().saturating_mul(1 << 20))
+}
+
+/// A buffer's contents at the last checkpoint.
+#[derive(Clone)]
+enum Base {
+    /// Never written: any contents will do (OpenCL leaves them undefined).
+    Undefined,
+    Known(Arc<Vec<u8>>),
+    /// Not known (over budget, or written where the shim cannot see): the buffer cannot be
+    /// restored until a checkpoint reads it back.
+    Lost,
+}
+
+/// What rebuilds one object.
+struct Recipe {
+    req: Request,
+    /// The application released it; still rebuilt while the journal may use it.
+    released: bool,
+    /// A context's `pfn_notify` (function, user data, token).
+    notify: Option<(ContextNotifyFn, usize, u64)>,
+    /// A program's build.
+    build: Option<BuildProgram>,
+    /// A buffer's contents.
+    base: Base,
+    /// A zero-copy buffer (its memory is a segment shared with the worker).
+    zero_copy: bool,
+    /// A user event's status, once set.
+    status: Option<i32>,
+}
+
+impl Recipe {
+    fn new(req: Request) -> Self {
+        Recipe { req, released: false, notify: None, build: None, base: Base::Undefined, zero_copy: false, status: None }
+    }
+
+    fn buffer_size(&self) -> Option<u64> {
+        match &self.req {
+            Request::CreateBuffer(b) => Some(b.size),
+            _ => None,
+        }
+    }
+
+    fn base_bytes(&self) -> u64 {
+        match &self.base {
+            Base::Known(b) => b.len() as u64,
+            _ => 0,
+        }
+    }
+}
+
+/// A command enqueued since the last checkpoint.
+enum Cmd {
+    Write { queue: ObjectId, mem: ObjectId, offset: u64, data: Vec<u8>, sync: EnqueueSync },
+    /// An NDRange (with every argument), a copy, a fill, a marker or a barrier.
+    Enqueue(Request),
+}
+
+impl Cmd {
+    fn queue(&self) -> ObjectId {
+        match self {
+            Cmd::Write { queue, .. } => *queue,
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => r.queue,
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => r.queue,
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => r.queue,
+            Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => r.queue,
+            Cmd::Enqueue(_) => 0,
+        }
+    }
+
+    fn sync(&self) -> Option<&EnqueueSync> {
+        match self {
+            Cmd::Write { sync, .. } => Some(sync),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => Some(&r.sync),
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => Some(&r.sync),
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => Some(&r.sync),
+            Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => Some(&r.sync),
+            Cmd::Enqueue(_) => None,
+        }
+    }
+
+    fn sync_mut(&mut self) -> Option<&mut EnqueueSync> {
+        match self {
+            Cmd::Write { sync, .. } => Some(sync),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(_) => None,
+        }
+    }
+
+    /// Every object it uses (queue, kernel, memory objects and samplers in its arguments).
+    fn uses(&self) -> Vec<ObjectId> {
+        let mut v = vec![self.queue()];
+        match self {
+            Cmd::Write { mem, .. } => v.push(*mem),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
+                v.push(r.kernel);
+                v.extend(r.args.iter().filter_map(|(_, a)| match a {
+                    ArgValue::Object(id) => Some(*id),
+                    _ => None,
+                }));
+            }
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => v.extend([r.src, r.dst]),
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => v.push(r.mem),
+            _ => {}
+        }
+        v
+    }
+
+    /// What the application would call it (for `pfn_notify`).
+    fn describe(&self, recipes: &BTreeMap<ObjectId, Recipe>) -> String {
+        match self {
+            Cmd::Write { mem, .. } => format!("clEnqueueWriteBuffer of buffer #{mem}"),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
+                let name = match recipes.get(&r.kernel).map(|k| &k.req) {
+                    Some(Request::CreateKernel(k)) => String::from_utf8_lossy(&k.name).into_owned(),
+                    _ => format!("#{}", r.kernel),
+                };
+                format!("clEnqueueNDRangeKernel of kernel '{name}'")
+            }
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(_)) => "clEnqueueCopyBuffer".into(),
+            Cmd::Enqueue(Request::EnqueueFillBuffer(_)) => "clEnqueueFillBuffer".into(),
+            Cmd::Enqueue(_) => "clEnqueueMarker/Barrier".into(),
+        }
+    }
+}
+
+/// A step of a rebuild: an object's recipe, or a command of the journal.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Step {
+    Recipe(ObjectId),
+    Cmd(usize),
+}
+
+#[derive(Default)]
+pub struct State {
+    recipes: BTreeMap<ObjectId, Recipe>,
+    cmds: Vec<Cmd>,
+    /// Bytes of known contents and of write data the journal holds.
+    bytes: u64,
+    /// How many replacement workers each step has crashed.
+    attempts: HashMap<Step, u32>,
+}
+
+/// The recovery record of one worker's objects (empty unless replay mode is on).
+#[derive(Default)]
+pub struct Journal {
+    state: Mutex<State>,
+}
+
+impl Journal {
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Takes the record out, for a rebuild.
+    pub fn take(&self) -> State {
+        self.with(std::mem::take)
+    }
+
+    /// Puts a record in (the rebuilt worker's).
+    pub fn put(&self, st: State) {
+        self.with(|s| *s = st);
+    }
+
+    /// An object was created by `req` (which holds its id).
+    pub fn created(&self, req: Request) {
+        let Some(id) = created_id(&req) else { return };
+        self.with(|s| s.recipes.insert(id, Recipe::new(req)));
+    }
+
+    /// A context was created with a `pfn_notify`.
+    pub fn context_notify(&self, context: ObjectId, pfn: ContextNotifyFn, user_data: usize, token: u64) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&context) {
+                r.notify = Some((pfn, user_data, token));
+            }
+        });
+    }
+
+    /// A buffer was created; `initial` is its `CL_MEM_COPY_HOST_PTR`/`USE_HOST_PTR` data.
+    pub fn buffer(&self, req: CreateBuffer, initial: Option<&[u8]>, zero_copy: bool) {
+        let id = req.id;
+        self.with(|s| {
+            let mut r = Recipe::new(Request::CreateBuffer(req));
+            r.zero_copy = zero_copy;
+            r.base = match initial {
+                None => Base::Undefined,
+                Some(d) if s.bytes + d.len() as u64 <= budget() => {
+                    s.bytes += d.len() as u64;
+                    Base::Known(Arc::new(d.to_vec()))
+                }
+                Some(_) => Base::Lost,
+            };
+            s.recipes.insert(id, r);
+        });
+    }
+
+    /// A program was built (successfully or not: the replacement builds it the same way).
+    pub fn built(&self, req: BuildProgram) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&req.program) {
+                r.build = Some(BuildProgram { notify: None, ..req });
+            }
+        });
+    }
+
+    pub fn user_status(&self, event: ObjectId, status: i32) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&event) {
+                r.status = Some(status);
+            }
+        });
+    }
+
+    /// The application's last reference to `id` is gone.
+    pub fn released(&self, id: ObjectId) {
+        self.with(|s| {
+            let in_use = s.cmds.iter().any(|c| c.uses().contains(&id));
+            match s.recipes.get(&id) {
+                Some(r) if !in_use && !matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) => {
+                    s.bytes -= r.base_bytes();
+                    s.recipes.remove(&id);
+                }
+                Some(_) => {
+                    if let Some(r) = s.recipes.get_mut(&id) {
+                        r.released = true;
+                    }
+                }
+                None => {}
+            }
+        });
+    }
+
+    /// `mem` was written where the shim cannot replay it (through a mapping).
+    pub fn lose(&self, mem: ObjectId) {
+        self.with(|s| s.lose(mem));
+    }
+
+    /// A buffer was written with `data` at `offset`.
+    pub fn wrote(&self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
+        self.with(|s| {
+            if !s.recipes.contains_key(&mem) {
+                return;
+            }
+            if s.bytes + data.len() as u64 > budget() {
+                s.lose(mem);
+                return;
+            }
+            s.bytes += data.len() as u64;
+            s.cmds.push(Cmd::Write { queue, mem, offset, data: data.to_vec(), sync });
+        });
+    }
+
+    /// An enqueue went to the worker: recorded if replay knows it, else what it may write is
+    /// lost until the next checkpoint.
+    pub fn enqueued(&self, req: Request) {
+        self.with(|s| match req {
+            Request::EnqueueNdRange(_)
+            | Request::EnqueueCopyBuffer(_)
+            | Request::EnqueueFillBuffer(_)
+            | Request::EnqueueMarkerOrBarrier(_) => s.cmds.push(Cmd::Enqueue(req)),
+            Request::EnqueueCopyRegion(r) => s.lose(r.dst),
+            Request::EnqueueFillImage(r) => s.lose(r.mem),
+            Request::EnqueueRegionTransfer(r) if r.write => s.lose(r.mem),
+            Request::EnqueueMapBuffer(r) if r.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 => {
+                s.lose(r.mem)
+            }
+            Request::EnqueueCommandBuffer(_) => {
+                let ids: Vec<ObjectId> = s.recipes.keys().copied().collect();
+                ids.into_iter().for_each(|id| s.lose(id));
+            }
+            _ => {}
+        });
+    }
+
+    /// After the application's blocking read of `data` from `mem` at `offset`: a checkpoint if
+    /// it is cheap (see the module's doc).
+    pub fn read(&self, conn: &Conn, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8]) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let whole = offset == 0 && s.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
+        let dirty = s.dirty();
+        let free = whole && dirty.iter().all(|&m| m == mem) && s.cmds.iter().all(|c| s.in_order(c.queue(), queue));
+        if free {
+            s.checkpoint(conn, queue, whole.then_some((mem, data)), false);
+        } else if s.cmds.len() >= LONG_JOURNAL || s.bytes > budget() / 2 {
+            s.checkpoint(conn, queue, whole.then_some((mem, data)), true);
+        }
+    }
+
+    /// After `clFinish` of `queue`: a checkpoint if what was written is small, or the journal
+    /// long.
+    pub fn finished(&self, conn: &Conn, queue: ObjectId) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.cmds.is_empty() {
+            return;
+        }
+        let written: u64 = s.dirty().iter().filter_map(|m| s.recipes.get(m)?.buffer_size()).sum();
+        if written <= CHEAP_READ_BACK || s.cmds.len() >= LONG_JOURNAL {
+            s.checkpoint(conn, queue, None, true);
+        }
+    }
+}
+
+impl State {
+    /// The replacement worker died running `step`.
+    pub fn count_attempt(&mut self, step: Step) {
+        *self.attempts.entry(step).or_insert(0) += 1;
+    }
+
+    /// `mem`'s contents are unknown from now until a checkpoint reads it back.
+    fn lose(&mut self, mem: ObjectId) {
+        if let Some(r) = self.recipes.get_mut(&mem) {
+            if r.buffer_size().is_some() {
+                self.bytes -= r.base_bytes();
+                r.base = Base::Lost;
+            }
+        }
+    }
+
+    /// Whether a command on `cmd_queue` is complete once a blocking call on `queue` returned.
+    fn in_order(&self, cmd_queue: ObjectId, queue: ObjectId) -> bool {
+        cmd_queue == queue && !self.out_of_order(queue)
+    }
+
+    fn out_of_order(&self, queue: ObjectId) -> bool {
+        match self.recipes.get(&queue).map(|r| &r.req) {
+            Some(Request::CreateCommandQueue(q)) => q.properties & OUT_OF_ORDER != 0,
+            Some(Request::CreateCommandQueueWithProperties(q)) => {
+                q.properties.as_deref().unwrap_or(&[]).chunks(2).any(|kv| {
+                    kv.len() == 2
+                        && kv[0] == u64::from(CL_QUEUE_PROPERTIES)
+                        && kv[1] & OUT_OF_ORDER != 0
+                })
+            }
+            _ => true,
+        }
+    }
+
+    /// Buffers the journal's commands may write, and those whose contents are lost.
+    fn dirty(&self) -> BTreeSet<ObjectId> {
+        let mut out: BTreeSet<ObjectId> = self.cmds.iter().flat_map(|c| self.writes(c)).collect();
+        out.extend(self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost)).map(|(id, _)| *id));
+        out
+    }
+
+    /// The buffers a command may write (a kernel: every buffer argument not read-only).
+    fn writes(&self, cmd: &Cmd) -> Vec<ObjectId> {
+        let writable = |id: &ObjectId| match self.recipes.get(id).map(|r| &r.req) {
+            Some(Request::CreateBuffer(b)) => b.flags & CL_MEM_READ_ONLY == 0,
+            _ => false,
+        };
+        match cmd {
+            Cmd::Write { mem, .. } => vec![*mem],
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => r
+                .args
+                .iter()
+                .filter_map(|(_, a)| match a {
+                    ArgValue::Object(id) if writable(id) => Some(*id),
+                    _ => None,
+                })
+                .collect(),
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => vec![r.dst],
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => vec![r.mem],
+            Cmd::Enqueue(_) => Vec::new(),
+        }
+    }
+
+    /// Makes the contents of every buffer known now and drops the journal: `have` is a whole
+    /// buffer the application just read; with `read_back`, the other written ones are read
+    /// from the worker (after every queue the journal used is finished). Nothing changes if
+    /// that fails or does not fit the budget.
+    fn checkpoint(&mut self, conn: &Conn, queue: ObjectId, have: Option<(ObjectId, &[u8])>, read_back: bool) {
+        let mut fresh: Vec<(ObjectId, Arc<Vec<u8>>)> = Vec::new();
+        if let Some((mem, data)) = have {
+            fresh.push((mem, Arc::new(data.to_vec())));
+        }
+        let missing: Vec<ObjectId> = self
+            .dirty()
+            .into_iter()
+            .filter(|m| have.is_none_or(|(h, _)| h != *m) && self.recipes.get(m).is_some_and(|r| !r.released))
+            .collect();
+        if !missing.is_empty() && !read_back {
+            return;
+        }
+        let kept: u64 = self
+            .recipes
+            .iter()
+            .filter(|(id, r)| !missing.contains(id) && have.is_none_or(|(h, _)| h != **id) && !r.released)
+            .map(|(_, r)| r.base_bytes())
+            .sum();
+        let new: u64 = missing.iter().filter_map(|m| self.recipes.get(m)?.buffer_size()).sum::<u64>()
+            + fresh.iter().map(|(_, d)| d.len() as u64).sum::<u64>();
+        if kept + new > budget() {
+            return;
+        }
+        if read_back {
+            let queues: BTreeSet<ObjectId> = self.cmds.iter().map(Cmd::queue).chain([queue]).collect();
+            for q in queues {
+                if !matches!(conn.call(FlushOrFinish { queue: q, finish: true }), Ok(CL_SUCCESS)) {
+                    return;
+                }
+            }
+            for m in &missing {
+                let Some(size) = self.recipes.get(m).and_then(Recipe::buffer_size) else { continue };
+                match read_buffer(conn, queue, *m, size as usize) {
+                    Some(d) => fresh.push((*m, Arc::new(d))),
+                    None => return,
+                }
+            }
+        }
+        self.cmds.clear();
+        self.attempts.clear();
+        self.recipes.retain(|_, r| !r.released || matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)));
+        for (m, d) in fresh {
+            if let Some(r) = self.recipes.get_mut(&m) {
+                r.base = Base::Known(d);
+            }
+        }
+        self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
+    }
+}
+
+/// The id a creating request gives its object.
+fn created_id(req: &Request) -> Option<ObjectId> {
+    Some(match req {
+        Request::CreateContext(r) => r.id,
+        Request::CreateContextFromType(r) => r.id,
+        Request::CreateCommandQueue(r) => r.id,
+        Request::CreateCommandQueueWithProperties(r) => r.id,
+        Request::CreateBuffer(r) => r.id,
+        Request::CreateProgramWithSource(r) => r.id,
+        Request::CreateProgramWithBinary(r) => r.id,
+        Request::CreateKernel(r) => r.id,
+        Request::CreateUserEvent(r) => r.id,
+        _ => return None,
+    })
+}
+
+/// The shim's objects a creating request needs.
+fn depends_on(req: &Request) -> Vec<ObjectId> {
+    match req {
+        Request::CreateCommandQueue(r) => vec![r.context],
+        Request::CreateCommandQueueWithProperties(r) => vec![r.context],
+        Request::CreateBuffer(r) => vec![r.context],
+        Request::CreateProgramWithSource(r) => vec![r.context],
+        Request::CreateProgramWithBinary(r) => vec![r.context],
+        Request::CreateKernel(r) => vec![r.program],
+        Request::CreateUserEvent(r) => vec![r.context],
+        _ => Vec::new(),
+    }
+}
+
+/// Reads `size` bytes of buffer `mem` through a segment (blocking).
+fn read_buffer(conn: &Conn, queue: ObjectId, mem: ObjectId, size: usize) -> Option<Vec<u8>> {
+    let seg = conn.acquire_segment(size).ok()?;
+    let req = EnqueueReadBuffer {
+        queue,
+        mem,
+        blocking: true,
+        offset: 0,
+        into: DataRef::Segment { id: seg.id, offset: 0, len: size as u64 },
+        sync: EnqueueSync::default(),
+    };
+    let out = match conn.call(req) {
+        // SAFETY: the segment holds at least `size` bytes (acquire_segment).
+        Ok(CL_SUCCESS) => Some(unsafe { std::slice::from_raw_parts(seg.region.as_ptr(), size) }.to_vec()),
+        _ => None,
+    };
+    conn.release_segment(seg);
+    out
+}
+
+/// Runs `make(data)` with `bytes` in a fresh segment the worker knows.
+fn with_segment<C: Call<Reply = i32>>(conn: &Conn, bytes: &[u8], make: impl FnOnce(DataRef) -> C) -> Result<i32, i32> {
+    let seg = conn.acquire_segment(bytes.len())?;
+    // SAFETY: the segment holds at least `bytes.len()` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.region.as_ptr(), bytes.len()) };
+    let rc = conn.call(make(DataRef::Segment { id: seg.id, offset: 0, len: bytes.len() as u64 }));
+    conn.release_segment(seg);
+    rc
+}
+
+/// What a rebuild achieved.
+pub struct Rebuilt {
+    /// Ids that exist in the replacement (objects and events).
+    pub created: HashSet<ObjectId>,
+    /// New memory of zero-copy buffers.
+    pub views: HashMap<ObjectId, SharedView>,
+    /// Contexts whose `pfn_notify` the replacement must call (id, function, user data, token).
+    pub notify: Vec<(ObjectId, ContextNotifyFn, usize, u64)>,
+    /// What was given up, for `pfn_notify`.
+    pub dropped: Vec<String>,
+    pub replayed: usize,
+    pub lost: usize,
+}
+
+pub enum Outcome {
+    Done(Rebuilt),
+    /// The replacement died running this step.
+    Crashed(Step),
+}
+
+/// Rebuilds `st` in `new`, the replacement of `old` (the worker the record was made in).
+pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
+    let translate = |id: ObjectId| -> ObjectId {
+        if id & WORKER_ID_BIT == 0 {
+            return id;
+        }
+        let h = old.handle_of(id) as usize as *const std::ffi::c_void;
+        crate::handle::lookup(h, Kind::Device)
+            .or_else(|_| crate::handle::lookup(h, Kind::Platform))
+            .map(|o| o.id)
+            .unwrap_or(id)
+    };
+    let translate_props = |p: &Option<Vec<i64>>| {
+        p.as_ref().map(|p| {
+            let mut p = p.clone();
+            let mut i = 0;
+            while i + 1 < p.len() {
+                if p[i] == CL_CONTEXT_PLATFORM as i64 {
+                    p[i + 1] = translate(p[i + 1] as u64) as i64;
+                }
+                i += 2;
+            }
+            p
+        })
+    };
+    let crashed = |step| Outcome::Crashed(step);
+    let mut out = Rebuilt {
+        created: HashSet::new(),
+        views: HashMap::new(),
+        notify: Vec::new(),
+        dropped: Vec::new(),
+        replayed: 0,
+        lost: 0,
+    };
+    let mut lost: HashSet<ObjectId> = HashSet::new();
+    let mut first_context = None;
+    let ids: Vec<ObjectId> = st.recipes.keys().copied().collect();
+    for id in ids {
+        let r = &st.recipes[&id];
+        let step = Step::Recipe(id);
+        if st.attempts.get(&step).copied().unwrap_or(0) >= RETRIES {
+            out.dropped.push(format!("object #{id} crashed the driver each time it was made again"));
+            lost.insert(id);
+            continue;
+        }
+        if matches!(r.base, Base::Lost) || depends_on(&r.req).iter().any(|d| !out.created.contains(d)) {
+            lost.insert(id);
+            continue;
+        }
+        let rc = match &r.req {
+            Request::CreateContext(c) => new.call(CreateContext {
+                properties: translate_props(&c.properties),
+                devices: c.devices.iter().map(|&d| translate(d)).collect(),
+                ..c.clone()
+            }),
+            Request::CreateContextFromType(c) => {
+                new.call(CreateContextFromType { properties: translate_props(&c.properties), ..c.clone() })
+            }
+            Request::CreateCommandQueue(q) => new.call(CreateCommandQueue { device: translate(q.device), ..q.clone() }),
+            Request::CreateCommandQueueWithProperties(q) => {
+                new.call(CreateCommandQueueWithProperties { device: translate(q.device), ..q.clone() })
+            }
+            Request::CreateBuffer(b) => rebuild_buffer(new, b, r, &mut out.views),
+            Request::CreateProgramWithSource(p) => new.call(p.clone()).and_then(|rc| match (&r.build, rc) {
+                (Some(b), CL_SUCCESS) => {
+                    let devices = b.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
+                    new.call(BuildProgram { devices, ..b.clone() }).map(|_| CL_SUCCESS)
+                }
+                _ => Ok(rc),
+            }),
+            Request::CreateProgramWithBinary(p) => {
+                let req = CreateProgramWithBinary { devices: p.devices.iter().map(|&d| translate(d)).collect(), ..p.clone() };
+                new.call(req).and_then(|reply| match (&r.build, reply.status) {
+                    (Some(b), CL_SUCCESS) => {
+                        let devices = b.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
+                        new.call(BuildProgram { devices, ..b.clone() }).map(|_| CL_SUCCESS)
+                    }
+                    (_, s) => Ok(s),
+                })
+            }
+            Request::CreateKernel(k) => new.call(k.clone()).map(|reply| reply.status),
+            Request::CreateUserEvent(e) => new.call(e.clone()).and_then(|rc| match (r.status, rc) {
+                (Some(status), CL_SUCCESS) => new.call(SetUserEventStatus { event: id, status }),
+                _ => Ok(rc),
+            }),
+            _ => Ok(CL_INVALID_OPERATION),
+        };
+        match rc {
+            Ok(CL_SUCCESS) => {
+                out.created.insert(id);
+                if matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) {
+                    first_context.get_or_insert(id);
+                    if let Some((pfn, user_data, token)) = r.notify {
+                        out.notify.push((id, pfn, user_data, token));
+                    }
+                }
+            }
+            Err(_) if new.is_dead() => return crashed(step),
+            _ => {
+                lost.insert(id);
+            }
+        }
+    }
+    // Commands, in the order they were enqueued, each finished before the next: a crash is
+    // then the command's own.
+    let mut failed_events = Vec::new();
+    for i in 0..st.cmds.len() {
+        let step = Step::Cmd(i);
+        let writes = st.writes(&st.cmds[i]);
+        let event = st.cmds[i].sync().and_then(|s| s.event);
+        let gone = st.cmds[i].uses().iter().any(|u| !out.created.contains(u) || lost.contains(u));
+        let given_up = st.attempts.get(&step).copied().unwrap_or(0) >= RETRIES;
+        if gone || given_up {
+            if given_up {
+                out.dropped.push(format!(
+                    "{} crashed the driver {} more times when run again; it was dropped: its event fails and \
+                     the buffers it writes are lost",
+                    st.cmds[i].describe(&st.recipes),
+                    RETRIES
+                ));
+            }
+            lost.extend(writes);
+            failed_events.extend(event);
+            continue;
+        }
+        if let Some(sync) = st.cmds[i].sync_mut() {
+            sync.wait.retain(|w| out.created.contains(w));
+        }
+        let queue = st.cmds[i].queue();
+        let rc = match &st.cmds[i] {
+            Cmd::Write { queue, mem, offset, data, sync } => with_segment(new, data, |data| EnqueueWriteBuffer {
+                queue: *queue,
+                mem: *mem,
+                blocking: true,
+                offset: *offset,
+                data,
+                sync: sync.clone(),
+            }),
+            Cmd::Enqueue(req) => new.call_request(req),
+        };
+        let rc = rc.and_then(|rc| new.call(FlushOrFinish { queue, finish: true }).map(|_| rc));
+        match rc {
+            Err(_) if new.is_dead() => return crashed(step),
+            Ok(CL_SUCCESS) => {
+                out.replayed += 1;
+                out.created.extend(event);
+            }
+            _ => {
+                lost.extend(writes);
+                failed_events.extend(event);
+            }
+        }
+    }
+    // Events the application holds whose commands are past (before the checkpoint) complete;
+    // those of dropped commands fail.
+    if let Some(ctx) = first_context {
+        for (h, obj) in crate::handle::objects_of(old) {
+            let _ = h;
+            if obj.kind != Kind::Event || out.created.contains(&obj.id) {
+                continue;
+            }
+            let status = if failed_events.contains(&obj.id) { crate::conn::FAULT } else { CL_COMPLETE };
+            let made = new.call(CreateUserEvent { id: obj.id, context: ctx });
+            let set = made.and_then(|_| new.call(SetUserEventStatus { event: obj.id, status }));
+            match set {
+                Ok(CL_SUCCESS) => {
+                    out.created.insert(obj.id);
+                }
+                Err(_) if new.is_dead() => return crashed(Step::Recipe(obj.id)),
+                _ => {}
+            }
+        }
+    }
+    // What the application released since is released again.
+    for &id in &out.created {
+        if old.handle_of(id) == 0 {
+            let _ = new.call(Release { object: id });
+        }
+    }
+    // Dropped steps leave the record; lost buffers keep no contents.
+    let dropped: Vec<usize> = (0..st.cmds.len()).filter(|i| st.attempts.get(&Step::Cmd(*i)).copied().unwrap_or(0) >= RETRIES).collect();
+    for i in dropped.into_iter().rev() {
+        st.cmds.remove(i);
+    }
+    st.attempts.clear();
+    for id in &lost {
+        st.lose(*id);
+    }
+    out.lost = lost.len();
+    Outcome::Done(out)
+}
+
+/// Creates buffer `b` in `conn` with its checkpointed contents.
+fn rebuild_buffer(conn: &Arc<Conn>, b: &CreateBuffer, r: &Recipe, views: &mut HashMap<ObjectId, SharedView>) -> Result<i32, i32> {
+    let data = match &r.base {
+        Base::Known(d) => Some(d.clone()),
+        _ => None,
+    };
+    let flags = b.flags & !(CL_MEM_COPY_HOST_PTR | CL_MEM_USE_HOST_PTR);
+    if r.zero_copy {
+        let size = b.size as usize;
+        let region =
+            cloister_ipc::shm::SharedRegion::create("cloister-buffer", size).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        if let Some(d) = &data {
+            // SAFETY: the region holds `size` bytes; the checkpoint is the buffer's size.
+            unsafe { std::ptr::copy_nonoverlapping(d.as_ptr(), region.as_ptr(), d.len().min(size)) };
+        }
+        let segment = conn.share_region(&region)?;
+        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: size };
+        let rc = conn.call(CreateBuffer { flags, host_data: None, memory: Some(segment), ..b.clone() })?;
+        if rc == CL_SUCCESS {
+            views.insert(b.id, view);
+        }
+        return Ok(rc);
+    }
+    match data {
+        Some(d) => with_segment(conn, &d, |data| CreateBuffer {
+            flags: flags | CL_MEM_COPY_HOST_PTR,
+            host_data: Some(data),
+            memory: None,
+            ..b.clone()
+        }),
+        None => conn.call(CreateBuffer { flags, host_data: None, memory: None, ..b.clone() }),
+    }
+}
+
+/// Serials of dead workers whose objects were carried over to a replacement.
+fn carried() -> &'static Mutex<HashSet<u64>> {
+    static C: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
+    C.get_or_init(Default::default)
+}
+
+/// After a successful rebuild: the application's handles point at the replacement, contexts
+/// hear what happened, and calls that met the death may run again.
+pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State) {
+    for (id, pfn, user_data, token) in &rebuilt.notify {
+        let _ = id;
+        new.register_callback_as(*token, Callback::Context { pfn: *pfn, user_data: *user_data });
+    }
+    let mut moved = 0;
+    for (h, obj) in crate::handle::objects_of(old) {
+        if matches!(obj.kind, Kind::Platform | Kind::Device) || !rebuilt.created.contains(&obj.id) {
+            continue;
+        }
+        // A kernel whose arguments name an object that was not rebuilt stays lost with it.
+        if let crate::handle::ObjData::Kernel { args, .. } = &obj.data {
+            let a = args.lock().unwrap_or_else(|e| e.into_inner());
+            let missing = a.values.iter().flatten().any(|v| matches!(v, ArgValue::Object(id) if !rebuilt.created.contains(id)));
+            if missing {
+                continue;
+            }
+        }
+        crate::handle::move_to(h, new, rebuilt.views.get(&obj.id).cloned());
+        moved += 1;
+    }
+    new.journal.put(st);
+    let mut message = format!(
+        "CLOISTER_RECOVERY=replay: the application was carried over to a new worker for driver {}: \
+         {moved} objects rebuilt under the same handles, {} commands run again",
+        new.driver, rebuilt.replayed
+    );
+    if rebuilt.lost > 0 {
+        message.push_str(&format!(
+            "; {} objects could not be restored and answer CL_DEVICE_NOT_AVAILABLE",
+            rebuilt.lost
+        ));
+    }
+    for d in &rebuilt.dropped {
+        message.push_str("; ");
+        message.push_str(d);
+    }
+    crate::runtime::warn(&message);
+    let msg = std::ffi::CString::new(format!("cloister: {message}").replace('\0', " ")).unwrap_or_default();
+    for (_, pfn, user_data, _) in &rebuilt.notify {
+        // SAFETY: the application registered pfn with this signature and user_data for a
+        // context it has not released (a released one is not rebuilt with its callback).
+        unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, *user_data as *mut std::ffi::c_void) };
+    }
+    carried().lock().unwrap_or_else(|e| e.into_inner()).insert(old.serial());
+}
+
+thread_local! {
+    /// The serial of a dead worker this thread's current call met (see `retrying`).
+    static MET_DEATH: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// A call on this thread failed because worker `serial` is dead.
+pub fn met_death(serial: u64) {
+    let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
+}
+
+/// Runs an entry point; in replay mode, one that failed because its worker died runs again
+/// once the objects are carried over (at most `RETRIES` + 1 times in all).
+pub fn retrying<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R) -> R {
+    if !on() {
+        return f();
+    }
+    let outer = MET_DEATH.try_with(|m| m.take()).ok().flatten();
+    let mut tries = 0;
+    let r = loop {
+        let r = f();
+        let met = MET_DEATH.try_with(|m| m.take()).ok().flatten();
+        match met {
+            Some(serial) if failed(&r) && tries < RETRIES => {
+                crate::runtime::await_restarts();
+                if !carried().lock().unwrap_or_else(|e| e.into_inner()).contains(&serial) {
+                    break r;
+                }
+                tries += 1;
+            }
+            _ => break r,
+        }
+    };
+    if let Some(o) = outer {
+        met_death(o);
+    }
+    r
+}
+
+/// Makes a creating call, and records it if it succeeded in replay mode (nothing is copied
+/// otherwise).
+pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32, i32> {
+    let copy = on().then(|| req.clone());
+    let rc = conn.call(req);
+    if let (Some(c), Ok(CL_SUCCESS)) = (copy, &rc) {
+        conn.journal.created(c.into_request());
+    }
+    rc
+}
+
+/// Records a successful creating call made otherwise (replay mode only).
+pub fn note<C: Call + Clone>(conn: &Conn, req: &C) {
+    if on() {
+        conn.journal.created(req.clone().into_request());
+    }
+}

@@ -1,0 +1,139 @@
+/* A client written like most OpenCL applications: one context, never recreated. It builds a
+ * program, fills buffers (initial data, writes), and runs a loop of kernels, a copy and a fill,
+ * with a blocking read each iteration, folding every result into a checksum. Under
+ * CLOISTER_RECOVERY=replay a worker killed mid-run must change nothing: the checksum is the
+ * undisturbed run's and every call succeeds.
+ *
+ * usage: replay ITERATIONS [SLEEP_MS]
+ * Prints "iteration N" as it goes (a test kills the worker after some), "context notified: ..."
+ * for each pfn_notify, then "checksum X" and "done", or "ERROR step=... code=..." and exits 1. */
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define N 4096
+#define BIG (256 * 1024) /* floats: a zero-copy buffer on host-unified devices */
+
+#define STEP(name, expr)                                                  \
+    do {                                                                  \
+        cl_int e_ = (expr);                                               \
+        if (e_ != CL_SUCCESS) {                                           \
+            printf("ERROR step=%s code=%d\n", name, e_);                  \
+            fflush(stdout);                                               \
+            return 1;                                                     \
+        }                                                                 \
+    } while (0)
+
+static void CL_CALLBACK notified(const char *errinfo, const void *p, size_t cb, void *user) {
+    (void)p;
+    (void)cb;
+    printf("context notified (%s): %s\n", (const char *)user, errinfo);
+    fflush(stdout);
+}
+
+static const char *src =
+    "__kernel void accum(__global const int *in, __global int *acc, int k) {\n"
+    "  size_t i = get_global_id(0);\n"
+    "  acc[i] = acc[i] * 31 + in[i] * k + (int)i;\n"
+    "}\n"
+    "__kernel void scale(__global float *big, float f) {\n"
+    "  size_t i = get_global_id(0);\n"
+    "  big[i] = big[i] * f + 1.0f;\n"
+    "}\n";
+
+int main(int argc, char **argv) {
+    int iterations = argc > 1 ? atoi(argv[1]) : 20;
+    int sleep_ms = argc > 2 ? atoi(argv[2]) : 0;
+    cl_platform_id p;
+    cl_device_id d;
+    cl_int err;
+    STEP("platforms", clGetPlatformIDs(1, &p, NULL));
+    STEP("devices", clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &d, NULL));
+    cl_context ctx = clCreateContext(NULL, 1, &d, notified, "replay", &err);
+    STEP("context", err);
+    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
+    STEP("queue", err);
+    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
+    STEP("program", err);
+    STEP("build", clBuildProgram(prog, 0, NULL, "-cl-fast-relaxed-math", NULL, NULL));
+    cl_kernel step = clCreateKernel(prog, "accum", &err);
+    STEP("kernel", err);
+    cl_kernel scale = clCreateKernel(prog, "scale", &err);
+    STEP("kernel2", err);
+
+    static int init[N], host[N], out[N];
+    for (int i = 0; i < N; i++) init[i] = i * 7 + 3;
+    cl_mem in = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof init, init, &err);
+    STEP("buffer in", err);
+    cl_mem acc = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof host, NULL, &err);
+    STEP("buffer acc", err);
+    cl_mem copy = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof host, NULL, &err);
+    STEP("buffer copy", err);
+    static float bigh[BIG];
+    for (int i = 0; i < BIG; i++) bigh[i] = (float)(i % 97);
+    cl_mem big = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof bigh, bigh, &err);
+    STEP("buffer big", err);
+    memset(host, 0, sizeof host);
+    STEP("write acc", clEnqueueWriteBuffer(q, acc, CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
+    STEP("arg0", clSetKernelArg(step, 0, sizeof in, &in));
+    STEP("arg1", clSetKernelArg(step, 1, sizeof acc, &acc));
+    STEP("big arg0", clSetKernelArg(scale, 0, sizeof big, &big));
+
+    uint64_t sum = 1469598103934665603ull;
+    size_t g = N, gb = BIG;
+    for (int it = 0; it < iterations; it++) {
+        int k = it + 1;
+        float f = 0.5f + (float)(it % 3);
+        STEP("arg2", clSetKernelArg(step, 2, sizeof k, &k));
+        STEP("big arg1", clSetKernelArg(scale, 1, sizeof f, &f));
+        cl_event ev;
+        STEP("enqueue", clEnqueueNDRangeKernel(q, step, 1, NULL, &g, NULL, 0, NULL, &ev));
+        STEP("enqueue big", clEnqueueNDRangeKernel(q, scale, 1, NULL, &gb, NULL, 1, &ev, NULL));
+        STEP("copy", clEnqueueCopyBuffer(q, acc, copy, 0, 0, sizeof host, 0, NULL, NULL));
+        int pattern = it;
+        STEP("fill", clEnqueueFillBuffer(q, copy, &pattern, sizeof pattern, 0, 64 * sizeof(int), 0, NULL, NULL));
+        if (it % 4 == 3) {
+            /* A partial write the journal must replay with its data. */
+            int patch[16];
+            for (int i = 0; i < 16; i++) patch[i] = it * 1000 + i;
+            STEP("write patch", clEnqueueWriteBuffer(q, acc, CL_FALSE, 128 * sizeof(int), sizeof patch, patch, 0, NULL, NULL));
+        }
+        STEP("read", clEnqueueReadBuffer(q, copy, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
+        cl_int status;
+        STEP("event", clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL));
+        if (status != CL_COMPLETE) {
+            printf("ERROR step=event-status code=%d\n", status);
+            return 1;
+        }
+        STEP("release event", clReleaseEvent(ev));
+        for (int i = 0; i < N; i++) sum = (sum ^ (uint32_t)out[i]) * 1099511628211ull;
+        printf("iteration %d\n", it);
+        fflush(stdout);
+        if (sleep_ms) usleep(sleep_ms * 1000);
+    }
+    STEP("finish", clFinish(q));
+    STEP("read big", clEnqueueReadBuffer(q, big, CL_TRUE, 0, sizeof bigh, bigh, 0, NULL, NULL));
+    for (int i = 0; i < BIG; i++) {
+        uint32_t b;
+        memcpy(&b, &bigh[i], sizeof b);
+        sum = (sum ^ b) * 1099511628211ull;
+    }
+    STEP("read acc", clEnqueueReadBuffer(q, acc, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
+    for (int i = 0; i < N; i++) sum = (sum ^ (uint32_t)out[i]) * 1099511628211ull;
+    printf("checksum %016llx\n", (unsigned long long)sum);
+    clReleaseKernel(step);
+    clReleaseKernel(scale);
+    clReleaseProgram(prog);
+    clReleaseMemObject(in);
+    clReleaseMemObject(acc);
+    clReleaseMemObject(copy);
+    clReleaseMemObject(big);
+    clReleaseCommandQueue(q);
+    clReleaseContext(ctx);
+    printf("done\n");
+    return 0;
+}
