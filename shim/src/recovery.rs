@@ -189,6 +189,15 @@ pub enum Step {
     Cmd(usize),
 }
 
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Recipe(id) => write!(f, "making object #{id}"),
+            Step::Cmd(i) => write!(f, "running command {} of the journal", i + 1),
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct State {
     recipes: BTreeMap<ObjectId, Recipe>,
@@ -731,12 +740,14 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             }
         }
     }
-    // What the application released since is released again.
+    // What the application released since is released again, and what was lost on the way
+    // (a buffer a dropped command wrote) too: its handle stays with the dead worker.
     for &id in &out.created {
-        if old.handle_of(id) == 0 {
+        if old.handle_of(id) == 0 || lost.contains(&id) {
             let _ = new.call(Release { object: id });
         }
     }
+    out.created.retain(|id| !lost.contains(id));
     // Dropped steps leave the record; lost buffers keep no contents.
     let dropped: Vec<usize> = (0..st.cmds.len()).filter(|i| st.attempts.get(&Step::Cmd(*i)).copied().unwrap_or(0) >= RETRIES).collect();
     for i in dropped.into_iter().rev() {

@@ -176,7 +176,7 @@ fn respawn_and_rebuild(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, Stri
                 return Ok(conn);
             }
             crate::recovery::Outcome::Crashed(step) => {
-                warn(&format!("the new worker for {driver} died too while cloister rebuilt the application's objects ({step:?}); trying again"));
+                warn(&format!("the new worker for {driver} died too while cloister rebuilt the application's objects ({step}); trying again"));
                 st.count_attempt(step);
                 previous = conn;
             }

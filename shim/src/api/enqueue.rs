@@ -21,7 +21,8 @@ pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc
     let q = lookup(queue, Kind::Queue)?;
     let m = lookup(mem, Kind::Mem)?;
     if !Arc::ptr_eq(&q.conn, &m.conn) {
-        return Err(CL_INVALID_CONTEXT);
+        // One of them lost with a dead worker (not carried over by recovery) is that fault.
+        return Err(crate::conn::mismatch(&q.conn, &m.conn, CL_INVALID_CONTEXT));
     }
     Ok((q, m))
 }
@@ -752,7 +753,7 @@ pub unsafe fn clEnqueueNDRangeKernel(
         let q = lookup(queue, Kind::Queue)?;
         let k = lookup(kernel, Kind::Kernel)?;
         if !Arc::ptr_eq(&q.conn, &k.conn) {
-            return Err(CL_INVALID_CONTEXT);
+            return Err(crate::conn::mismatch(&q.conn, &k.conn, CL_INVALID_CONTEXT));
         }
         if !(1..=3).contains(&work_dim) {
             return Err(CL_INVALID_WORK_DIMENSION);

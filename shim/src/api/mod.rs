@@ -117,7 +117,7 @@ pub unsafe fn enqueue_sync(
     let (wait, conn) = ids_of(events, Kind::Event, CL_INVALID_EVENT_WAIT_LIST)?;
     if let Some(c) = conn {
         if !Arc::ptr_eq(&c, &queue.conn) {
-            return Err(CL_INVALID_CONTEXT);
+            return Err(crate::conn::mismatch(&c, &queue.conn, CL_INVALID_CONTEXT));
         }
     }
     Ok(EnqueueSync { wait, event: (!event.is_null()).then(|| queue.conn.alloc_id()) })

@@ -1,0 +1,239 @@
+//! Recovery by replay (`CLOISTER_RECOVERY=replay`): an application that never recreates its
+//! context runs through a driver crash, a `kill -9` of its worker, and a restart of the broker,
+//! and ends with exactly the results of an undisturbed run; a kernel that crashes the driver
+//! every time is dropped after a bounded number of retries, with a clear error.
+
+use cloister_tests::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ITERATIONS: &str = "24";
+
+/// The checksum line of a replay client's output.
+fn checksum(t: &str) -> Option<String> {
+    t.lines().find(|l| l.starts_with("checksum ")).map(str::to_string)
+}
+
+/// The undisturbed run's checksum: the client run directly on pocl.
+fn undisturbed() -> String {
+    let out = direct(&c_client("replay"), &[ITERATIONS], &[]);
+    let t = text(&out);
+    assert!(out.status.success(), "the client fails even directly:\n{t}");
+    checksum(&t).unwrap_or_else(|| panic!("no checksum:\n{t}"))
+}
+
+/// Asserts a caged replay run ended as the undisturbed one, and was carried over `times`
+/// times at least.
+fn assert_carried_over(status: std::process::ExitStatus, t: &str, expected: &str) {
+    assert!(status.success(), "the application did not survive ({status:?}):\n{t}");
+    assert!(!t.contains("ERROR step="), "a call failed:\n{t}");
+    assert_eq!(checksum(t).as_deref(), Some(expected), "results differ from the undisturbed run:\n{t}");
+    assert!(
+        t.lines().any(|l| l.starts_with("context notified (replay)") && l.contains("carried over")),
+        "the context did not hear that it was carried over:\n{t}"
+    );
+}
+
+#[test]
+fn an_injected_crash_mid_run_changes_nothing() {
+    let expected = undisturbed();
+    let driver = fault_driver();
+    let cache = std::env::temp_dir().join(format!("cloister-replay-fault-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    // The 31st NDRange crashes the driver, once: mid-run, with commands in flight.
+    let env = [
+        ("CLOISTER_RECOVERY", "replay"),
+        ("CLOISTER_FAULT", "enqueue:segv:once"),
+        ("CLOISTER_FAULT_SKIP", "30"),
+        ("XDG_CACHE_HOME", cache.to_str().unwrap()),
+    ];
+    let out = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &c_client("replay"), &[ITERATIONS], &env);
+    let _ = std::fs::remove_dir_all(&cache);
+    let t = text(&out);
+    assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
+    assert_carried_over(out.status, &t, &expected);
+}
+
+/// The pids of `cloister-worker` processes descended from `root`.
+fn workers_under(root: u32) -> Vec<u32> {
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The fields after the command name, which is in parentheses and may hold spaces.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        rest.split(' ').nth(1)?.parse().ok()
+    };
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() != "cloister-worker" {
+            continue;
+        }
+        let mut p = pid;
+        for _ in 0..32 {
+            match parent(p) {
+                Some(pp) if pp == root => {
+                    out.push(pid);
+                    break;
+                }
+                Some(pp) if pp > 1 => p = pp,
+                _ => break,
+            }
+        }
+    }
+    out
+}
+
+/// Reads `child`'s stdout until a line starting with `prefix`, returning what was read.
+fn read_until(lines: &mut impl Iterator<Item = std::io::Result<String>>, prefix: &str, seen: &mut String) -> bool {
+    for line in lines.by_ref() {
+        let Ok(line) = line else { return false };
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.starts_with(prefix) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Waits for `child` with a deadline (a hang fails the test instead of blocking it).
+fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            panic!("the application hung after the crash");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_worker_killed_with_sigkill_mid_run_changes_nothing() {
+    let expected = undisturbed();
+    let mut child = Command::new(cloister())
+        .args(["run", "--"])
+        .arg(c_client("replay"))
+        .args([ITERATIONS, "40"])
+        .env("CLOISTER_RECOVERY", "replay")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    assert!(read_until(&mut lines, "iteration 5", &mut seen), "the run did not get going:\n{seen}");
+    let workers = workers_under(child.id());
+    assert!(!workers.is_empty(), "no worker under {}", child.id());
+    // The worker and the processes of its cage, all at once, as `kill -9` of a process group.
+    for pid in workers {
+        // SAFETY: kill(2) on a process this test found in the application's worker's cage.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    read_until(&mut lines, "done", &mut seen);
+    let status = wait_within(&mut child, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let t = format!("{seen}{err}");
+    assert!(t.contains("SIGKILL") || t.contains("signal 9"), "the worker was not killed:\n{t}");
+    assert_carried_over(status, &t, &expected);
+}
+
+#[test]
+fn restarting_the_broker_mid_run_changes_nothing() {
+    let expected = undisturbed();
+    let runtime = std::env::temp_dir().join(format!("cloister-rt-replay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&runtime);
+    std::fs::create_dir_all(&runtime).unwrap();
+    let socket = runtime.join("cloister/broker.sock");
+    let start_broker = || {
+        let b = Command::new(cloister())
+            .arg("broker")
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start cloister broker");
+        assert!(wait_for_path(&socket, Duration::from_secs(5)), "the broker does not listen");
+        b
+    };
+    let mut broker = start_broker();
+    let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
+    let mut child = Command::new(c_client("replay"))
+        .args([ITERATIONS, "40"])
+        .env("OCL_ICD_VENDORS", &vendors)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env_remove("CLOISTER_SOCKET")
+        .env("CLOISTER_RECOVERY", "replay")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    assert!(read_until(&mut lines, "iteration 5", &mut seen), "the run did not get going:\n{seen}");
+    // The broker goes with its workers, as `systemctl --user restart` stops the unit's whole
+    // control group, and a new one takes its place.
+    let workers = workers_under(broker.id());
+    assert!(!workers.is_empty(), "the broker has no worker");
+    broker.kill().unwrap();
+    broker.wait().unwrap();
+    for pid in workers {
+        // SAFETY: kill(2) on a worker of the broker this test started.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    let _ = std::fs::remove_file(&socket);
+    let mut broker = start_broker();
+    read_until(&mut lines, "done", &mut seen);
+    let status = wait_within(&mut child, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let _ = broker.kill();
+    let _ = broker.wait();
+    let _ = std::fs::remove_dir_all(&runtime);
+    let t = format!("{seen}{err}");
+    assert!(!t.contains("Broken pipe"), "the shim did not find the new broker:\n{t}");
+    assert_carried_over(status, &t, &expected);
+}
+
+#[test]
+fn a_kernel_that_crashes_every_time_is_dropped_after_bounded_retries() {
+    let mut child = Command::new(cloister())
+        .args(["run", "--"])
+        .arg(c_client("crasher"))
+        .env("CLOISTER_RECOVERY", "replay")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_within(&mut child, Duration::from_secs(120));
+    let mut t = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut t).unwrap();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut t).unwrap();
+    assert!(status.success(), "{t}");
+    assert!(t.contains("good 1: 0"), "{t}");
+    // The crashing kernel's event fails, the buffer it wrote is unavailable, the rest works.
+    assert!(t.contains("crash event status -2"), "{t}");
+    assert!(t.contains("read after crash: -2"), "{t}");
+    assert!(t.contains("after: ok"), "{t}");
+    let told = t.lines().find(|l| l.starts_with("context notified") && l.contains("carried over"));
+    let told = told.unwrap_or_else(|| panic!("no notification of the carry-over:\n{t}"));
+    assert!(told.contains("kernel 'crash'") && told.contains("dropped"), "{told}");
+    // Run at most 1 + RETRIES times: three deaths, and no crash-loop stop.
+    let deaths = t.lines().filter(|l| l.starts_with("cloister: the worker for driver") && l.contains("SIGSEGV")).count();
+    assert_eq!(deaths, 3, "{t}");
+    assert!(!t.contains("not restarting it"), "{t}");
+}
+
+#[test]
+fn report_mode_is_the_default_and_loses_the_context() {
+    let out = caged(&[], &c_client("crasher"), &[], &[]);
+    let t = text(&out);
+    assert!(t.contains("finish: -2"), "without CLOISTER_RECOVERY the context is lost as before:\n{t}");
+    assert!(t.contains("create a new context"), "{t}");
+    assert!(!t.contains("carried over"), "{t}");
+}
