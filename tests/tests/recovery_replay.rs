@@ -237,3 +237,84 @@ fn report_mode_is_the_default_and_loses_the_context() {
     assert!(t.contains("create a new context"), "{t}");
     assert!(!t.contains("carried over"), "{t}");
 }
+
+/// A pyopencl program as people write them: arrays in, a kernel in a loop, results out with
+/// blocking copies, one context for the whole run.
+const PYOPENCL_PROGRAM: &str = r#"
+import hashlib, sys, time
+import numpy as np
+import pyopencl as cl
+
+iterations, sleep_ms = int(sys.argv[1]), int(sys.argv[2])
+dev = cl.get_platforms()[0].get_devices()[0]
+ctx = cl.Context([dev], properties=None)
+queue = cl.CommandQueue(ctx)
+prg = cl.Program(ctx, """
+__kernel void blend(__global const float *a, __global float *b, float t) {
+  size_t i = get_global_id(0);
+  b[i] = b[i] * (1.0f - t) + a[i] * t + (float)(i % 13);
+}
+""").build()
+blend = prg.blend
+a = np.arange(50000, dtype=np.float32) * 0.25
+b = np.zeros_like(a)
+mf = cl.mem_flags
+a_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+b_buf = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=b)
+digest = hashlib.sha256()
+for it in range(iterations):
+    blend(queue, a.shape, None, a_buf, b_buf, np.float32(0.1 + 0.01 * it))
+    cl.enqueue_copy(queue, b, b_buf)
+    digest.update(b.tobytes())
+    print("iteration", it, flush=True)
+    time.sleep(sleep_ms / 1000)
+queue.finish()
+print("checksum", digest.hexdigest(), flush=True)
+print("done", flush=True)
+"#;
+
+#[test]
+fn a_pyopencl_program_runs_through_a_kill_of_its_worker() {
+    let python = std::path::Path::new("/usr/bin/python3");
+    let probe = Command::new(python).args(["-c", "import pyopencl, numpy"]).output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: /usr/bin/python3 has no pyopencl (scripts/pyopencl-suite.sh installs it)");
+        return;
+    }
+    let script = std::env::temp_dir().join(format!("cloister-replay-{}.py", std::process::id()));
+    std::fs::write(&script, PYOPENCL_PROGRAM).unwrap();
+    let script_arg = script.to_str().unwrap();
+    // pyopencl keeps built binaries in a cache: a fresh one, so both runs build from source.
+    let cache = std::env::temp_dir().join(format!("cloister-replay-pycache-{}", std::process::id()));
+    let plain = direct(python, &[script_arg, "20", "0"], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
+    let expected = checksum(&text(&plain)).unwrap_or_else(|| panic!("directly:\n{}", text(&plain)));
+    let mut child = Command::new(cloister())
+        .args(["run", "--"])
+        .arg(python)
+        .args([script_arg, "20", "60"])
+        .env("CLOISTER_RECOVERY", "replay")
+        .env("XDG_CACHE_HOME", &cache)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    assert!(read_until(&mut lines, "iteration 5", &mut seen), "the run did not get going:\n{seen}");
+    let workers = workers_under(child.id());
+    assert!(!workers.is_empty(), "no worker under {}", child.id());
+    for pid in workers {
+        // SAFETY: kill(2) on a process of the application's worker's cage.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    read_until(&mut lines, "done", &mut seen);
+    let status = wait_within(&mut child, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let _ = std::fs::remove_file(&script);
+    let _ = std::fs::remove_dir_all(&cache);
+    let t = format!("{seen}{err}");
+    assert!(status.success(), "{t}");
+    assert!(t.contains("carried over"), "the worker's death went unnoticed:\n{t}");
+    assert_eq!(checksum(&t), Some(expected), "results differ from the undisturbed run:\n{t}");
+}
