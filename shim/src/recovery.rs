@@ -39,6 +39,10 @@ pub const RETRIES: u32 = 2;
 /// costs a read-back.
 const LONG_JOURNAL: usize = 64;
 
+/// Most commands the journal holds: an application that never waits (so never gives a
+/// checkpoint) makes what its commands wrote lost instead of growing the journal without end.
+const MAX_JOURNAL: usize = 16384;
+
 /// At `clFinish`, written buffers up to this many bytes are read back for a checkpoint.
 const CHEAP_READ_BACK: u64 = 4 << 20;
 
@@ -313,6 +317,9 @@ impl Journal {
                 s.lose(mem);
                 return;
             }
+            if s.cmds.len() >= MAX_JOURNAL {
+                s.give_up_journal();
+            }
             s.bytes += data.len() as u64;
             s.cmds.push(Cmd::Write { queue, mem, offset, data: data.to_vec(), sync });
         });
@@ -325,7 +332,12 @@ impl Journal {
             Request::EnqueueNdRange(_)
             | Request::EnqueueCopyBuffer(_)
             | Request::EnqueueFillBuffer(_)
-            | Request::EnqueueMarkerOrBarrier(_) => s.cmds.push(Cmd::Enqueue(req)),
+            | Request::EnqueueMarkerOrBarrier(_) => {
+                if s.cmds.len() >= MAX_JOURNAL {
+                    s.give_up_journal();
+                }
+                s.cmds.push(Cmd::Enqueue(req))
+            }
             Request::EnqueueCopyRegion(r) => s.lose(r.dst),
             Request::EnqueueFillImage(r) => s.lose(r.mem),
             Request::EnqueueRegionTransfer(r) if r.write => s.lose(r.mem),
@@ -369,6 +381,15 @@ impl Journal {
 }
 
 impl State {
+    /// Drops the journal: what its commands wrote is lost until the next checkpoint.
+    fn give_up_journal(&mut self) {
+        for m in self.dirty() {
+            self.lose(m);
+        }
+        self.cmds.clear();
+        self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
+    }
+
     /// The replacement worker died running `step`.
     pub fn count_attempt(&mut self, step: Step) {
         *self.attempts.entry(step).or_insert(0) += 1;
