@@ -90,7 +90,15 @@ struct Recipe {
 
 impl Recipe {
     fn new(req: Request) -> Self {
-        Recipe { req, released: false, notify: None, build: None, base: Base::Undefined, zero_copy: false, status: None }
+        Recipe {
+            req,
+            released: false,
+            notify: None,
+            build: None,
+            base: Base::Undefined,
+            zero_copy: false,
+            status: None,
+        }
     }
 
     fn buffer_size(&self) -> Option<u64> {
@@ -110,7 +118,13 @@ impl Recipe {
 
 /// A command enqueued since the last checkpoint.
 enum Cmd {
-    Write { queue: ObjectId, mem: ObjectId, offset: u64, data: Vec<u8>, sync: EnqueueSync },
+    Write {
+        queue: ObjectId,
+        mem: ObjectId,
+        offset: u64,
+        data: Vec<u8>,
+        sync: EnqueueSync,
+    },
     /// An NDRange (with every argument), a copy, a fill, a marker or a barrier.
     Enqueue(Request),
 }
@@ -288,7 +302,9 @@ impl Journal {
         self.with(|s| {
             let in_use = s.cmds.iter().any(|c| c.uses().contains(&id));
             match s.recipes.get(&id) {
-                Some(r) if !in_use && !matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) => {
+                Some(r)
+                    if !in_use && !matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) =>
+                {
                     s.bytes -= r.base_bytes();
                     s.recipes.remove(&id);
                 }
@@ -397,6 +413,7 @@ impl State {
 
     /// `mem`'s contents are unknown from now until a checkpoint reads it back.
     fn lose(&mut self, mem: ObjectId) {
+        let mem = self.storage(mem);
         if let Some(r) = self.recipes.get_mut(&mem) {
             if r.buffer_size().is_some() {
                 self.bytes -= r.base_bytes();
@@ -413,13 +430,12 @@ impl State {
     fn out_of_order(&self, queue: ObjectId) -> bool {
         match self.recipes.get(&queue).map(|r| &r.req) {
             Some(Request::CreateCommandQueue(q)) => q.properties & OUT_OF_ORDER != 0,
-            Some(Request::CreateCommandQueueWithProperties(q)) => {
-                q.properties.as_deref().unwrap_or(&[]).chunks(2).any(|kv| {
-                    kv.len() == 2
-                        && kv[0] == u64::from(CL_QUEUE_PROPERTIES)
-                        && kv[1] & OUT_OF_ORDER != 0
-                })
-            }
+            Some(Request::CreateCommandQueueWithProperties(q)) => q
+                .properties
+                .as_deref()
+                .unwrap_or(&[])
+                .chunks(2)
+                .any(|kv| kv.len() == 2 && kv[0] == u64::from(CL_QUEUE_PROPERTIES) && kv[1] & OUT_OF_ORDER != 0),
             _ => true,
         }
     }
@@ -431,13 +447,23 @@ impl State {
         out
     }
 
-    /// The buffers a command may write (a kernel: every buffer argument not read-only).
+    /// The buffer whose memory `mem` is: a sub-buffer's parent, else itself.
+    fn storage(&self, mem: ObjectId) -> ObjectId {
+        match self.recipes.get(&mem).map(|r| &r.req) {
+            Some(Request::CreateSubBuffer(s)) => s.buffer,
+            _ => mem,
+        }
+    }
+
+    /// The buffers whose contents a command may change (a kernel: every buffer argument not
+    /// read-only; a sub-buffer's writes change its parent).
     fn writes(&self, cmd: &Cmd) -> Vec<ObjectId> {
         let writable = |id: &ObjectId| match self.recipes.get(id).map(|r| &r.req) {
             Some(Request::CreateBuffer(b)) => b.flags & CL_MEM_READ_ONLY == 0,
+            Some(Request::CreateSubBuffer(s)) => s.flags & CL_MEM_READ_ONLY == 0,
             _ => false,
         };
-        match cmd {
+        let written = match cmd {
             Cmd::Write { mem, .. } => vec![*mem],
             Cmd::Enqueue(Request::EnqueueNdRange(r)) => r
                 .args
@@ -450,7 +476,8 @@ impl State {
             Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => vec![r.dst],
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => vec![r.mem],
             Cmd::Enqueue(_) => Vec::new(),
-        }
+        };
+        written.into_iter().map(|m| self.storage(m)).collect()
     }
 
     /// Makes the contents of every buffer known now and drops the journal: `have` is a whole
@@ -498,7 +525,9 @@ impl State {
         }
         self.cmds.clear();
         self.attempts.clear();
-        self.recipes.retain(|_, r| !r.released || matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)));
+        self.recipes.retain(|_, r| {
+            !r.released || matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_))
+        });
         for (m, d) in fresh {
             if let Some(r) = self.recipes.get_mut(&m) {
                 r.base = Base::Known(d);
@@ -520,6 +549,8 @@ fn created_id(req: &Request) -> Option<ObjectId> {
         Request::CreateProgramWithBinary(r) => r.id,
         Request::CreateKernel(r) => r.id,
         Request::CreateUserEvent(r) => r.id,
+        Request::CreateSampler(r) => r.id,
+        Request::CreateSubBuffer(r) => r.id,
         _ => return None,
     })
 }
@@ -534,6 +565,8 @@ fn depends_on(req: &Request) -> Vec<ObjectId> {
         Request::CreateProgramWithBinary(r) => vec![r.context],
         Request::CreateKernel(r) => vec![r.program],
         Request::CreateUserEvent(r) => vec![r.context],
+        Request::CreateSampler(r) => vec![r.context],
+        Request::CreateSubBuffer(r) => vec![r.buffer],
         _ => Vec::new(),
     }
 }
@@ -659,7 +692,8 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
                 _ => Ok(rc),
             }),
             Request::CreateProgramWithBinary(p) => {
-                let req = CreateProgramWithBinary { devices: p.devices.iter().map(|&d| translate(d)).collect(), ..p.clone() };
+                let req =
+                    CreateProgramWithBinary { devices: p.devices.iter().map(|&d| translate(d)).collect(), ..p.clone() };
                 new.call(req).and_then(|reply| match (&r.build, reply.status) {
                     (Some(b), CL_SUCCESS) => {
                         let devices = b.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
@@ -669,6 +703,17 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
                 })
             }
             Request::CreateKernel(k) => new.call(k.clone()).map(|reply| reply.status),
+            Request::CreateSampler(s) => new.call(s.clone()),
+            Request::CreateSubBuffer(b) => {
+                let rc = new.call(b.clone());
+                // A zero-copy parent's sub-buffer is a window of the parent's new memory.
+                if let (Ok(CL_SUCCESS), Some(view)) = (&rc, out.views.get(&b.buffer)) {
+                    if let Some(w) = view.window(b.origin as usize, b.size as usize) {
+                        out.views.insert(id, w);
+                    }
+                }
+                rc
+            }
             Request::CreateUserEvent(e) => new.call(e.clone()).and_then(|rc| match (r.status, rc) {
                 (Some(status), CL_SUCCESS) => new.call(SetUserEventStatus { event: id, status }),
                 _ => Ok(rc),
@@ -761,6 +806,14 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             }
         }
     }
+    // A sub-buffer of a lost buffer is lost with it.
+    for (id, r) in &st.recipes {
+        if let Request::CreateSubBuffer(s) = &r.req {
+            if lost.contains(&s.buffer) {
+                lost.insert(*id);
+            }
+        }
+    }
     // What the application released since is released again, and what was lost on the way
     // (a buffer a dropped command wrote) too: its handle stays with the dead worker.
     for &id in &out.created {
@@ -770,7 +823,8 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     }
     out.created.retain(|id| !lost.contains(id));
     // Dropped steps leave the record; lost buffers keep no contents.
-    let dropped: Vec<usize> = (0..st.cmds.len()).filter(|i| st.attempts.get(&Step::Cmd(*i)).copied().unwrap_or(0) >= RETRIES).collect();
+    let dropped: Vec<usize> =
+        (0..st.cmds.len()).filter(|i| st.attempts.get(&Step::Cmd(*i)).copied().unwrap_or(0) >= RETRIES).collect();
     for i in dropped.into_iter().rev() {
         st.cmds.remove(i);
     }
@@ -783,7 +837,12 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
 }
 
 /// Creates buffer `b` in `conn` with its checkpointed contents.
-fn rebuild_buffer(conn: &Arc<Conn>, b: &CreateBuffer, r: &Recipe, views: &mut HashMap<ObjectId, SharedView>) -> Result<i32, i32> {
+fn rebuild_buffer(
+    conn: &Arc<Conn>,
+    b: &CreateBuffer,
+    r: &Recipe,
+    views: &mut HashMap<ObjectId, SharedView>,
+) -> Result<i32, i32> {
     let data = match &r.base {
         Base::Known(d) => Some(d.clone()),
         _ => None,
@@ -837,7 +896,8 @@ pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State)
         // A kernel whose arguments name an object that was not rebuilt stays lost with it.
         if let crate::handle::ObjData::Kernel { args, .. } = &obj.data {
             let a = args.lock().unwrap_or_else(|e| e.into_inner());
-            let missing = a.values.iter().flatten().any(|v| matches!(v, ArgValue::Object(id) if !rebuilt.created.contains(id)));
+            let missing =
+                a.values.iter().flatten().any(|v| matches!(v, ArgValue::Object(id) if !rebuilt.created.contains(id)));
             if missing {
                 continue;
             }
@@ -852,10 +912,8 @@ pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State)
         new.driver, rebuilt.replayed
     );
     if rebuilt.lost > 0 {
-        message.push_str(&format!(
-            "; {} objects could not be restored and answer CL_DEVICE_NOT_AVAILABLE",
-            rebuilt.lost
-        ));
+        message
+            .push_str(&format!("; {} objects could not be restored and answer CL_DEVICE_NOT_AVAILABLE", rebuilt.lost));
     }
     for d in &rebuilt.dropped {
         message.push_str("; ");

@@ -79,6 +79,12 @@ int main(int argc, char **argv) {
     STEP("buffer big", err);
     memset(host, 0, sizeof host);
     STEP("write acc", clEnqueueWriteBuffer(q, acc, CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
+    /* A sub-buffer (a window of acc) and a sampler, rebuilt like the rest. */
+    cl_buffer_region window = {1024 * sizeof(int), 1024 * sizeof(int)};
+    cl_mem part = clCreateSubBuffer(acc, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &window, &err);
+    STEP("sub-buffer", err);
+    cl_sampler sampler = clCreateSampler(ctx, CL_TRUE, CL_ADDRESS_CLAMP, CL_FILTER_NEAREST, &err);
+    STEP("sampler", err);
     STEP("arg0", clSetKernelArg(step, 0, sizeof in, &in));
     STEP("arg1", clSetKernelArg(step, 1, sizeof acc, &acc));
     STEP("big arg0", clSetKernelArg(scale, 0, sizeof big, &big));
@@ -96,6 +102,7 @@ int main(int argc, char **argv) {
         STEP("copy", clEnqueueCopyBuffer(q, acc, copy, 0, 0, sizeof host, 0, NULL, NULL));
         int pattern = it;
         STEP("fill", clEnqueueFillBuffer(q, copy, &pattern, sizeof pattern, 0, 64 * sizeof(int), 0, NULL, NULL));
+        STEP("fill part", clEnqueueFillBuffer(q, part, &pattern, sizeof pattern, 8 * sizeof(int), 8 * sizeof(int), 0, NULL, NULL));
         if (it % 4 == 3) {
             /* A partial write the journal must replay with its data. */
             int patch[16];
@@ -116,6 +123,12 @@ int main(int argc, char **argv) {
         if (sleep_ms) usleep(sleep_ms * 1000);
     }
     STEP("finish", clFinish(q));
+    cl_bool normalized = CL_FALSE;
+    STEP("sampler info", clGetSamplerInfo(sampler, CL_SAMPLER_NORMALIZED_COORDS, sizeof normalized, &normalized, NULL));
+    if (!normalized) {
+        printf("ERROR step=sampler-info code=0\n");
+        return 1;
+    }
     STEP("read big", clEnqueueReadBuffer(q, big, CL_TRUE, 0, sizeof bigh, bigh, 0, NULL, NULL));
     for (int i = 0; i < BIG; i++) {
         uint32_t b;
@@ -128,6 +141,8 @@ int main(int argc, char **argv) {
     clReleaseKernel(step);
     clReleaseKernel(scale);
     clReleaseProgram(prog);
+    clReleaseSampler(sampler);
+    clReleaseMemObject(part);
     clReleaseMemObject(in);
     clReleaseMemObject(acc);
     clReleaseMemObject(copy);

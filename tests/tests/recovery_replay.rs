@@ -48,7 +48,8 @@ fn an_injected_crash_mid_run_changes_nothing() {
         ("CLOISTER_FAULT_SKIP", "30"),
         ("XDG_CACHE_HOME", cache.to_str().unwrap()),
     ];
-    let out = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &c_client("replay"), &[ITERATIONS], &env);
+    let out =
+        caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &c_client("replay"), &[ITERATIONS], &env);
     let _ = std::fs::remove_dir_all(&cache);
     let t = text(&out);
     assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
@@ -224,7 +225,8 @@ fn a_kernel_that_crashes_every_time_is_dropped_after_bounded_retries() {
     let told = told.unwrap_or_else(|| panic!("no notification of the carry-over:\n{t}"));
     assert!(told.contains("kernel 'crash'") && told.contains("dropped"), "{told}");
     // Run at most 1 + RETRIES times: three deaths, and no crash-loop stop.
-    let deaths = t.lines().filter(|l| l.starts_with("cloister: the worker for driver") && l.contains("SIGSEGV")).count();
+    let deaths =
+        t.lines().filter(|l| l.starts_with("cloister: the worker for driver") && l.contains("SIGSEGV")).count();
     assert_eq!(deaths, 3, "{t}");
     assert!(!t.contains("not restarting it"), "{t}");
 }

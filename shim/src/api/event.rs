@@ -53,14 +53,13 @@ pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -
 }
 
 pub unsafe fn clSetUserEventStatus(event: cl_event, execution_status: cl_int) -> cl_int {
-    let r = lookup(event, Kind::Event)
-        .and_then(|ev| {
-            let rc = ev.conn.call(SetUserEventStatus { event: ev.id, status: execution_status });
-            if rc == Ok(CL_SUCCESS) && crate::recovery::on() {
-                ev.conn.journal.user_status(ev.id, execution_status);
-            }
-            rc
-        });
+    let r = lookup(event, Kind::Event).and_then(|ev| {
+        let rc = ev.conn.call(SetUserEventStatus { event: ev.id, status: execution_status });
+        if rc == Ok(CL_SUCCESS) && crate::recovery::on() {
+            ev.conn.journal.user_status(ev.id, execution_status);
+        }
+        rc
+    });
     r.unwrap_or_else(|e| e)
 }
 

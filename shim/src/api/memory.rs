@@ -134,7 +134,15 @@ fn create_buffer(
     }
     let mirror = if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 };
     create(&conn, Kind::Mem, ObjData::mem(flags, mirror, size, None), |id| {
-        let req = CreateBuffer { id, context: ctx.id, properties, flags: wire_flags, size: size as u64, host_data: None, memory: None };
+        let req = CreateBuffer {
+            id,
+            context: ctx.id,
+            properties,
+            flags: wire_flags,
+            size: size as u64,
+            host_data: None,
+            memory: None,
+        };
         let rc = with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer { host_data, ..req.clone() });
         record_buffer(&conn, req, host_ptr, size, false, &rc);
         rc
@@ -162,7 +170,15 @@ fn create_zero_copy_buffer(
     // The fd travelled with the message: this side needs only the mapping.
     let view = SharedView { memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
     let r = create(conn, Kind::Mem, ObjData::shared_mem(flags, view), |id| {
-        let req = CreateBuffer { id, context: ctx.id, properties, flags: wire_flags, size: size as u64, host_data: None, memory: None };
+        let req = CreateBuffer {
+            id,
+            context: ctx.id,
+            properties,
+            flags: wire_flags,
+            size: size as u64,
+            host_data: None,
+            memory: None,
+        };
         let rc = conn.call(CreateBuffer { memory: Some(segment), ..req.clone() });
         record_buffer(conn, req, host_ptr, size, true, &rc);
         rc
@@ -175,7 +191,14 @@ fn create_zero_copy_buffer(
 }
 
 /// In replay mode, records a buffer just created, with its initial contents (`recovery`).
-fn record_buffer(conn: &Conn, req: CreateBuffer, host_ptr: *mut c_void, size: usize, zero_copy: bool, rc: &Result<cl_int, cl_int>) {
+fn record_buffer(
+    conn: &Conn,
+    req: CreateBuffer,
+    host_ptr: *mut c_void,
+    size: usize,
+    zero_copy: bool,
+    rc: &Result<cl_int, cl_int>,
+) {
     if !crate::recovery::on() || *rc != Ok(CL_SUCCESS) {
         return;
     }
@@ -253,13 +276,16 @@ pub unsafe fn clCreateSubBuffer(
             None => ObjData::mem(own, mirror, region.size, None),
         };
         create(&parent.conn, Kind::Mem, data, |id| {
-            parent.conn.call(CreateSubBuffer {
-                id,
-                buffer: parent.id,
-                flags,
-                origin: region.origin as u64,
-                size: region.size as u64,
-            })
+            crate::recovery::recorded(
+                &parent.conn,
+                CreateSubBuffer {
+                    id,
+                    buffer: parent.id,
+                    flags,
+                    origin: region.origin as u64,
+                    size: region.size as u64,
+                },
+            )
         })
     })();
     // SAFETY: errcode_ret per API contract.

@@ -13,7 +13,7 @@ use crate::info;
 fn create_sampler(context: cl_context, properties: Option<Vec<u64>>, legacy: bool) -> Result<*mut c_void, cl_int> {
     let ctx = lookup(context, Kind::Context)?;
     create(&ctx.conn, Kind::Sampler, ObjData::Sampler, |id| {
-        ctx.conn.call(CreateSampler { id, context: ctx.id, properties, legacy })
+        crate::recovery::recorded(&ctx.conn, CreateSampler { id, context: ctx.id, properties, legacy })
     })
 }
 
