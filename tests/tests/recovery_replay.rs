@@ -35,25 +35,68 @@ fn assert_carried_over(status: std::process::ExitStatus, t: &str, expected: &str
     );
 }
 
-#[test]
-fn an_injected_crash_mid_run_changes_nothing() {
+/// Runs the replay client caged on the fault-injecting driver with `fault` after `skip` calls
+/// of its point, and checks it ends as the undisturbed run.
+fn assert_survives_fault(fault: &str, skip: &str) {
+    assert_survives_fault_with(fault, skip, true)
+}
+
+/// As `assert_survives_fault`; `had_objects`: the application had objects to carry over when
+/// the fault fired (its context heard it).
+fn assert_survives_fault_with(fault: &str, skip: &str, had_objects: bool) {
     let expected = undisturbed();
     let driver = fault_driver();
-    let cache = std::env::temp_dir().join(format!("cloister-replay-fault-{}", std::process::id()));
+    // A fresh cache directory per run, so a `:once` fault fires once.
+    let tag = fault.replace(':', "-");
+    let cache = std::env::temp_dir().join(format!("cloister-replay-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
-    // The 31st NDRange crashes the driver, once: mid-run, with commands in flight.
     let env = [
         ("CLOISTER_RECOVERY", "replay"),
-        ("CLOISTER_FAULT", "enqueue:segv:once"),
-        ("CLOISTER_FAULT_SKIP", "30"),
+        ("CLOISTER_FAULT", fault),
+        ("CLOISTER_FAULT_SKIP", skip),
         ("XDG_CACHE_HOME", cache.to_str().unwrap()),
     ];
     let out =
         caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &c_client("replay"), &[ITERATIONS], &env);
     let _ = std::fs::remove_dir_all(&cache);
     let t = text(&out);
-    assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
-    assert_carried_over(out.status, &t, &expected);
+    assert!(t.contains("died"), "{fault}: the fault did not fire:\n{t}");
+    if had_objects {
+        assert_carried_over(out.status, &t, &expected);
+    } else {
+        assert!(out.status.success() && !t.contains("ERROR step="), "{fault}:\n{t}");
+        assert_eq!(checksum(&t), Some(expected), "{fault}: results differ:\n{t}");
+    }
+}
+
+/// The 31st NDRange crashes the driver, once: mid-run, with commands in flight.
+#[test]
+fn an_injected_crash_mid_run_changes_nothing() {
+    assert_survives_fault("enqueue:segv:once", "30");
+}
+
+/// A crash a moment after an enqueue returned, while the kernel may be running.
+#[test]
+fn an_asynchronous_crash_mid_run_changes_nothing() {
+    assert_survives_fault("enqueue:async-segv:once", "20");
+}
+
+/// The application's clBuildProgram meets the death, and runs again once the context is back.
+#[test]
+fn a_crash_in_the_build_changes_nothing() {
+    assert_survives_fault("build:abort:once", "0");
+}
+
+/// A clFinish mid-run (the client's last ones) meets the death.
+#[test]
+fn a_crash_in_finish_changes_nothing() {
+    assert_survives_fault("finish:segv:once", "0");
+}
+
+/// clCreateContext itself meets the death (nothing to carry over: the call runs again).
+#[test]
+fn a_crash_in_context_creation_changes_nothing() {
+    assert_survives_fault_with("context:segv:once", "0", false);
 }
 
 /// The pids of `cloister-worker` processes descended from `root`.
