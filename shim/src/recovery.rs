@@ -127,6 +127,11 @@ enum Cmd {
     },
     /// An NDRange (with every argument), a copy, a fill, a marker or a barrier.
     Enqueue(Request),
+    /// A rectangular or image write (`req.data` is replaced by `data`, packed).
+    Region {
+        req: EnqueueRegionTransfer,
+        data: Vec<u8>,
+    },
 }
 
 impl Cmd {
@@ -137,6 +142,7 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => r.queue,
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => r.queue,
             Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => r.queue,
+            Cmd::Region { req, .. } => req.queue,
             Cmd::Enqueue(_) => 0,
         }
     }
@@ -148,6 +154,7 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => Some(&r.sync),
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => Some(&r.sync),
             Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => Some(&r.sync),
+            Cmd::Region { req, .. } => Some(&req.sync),
             Cmd::Enqueue(_) => None,
         }
     }
@@ -159,6 +166,7 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => Some(&mut r.sync),
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => Some(&mut r.sync),
             Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => Some(&mut r.sync),
+            Cmd::Region { req, .. } => Some(&mut req.sync),
             Cmd::Enqueue(_) => None,
         }
     }
@@ -168,6 +176,7 @@ impl Cmd {
         let mut v = vec![self.queue()];
         match self {
             Cmd::Write { mem, .. } => v.push(*mem),
+            Cmd::Region { req, .. } => v.push(req.mem),
             Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
                 v.push(r.kernel);
                 v.extend(r.args.iter().filter_map(|(_, a)| match a {
@@ -186,6 +195,7 @@ impl Cmd {
     fn describe(&self, recipes: &BTreeMap<ObjectId, Recipe>) -> String {
         match self {
             Cmd::Write { mem, .. } => format!("clEnqueueWriteBuffer of buffer #{mem}"),
+            Cmd::Region { req, .. } => format!("a rectangular or image write of #{}", req.mem),
             Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
                 let name = match recipes.get(&r.kernel).map(|k| &k.req) {
                     Some(Request::CreateKernel(k)) => String::from_utf8_lossy(&k.name).into_owned(),
@@ -325,20 +335,12 @@ impl Journal {
 
     /// A buffer was written with `data` at `offset`.
     pub fn wrote(&self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
-        self.with(|s| {
-            if !s.recipes.contains_key(&mem) {
-                return;
-            }
-            if s.bytes + data.len() as u64 > budget() {
-                s.lose(mem);
-                return;
-            }
-            if s.cmds.len() >= MAX_JOURNAL {
-                s.give_up_journal();
-            }
-            s.bytes += data.len() as u64;
-            s.cmds.push(Cmd::Write { queue, mem, offset, data: data.to_vec(), sync });
-        });
+        self.with(|s| s.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: data.to_vec(), sync }));
+    }
+
+    /// A rectangular or image write went to the worker with `data`, packed.
+    pub fn wrote_region(&self, req: EnqueueRegionTransfer, data: Vec<u8>) {
+        self.with(|s| s.push_write(req.mem, data.len(), || Cmd::Region { req, data }));
     }
 
     /// An enqueue went to the worker: recorded if replay knows it, else what it may write is
@@ -356,7 +358,6 @@ impl Journal {
             }
             Request::EnqueueCopyRegion(r) => s.lose(r.dst),
             Request::EnqueueFillImage(r) => s.lose(r.mem),
-            Request::EnqueueRegionTransfer(r) if r.write => s.lose(r.mem),
             Request::EnqueueMapBuffer(r) if r.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 => {
                 s.lose(r.mem)
             }
@@ -397,6 +398,23 @@ impl Journal {
 }
 
 impl State {
+    /// Journals a write of `len` bytes of data into `mem`, or loses `mem` if the data does not
+    /// fit the budget.
+    fn push_write(&mut self, mem: ObjectId, len: usize, cmd: impl FnOnce() -> Cmd) {
+        if !self.recipes.contains_key(&mem) {
+            return;
+        }
+        if self.bytes + len as u64 > budget() {
+            self.lose(mem);
+            return;
+        }
+        if self.cmds.len() >= MAX_JOURNAL {
+            self.give_up_journal();
+        }
+        self.bytes += len as u64;
+        self.cmds.push(cmd());
+    }
+
     /// Drops the journal: what its commands wrote is lost until the next checkpoint.
     fn give_up_journal(&mut self) {
         for m in self.dirty() {
@@ -465,6 +483,7 @@ impl State {
         };
         let written = match cmd {
             Cmd::Write { mem, .. } => vec![*mem],
+            Cmd::Region { req, .. } => vec![req.mem],
             Cmd::Enqueue(Request::EnqueueNdRange(r)) => r
                 .args
                 .iter()
@@ -772,6 +791,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
                 sync: sync.clone(),
             }),
             Cmd::Enqueue(req) => new.call_request(req),
+            Cmd::Region { req, data } => with_segment(new, data, |data| EnqueueRegionTransfer { data, ..req.clone() }),
         };
         let rc = rc.and_then(|rc| new.call(FlushOrFinish { queue, finish: true }).map(|_| rc));
         match rc {

@@ -105,9 +105,17 @@ int main(int argc, char **argv) {
         STEP("fill part", clEnqueueFillBuffer(q, part, &pattern, sizeof pattern, 8 * sizeof(int), 8 * sizeof(int), 0, NULL, NULL));
         if (it % 4 == 3) {
             /* A partial write the journal must replay with its data. */
-            int patch[16];
+            static int patch[16]; /* non-blocking: it must outlive the call */
             for (int i = 0; i < 16; i++) patch[i] = it * 1000 + i;
             STEP("write patch", clEnqueueWriteBuffer(q, acc, CL_FALSE, 128 * sizeof(int), sizeof patch, patch, 0, NULL, NULL));
+        }
+        if (it % 5 == 2) {
+            /* A rectangular write: a 4x4 box of acc seen as rows of 64 ints. */
+            static int box[16]; /* non-blocking: it must outlive the call */
+            for (int i = 0; i < 16; i++) box[i] = -it * 100 - i;
+            size_t borigin[3] = {8 * sizeof(int), 40, 0}, horigin[3] = {0, 0, 0}, region[3] = {4 * sizeof(int), 4, 1};
+            STEP("write rect", clEnqueueWriteBufferRect(q, acc, CL_FALSE, borigin, horigin, region, 64 * sizeof(int), 0,
+                                                        4 * sizeof(int), 0, box, 0, NULL, NULL));
         }
         STEP("read", clEnqueueReadBuffer(q, copy, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
         cl_int status;

@@ -358,8 +358,8 @@ unsafe fn record_write(
     // SAFETY: the wait list holds `n` events per the API contract.
     let waits = unsafe { slice(list, n as usize, CL_INVALID_EVENT_WAIT_LIST) }.unwrap_or(&[]);
     let wait = super::ids_of(waits, Kind::Event, CL_INVALID_EVENT_WAIT_LIST).map(|w| w.0).unwrap_or_default();
-    // SAFETY: a non-NULL event holds the handle the write returned.
-    let event = (!event.is_null()).then(|| lookup(unsafe { *event }, Kind::Event).ok().map(|e| e.id)).flatten();
+    // SAFETY: the event per the API contract, written by the successful call.
+    let event = unsafe { super::returned_event(event) };
     // SAFETY: ptr holds `size` bytes.
     let data = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) };
     q.conn.journal.wrote(q.id, m.id, offset as u64, data, EnqueueSync { wait, event });

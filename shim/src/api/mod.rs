@@ -143,6 +143,19 @@ pub unsafe fn finish_enqueue(
     rc
 }
 
+/// The id of the event a successful enqueue handed the application, if it asked for one (for
+/// `recovery`, which records the command with it).
+///
+/// # Safety
+/// `event` is NULL or holds the handle the enqueue wrote.
+pub unsafe fn returned_event(event: *mut cl_event) -> Option<ObjectId> {
+    if event.is_null() {
+        return None;
+    }
+    // SAFETY: per the caller.
+    lookup(unsafe { *event }, Kind::Event).ok().map(|e| e.id)
+}
+
 /// An enqueue whose data stays in the worker: validates the wait list, makes the call that
 /// `make` builds around the resulting `EnqueueSync`, and hands out the event.
 ///

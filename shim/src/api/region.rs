@@ -217,8 +217,30 @@ unsafe fn read_or_write(
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         // SAFETY: ptr + offset is where the application's box starts (API contract).
         let base = unsafe { ptr.cast::<u8>().add(offset) }.cast_mut();
+        let replay = (write && crate::recovery::on()).then(|| (target.clone(), sync.clone()));
         // SAFETY: forwarded.
-        unsafe { transfer(&q, &m, write, blocking != CL_FALSE, target, region, host, base, mirror, sync, event) }
+        let rc =
+            unsafe { transfer(&q, &m, write, blocking != CL_FALSE, target, region, host, base, mirror, sync, event) };
+        if let (Some((target, sync)), Ok(CL_SUCCESS)) = (replay, &rc) {
+            // Replay writes the same rows again: packed now, as the worker got them.
+            let mut data = vec![0u8; host.packed_len()];
+            // SAFETY: the application's rows at `base` per the API contract; `data` holds them packed.
+            unsafe { host.pack(base, data.as_mut_ptr()) };
+            // SAFETY: the event per the API contract, written by the successful call.
+            let sync = EnqueueSync { event: unsafe { super::returned_event(event) }, ..sync };
+            let req = EnqueueRegionTransfer {
+                queue: q.id,
+                mem: m.id,
+                write: true,
+                blocking: true,
+                target,
+                region: wide(region),
+                data: DataRef::Lane { offset: 0, len: 0 },
+                sync,
+            };
+            q.conn.journal.wrote_region(req, data);
+        }
+        rc
     })();
     r.unwrap_or_else(|e| e)
 }
