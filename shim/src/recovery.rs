@@ -101,9 +101,15 @@ impl Recipe {
         }
     }
 
+    /// The bytes of a buffer, or of an image packed without padding.
     fn buffer_size(&self) -> Option<u64> {
         match &self.req {
             Request::CreateBuffer(b) => Some(b.size),
+            Request::CreateImage(i) => {
+                let [w, h, d] = image_box(&i.desc);
+                let elem = cloister_ipc::image::element_size(i.format.0, i.format.1)?;
+                w.checked_mul(elem)?.checked_mul(h)?.checked_mul(d)
+            }
             _ => None,
         }
     }
@@ -142,6 +148,8 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => r.queue,
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => r.queue,
             Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => r.queue,
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => r.queue,
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => r.queue,
             Cmd::Region { req, .. } => req.queue,
             Cmd::Enqueue(_) => 0,
         }
@@ -154,6 +162,8 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => Some(&r.sync),
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => Some(&r.sync),
             Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => Some(&r.sync),
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => Some(&r.sync),
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => Some(&r.sync),
             Cmd::Region { req, .. } => Some(&req.sync),
             Cmd::Enqueue(_) => None,
         }
@@ -166,6 +176,8 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => Some(&mut r.sync),
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => Some(&mut r.sync),
             Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => Some(&mut r.sync),
             Cmd::Region { req, .. } => Some(&mut req.sync),
             Cmd::Enqueue(_) => None,
         }
@@ -186,6 +198,8 @@ impl Cmd {
             }
             Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => v.extend([r.src, r.dst]),
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => v.push(r.mem),
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => v.extend([r.src, r.dst]),
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => v.push(r.mem),
             _ => {}
         }
         v
@@ -205,6 +219,8 @@ impl Cmd {
             }
             Cmd::Enqueue(Request::EnqueueCopyBuffer(_)) => "clEnqueueCopyBuffer".into(),
             Cmd::Enqueue(Request::EnqueueFillBuffer(_)) => "clEnqueueFillBuffer".into(),
+            Cmd::Enqueue(Request::EnqueueCopyRegion(_)) => "a rectangular or image copy".into(),
+            Cmd::Enqueue(Request::EnqueueFillImage(_)) => "clEnqueueFillImage".into(),
             Cmd::Enqueue(_) => "clEnqueueMarker/Barrier".into(),
         }
     }
@@ -274,9 +290,21 @@ impl Journal {
 
     /// A buffer was created; `initial` is its `CL_MEM_COPY_HOST_PTR`/`USE_HOST_PTR` data.
     pub fn buffer(&self, req: CreateBuffer, initial: Option<&[u8]>, zero_copy: bool) {
-        let id = req.id;
+        self.memory(Request::CreateBuffer(req), initial, zero_copy);
+    }
+
+    /// An image was created (`req.desc` without pitches); `initial` is its host data, packed.
+    /// Images made from a buffer are not recorded (replay does not cover them).
+    pub fn image(&self, req: CreateImage, initial: Option<&[u8]>) {
+        if req.desc.buffer.is_none() {
+            self.memory(Request::CreateImage(req), initial, false);
+        }
+    }
+
+    fn memory(&self, req: Request, initial: Option<&[u8]>, zero_copy: bool) {
+        let Some(id) = created_id(&req) else { return };
         self.with(|s| {
-            let mut r = Recipe::new(Request::CreateBuffer(req));
+            let mut r = Recipe::new(req);
             r.zero_copy = zero_copy;
             r.base = match initial {
                 None => Base::Undefined,
@@ -350,14 +378,14 @@ impl Journal {
             Request::EnqueueNdRange(_)
             | Request::EnqueueCopyBuffer(_)
             | Request::EnqueueFillBuffer(_)
-            | Request::EnqueueMarkerOrBarrier(_) => {
+            | Request::EnqueueMarkerOrBarrier(_)
+            | Request::EnqueueCopyRegion(_)
+            | Request::EnqueueFillImage(_) => {
                 if s.cmds.len() >= MAX_JOURNAL {
                     s.give_up_journal();
                 }
                 s.cmds.push(Cmd::Enqueue(req))
             }
-            Request::EnqueueCopyRegion(r) => s.lose(r.dst),
-            Request::EnqueueFillImage(r) => s.lose(r.mem),
             Request::EnqueueMapBuffer(r) if r.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 => {
                 s.lose(r.mem)
             }
@@ -479,6 +507,7 @@ impl State {
         let writable = |id: &ObjectId| match self.recipes.get(id).map(|r| &r.req) {
             Some(Request::CreateBuffer(b)) => b.flags & CL_MEM_READ_ONLY == 0,
             Some(Request::CreateSubBuffer(s)) => s.flags & CL_MEM_READ_ONLY == 0,
+            Some(Request::CreateImage(i)) => i.flags & CL_MEM_READ_ONLY == 0,
             _ => false,
         };
         let written = match cmd {
@@ -494,6 +523,8 @@ impl State {
                 .collect(),
             Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => vec![r.dst],
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => vec![r.mem],
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => vec![r.dst],
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => vec![r.mem],
             Cmd::Enqueue(_) => Vec::new(),
         };
         written.into_iter().map(|m| self.storage(m)).collect()
@@ -535,8 +566,13 @@ impl State {
                 }
             }
             for m in &missing {
-                let Some(size) = self.recipes.get(m).and_then(Recipe::buffer_size) else { continue };
-                match read_buffer(conn, queue, *m, size as usize) {
+                let Some(r) = self.recipes.get(m) else { continue };
+                let Some(size) = r.buffer_size() else { continue };
+                let image = match &r.req {
+                    Request::CreateImage(i) => Some(image_box(&i.desc)),
+                    _ => None,
+                };
+                match read_memory(conn, queue, *m, size as usize, image) {
                     Some(d) => fresh.push((*m, Arc::new(d))),
                     None => return,
                 }
@@ -556,6 +592,18 @@ impl State {
     }
 }
 
+/// An image's size in pixels, rows and slices (an array's layers count as rows or slices).
+pub fn image_box(d: &ImageDesc) -> [u64; 3] {
+    let at_least_1 = |v: u64| v.max(1);
+    match d.image_type {
+        CL_MEM_OBJECT_IMAGE2D => [d.width, at_least_1(d.height), 1],
+        CL_MEM_OBJECT_IMAGE3D => [d.width, at_least_1(d.height), at_least_1(d.depth)],
+        CL_MEM_OBJECT_IMAGE1D_ARRAY => [d.width, at_least_1(d.array_size), 1],
+        CL_MEM_OBJECT_IMAGE2D_ARRAY => [d.width, at_least_1(d.height), at_least_1(d.array_size)],
+        _ => [d.width, 1, 1],
+    }
+}
+
 /// The id a creating request gives its object.
 fn created_id(req: &Request) -> Option<ObjectId> {
     Some(match req {
@@ -570,6 +618,7 @@ fn created_id(req: &Request) -> Option<ObjectId> {
         Request::CreateUserEvent(r) => r.id,
         Request::CreateSampler(r) => r.id,
         Request::CreateSubBuffer(r) => r.id,
+        Request::CreateImage(r) => r.id,
         _ => return None,
     })
 }
@@ -586,22 +635,31 @@ fn depends_on(req: &Request) -> Vec<ObjectId> {
         Request::CreateUserEvent(r) => vec![r.context],
         Request::CreateSampler(r) => vec![r.context],
         Request::CreateSubBuffer(r) => vec![r.buffer],
+        Request::CreateImage(r) => vec![r.context],
         _ => Vec::new(),
     }
 }
 
-/// Reads `size` bytes of buffer `mem` through a segment (blocking).
-fn read_buffer(conn: &Conn, queue: ObjectId, mem: ObjectId, size: usize) -> Option<Vec<u8>> {
+/// Reads the `size` bytes of buffer `mem`, or of image `mem` of `image` pixels, rows and slices
+/// (packed), through a segment (blocking).
+fn read_memory(conn: &Conn, queue: ObjectId, mem: ObjectId, size: usize, image: Option<[u64; 3]>) -> Option<Vec<u8>> {
     let seg = conn.acquire_segment(size).ok()?;
-    let req = EnqueueReadBuffer {
-        queue,
-        mem,
-        blocking: true,
-        offset: 0,
-        into: DataRef::Segment { id: seg.id, offset: 0, len: size as u64 },
-        sync: EnqueueSync::default(),
+    let into = DataRef::Segment { id: seg.id, offset: 0, len: size as u64 };
+    let sync = EnqueueSync::default();
+    let rc = match image {
+        None => conn.call(EnqueueReadBuffer { queue, mem, blocking: true, offset: 0, into, sync }),
+        Some(region) => conn.call(EnqueueRegionTransfer {
+            queue,
+            mem,
+            write: false,
+            blocking: true,
+            target: RegionTarget::Image { origin: [0; 3] },
+            region,
+            data: into,
+            sync,
+        }),
     };
-    let out = match conn.call(req) {
+    let out = match rc {
         // SAFETY: the segment holds at least `size` bytes (acquire_segment).
         Ok(CL_SUCCESS) => Some(unsafe { std::slice::from_raw_parts(seg.region.as_ptr(), size) }.to_vec()),
         _ => None,
@@ -723,6 +781,17 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             }
             Request::CreateKernel(k) => new.call(k.clone()).map(|reply| reply.status),
             Request::CreateSampler(s) => new.call(s.clone()),
+            Request::CreateImage(i) => {
+                let flags = i.flags & !(CL_MEM_COPY_HOST_PTR | CL_MEM_USE_HOST_PTR);
+                match &r.base {
+                    Base::Known(d) => with_segment(new, d, |data| CreateImage {
+                        flags: flags | CL_MEM_COPY_HOST_PTR,
+                        host_data: Some(data),
+                        ..i.clone()
+                    }),
+                    _ => new.call(CreateImage { flags, host_data: None, ..i.clone() }),
+                }
+            }
             Request::CreateSubBuffer(b) => {
                 let rc = new.call(b.clone());
                 // A zero-copy parent's sub-buffer is a window of the parent's new memory.

@@ -17,7 +17,11 @@ fn checksum(t: &str) -> Option<String> {
 
 /// The undisturbed run's checksum: the client run directly on pocl.
 fn undisturbed() -> String {
-    let out = direct(&c_client("replay"), &[ITERATIONS], &[]);
+    undisturbed_run("replay")
+}
+
+fn undisturbed_run(client: &str) -> String {
+    let out = direct(&c_client(client), &[ITERATIONS], &[]);
     let t = text(&out);
     assert!(out.status.success(), "the client fails even directly:\n{t}");
     checksum(&t).unwrap_or_else(|| panic!("no checksum:\n{t}"))
@@ -44,7 +48,11 @@ fn assert_survives_fault(fault: &str, skip: &str) {
 /// As `assert_survives_fault`; `had_objects`: the application had objects to carry over when
 /// the fault fired (its context heard it).
 fn assert_survives_fault_with(fault: &str, skip: &str, had_objects: bool) {
-    let expected = undisturbed();
+    assert_client_survives_fault("replay", fault, skip, had_objects)
+}
+
+fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objects: bool) {
+    let expected = undisturbed_run(client);
     let driver = fault_driver();
     // A fresh cache directory per run, so a `:once` fault fires once.
     let tag = fault.replace(':', "-");
@@ -57,7 +65,7 @@ fn assert_survives_fault_with(fault: &str, skip: &str, had_objects: bool) {
         ("XDG_CACHE_HOME", cache.to_str().unwrap()),
     ];
     let out =
-        caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &c_client("replay"), &[ITERATIONS], &env);
+        caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &c_client(client), &[ITERATIONS], &env);
     let _ = std::fs::remove_dir_all(&cache);
     let t = text(&out);
     assert!(t.contains("died"), "{fault}: the fault did not fire:\n{t}");
@@ -73,6 +81,13 @@ fn assert_survives_fault_with(fault: &str, skip: &str, had_objects: bool) {
 #[test]
 fn an_injected_crash_mid_run_changes_nothing() {
     assert_survives_fault("enqueue:segv:once", "30");
+}
+
+/// Images (initial data, row writes, a kernel reading through a sampler, image copies, whole
+/// blocking reads) are rebuilt with their contents.
+#[test]
+fn an_image_filter_runs_through_a_crash_mid_run() {
+    assert_client_survives_fault("replay_image", "enqueue:segv:once", "10", true);
 }
 
 /// A crash a moment after an enqueue returned, while the kernel may be running.

@@ -351,16 +351,45 @@ unsafe fn create_image(
     let data = ObjData::mem(flags, mirror, host.map_or(0, |h| h.len), Some(meta));
     let conn = ctx.conn.clone();
     create(&conn, Kind::Mem, data, |id| {
-        with_host_data(&conn, host_ptr, len, |host_data| CreateImage {
+        let req = CreateImage {
             id,
             context: ctx.id,
             properties,
             flags: wire_flags,
             format: (format.image_channel_order, format.image_channel_data_type),
             desc: wire_desc,
-            host_data,
-        })
+            host_data: None,
+        };
+        let rc = with_host_data(&conn, host_ptr, len, |host_data| CreateImage { host_data, ..req.clone() });
+        if rc == Ok(CL_SUCCESS) && crate::recovery::on() {
+            record_image(&conn, req, elem as usize, host_ptr);
+        }
+        rc
     })
+}
+
+/// Records an image just created (`recovery`): its description without pitches, and its host
+/// data, if any, packed the same way.
+fn record_image(conn: &Conn, req: CreateImage, elem: usize, host_ptr: *mut c_void) {
+    let d = &req.desc;
+    let Some((row, slice, _)) = cloister_ipc::image::host_extent(elem as u64, d) else { return };
+    let [w, h, depth] = crate::recovery::image_box(d).map(|v| v as usize);
+    let shape = cloister_ipc::image::Strided {
+        row_bytes: w * elem,
+        rows: h,
+        slices: depth,
+        row_pitch: row as usize,
+        slice_pitch: slice as usize,
+    };
+    let initial = (!host_ptr.is_null()).then(|| {
+        let mut packed = vec![0u8; shape.packed_len()];
+        // SAFETY: the application's host memory holds the image with these pitches (the
+        // creating call shipped the same bytes); `packed` holds the rows without padding.
+        unsafe { shape.pack(host_ptr.cast::<u8>(), packed.as_mut_ptr()) };
+        packed
+    });
+    let desc = ImageDesc { row_pitch: 0, slice_pitch: 0, ..req.desc.clone() };
+    conn.journal.image(CreateImage { desc, ..req }, initial.as_deref());
 }
 
 pub unsafe fn clCreateImage(

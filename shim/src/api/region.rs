@@ -217,28 +217,37 @@ unsafe fn read_or_write(
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         // SAFETY: ptr + offset is where the application's box starts (API contract).
         let base = unsafe { ptr.cast::<u8>().add(offset) }.cast_mut();
-        let replay = (write && crate::recovery::on()).then(|| (target.clone(), sync.clone()));
+        let replay = crate::recovery::on().then(|| (target.clone(), sync.clone()));
         // SAFETY: forwarded.
         let rc =
             unsafe { transfer(&q, &m, write, blocking != CL_FALSE, target, region, host, base, mirror, sync, event) };
         if let (Some((target, sync)), Ok(CL_SUCCESS)) = (replay, &rc) {
-            // Replay writes the same rows again: packed now, as the worker got them.
-            let mut data = vec![0u8; host.packed_len()];
-            // SAFETY: the application's rows at `base` per the API contract; `data` holds them packed.
-            unsafe { host.pack(base, data.as_mut_ptr()) };
-            // SAFETY: the event per the API contract, written by the successful call.
-            let sync = EnqueueSync { event: unsafe { super::returned_event(event) }, ..sync };
-            let req = EnqueueRegionTransfer {
-                queue: q.id,
-                mem: m.id,
-                write: true,
-                blocking: true,
-                target,
-                region: wide(region),
-                data: DataRef::Lane { offset: 0, len: 0 },
-                sync,
+            let packed = || {
+                let mut data = vec![0u8; host.packed_len()];
+                // SAFETY: the application's rows at `base` per the API contract (a read filled
+                // them); `data` holds them packed.
+                unsafe { host.pack(base, data.as_mut_ptr()) };
+                data
             };
-            q.conn.journal.wrote_region(req, data);
+            if write {
+                // Replay writes the same rows again, packed as the worker got them.
+                // SAFETY: the event per the API contract, written by the successful call.
+                let sync = EnqueueSync { event: unsafe { super::returned_event(event) }, ..sync };
+                let req = EnqueueRegionTransfer {
+                    queue: q.id,
+                    mem: m.id,
+                    write: true,
+                    blocking: true,
+                    target,
+                    region: wide(region),
+                    data: DataRef::Lane { offset: 0, len: 0 },
+                    sync,
+                };
+                q.conn.journal.wrote_region(req, packed());
+            } else if blocking != CL_FALSE && matches!(target, RegionTarget::Image { origin: [0, 0, 0] }) {
+                // A blocking read of an image from its corner: a checkpoint if it is all of it.
+                q.conn.journal.read(&q.conn, q.id, m.id, 0, &packed());
+            }
         }
         rc
     })();
