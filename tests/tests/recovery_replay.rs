@@ -378,3 +378,106 @@ fn a_pyopencl_program_runs_through_a_kill_of_its_worker() {
     assert!(t.contains("carried over"), "the worker's death went unnoticed:\n{t}");
     assert_eq!(checksum(&t), Some(expected), "results differ from the undisturbed run:\n{t}");
 }
+
+/// ffmpeg's `avgblur_opencl` filter (Debian's ffmpeg, unmodified): frames uploaded to OpenCL
+/// images, blurred by two kernels, downloaded; written raw so outputs compare byte for byte.
+fn ffmpeg_args(out: &std::path::Path, realtime: bool) -> Vec<String> {
+    let mut a: Vec<String> =
+        ["-v", "error", "-init_hw_device", "opencl=gpu:0.0", "-filter_hw_device", "gpu"].map(String::from).to_vec();
+    if realtime {
+        a.push("-re".into());
+    }
+    a.extend(
+        [
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=size=320x240:rate=10",
+            "-frames:v",
+            "40",
+            "-vf",
+            "format=rgba,hwupload,avgblur_opencl=sizeX=3,hwdownload,format=rgba",
+            "-f",
+            "rawvideo",
+            "-y",
+        ]
+        .map(String::from),
+    );
+    a.push(out.to_str().unwrap().into());
+    a
+}
+
+/// ffmpeg's output run directly on pocl, or `None` when ffmpeg is not installed.
+fn ffmpeg_undisturbed(tag: &str) -> Option<(std::path::PathBuf, Vec<u8>)> {
+    let ffmpeg = std::path::PathBuf::from("/usr/bin/ffmpeg");
+    if !ffmpeg.exists() {
+        eprintln!("skipped: no /usr/bin/ffmpeg (apt-get install ffmpeg)");
+        return None;
+    }
+    let out = std::env::temp_dir().join(format!("cloister-ffmpeg-{tag}-direct-{}.raw", std::process::id()));
+    let args = ffmpeg_args(&out, false);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = direct(&ffmpeg, &args, &[]);
+    assert!(run.status.success(), "ffmpeg fails directly:\n{}", text(&run));
+    let bytes = std::fs::read(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    assert_eq!(bytes.len(), 320 * 240 * 4 * 40, "ffmpeg wrote {} bytes", bytes.len());
+    Some((ffmpeg, bytes))
+}
+
+#[test]
+fn ffmpeg_avgblur_opencl_runs_through_a_driver_crash_byte_identical() {
+    let Some((ffmpeg, expected)) = ffmpeg_undisturbed("fault") else { return };
+    let out = std::env::temp_dir().join(format!("cloister-ffmpeg-fault-{}.raw", std::process::id()));
+    let cache = std::env::temp_dir().join(format!("cloister-ffmpeg-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let driver = fault_driver();
+    // Two kernels a frame: the 41st NDRange is in frame 21 of 40.
+    let env = [
+        ("CLOISTER_RECOVERY", "replay"),
+        ("CLOISTER_FAULT", "enqueue:segv:once"),
+        ("CLOISTER_FAULT_SKIP", "40"),
+        ("XDG_CACHE_HOME", cache.to_str().unwrap()),
+    ];
+    let args = ffmpeg_args(&out, false);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &ffmpeg, &args, &env);
+    let t = text(&run);
+    let got = std::fs::read(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_dir_all(&cache);
+    assert!(run.status.success(), "ffmpeg did not survive:\n{t}");
+    assert!(t.contains("SIGSEGV") && t.contains("carried over"), "{t}");
+    assert!(got == expected, "the output differs from the undisturbed run ({} bytes):\n{t}", got.len());
+}
+
+#[test]
+fn ffmpeg_avgblur_opencl_runs_through_a_kill_of_its_worker_byte_identical() {
+    let Some((ffmpeg, expected)) = ffmpeg_undisturbed("kill") else { return };
+    let out = std::env::temp_dir().join(format!("cloister-ffmpeg-kill-{}.raw", std::process::id()));
+    // In real time (-re, 10 frames a second): the kill lands mid-run.
+    let mut child = Command::new(cloister())
+        .args(["run", "--"])
+        .arg(&ffmpeg)
+        .args(ffmpeg_args(&out, true))
+        .env("CLOISTER_RECOVERY", "replay")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    let workers = workers_under(child.id());
+    assert!(!workers.is_empty(), "no worker under {}", child.id());
+    for pid in workers {
+        // SAFETY: kill(2) on a process of the application's worker's cage.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    let status = wait_within(&mut child, Duration::from_secs(120));
+    let mut t = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut t).unwrap();
+    let got = std::fs::read(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    assert!(status.success(), "ffmpeg did not survive:\n{t}");
+    assert!(t.contains("carried over"), "the worker's death went unnoticed (ffmpeg done too soon?):\n{t}");
+    assert!(got == expected, "the output differs from the undisturbed run ({} bytes):\n{t}", got.len());
+}
