@@ -187,6 +187,10 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
 }
 
 fn complete(conn: &Conn, op: PendingOp, status: cl_int) {
+    if status < 0 && crate::recovery::on() && !matches!(op.transfer, Transfer::Write) {
+        // A read or map that never landed: recovery must not call its event complete.
+        conn.journal.unfinished(op.event);
+    }
     match (&op.transfer, &op.segment, status) {
         (Transfer::Read { dst, shape, mirror }, Some(seg), CL_COMPLETE) => {
             // SAFETY: dst is the application's memory covering `shape`, which it must keep valid

@@ -250,6 +250,9 @@ pub struct State {
     bytes: u64,
     /// How many replacement workers each step has crashed.
     attempts: HashMap<Step, u32>,
+    /// Events of non-blocking reads and maps the worker's death cut short (their data never
+    /// reached the application): they fail in the replacement.
+    unfinished: HashSet<ObjectId>,
 }
 
 /// The recovery record of one worker's objects (empty unless replay mode is on).
@@ -354,6 +357,11 @@ impl Journal {
                 None => {}
             }
         });
+    }
+
+    /// The non-blocking read or map of `event` ended without its data (see `State::unfinished`).
+    pub fn unfinished(&self, event: ObjectId) {
+        self.with(|s| s.unfinished.insert(event));
     }
 
     /// `mem` was written where the shim cannot replay it (through a mapping).
@@ -826,7 +834,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     }
     // Commands, in the order they were enqueued, each finished before the next: a crash is
     // then the command's own.
-    let mut failed_events = Vec::new();
+    let mut failed_events: Vec<ObjectId> = st.unfinished.drain().collect();
     for i in 0..st.cmds.len() {
         let step = Step::Cmd(i);
         let writes = st.writes(&st.cmds[i]);
