@@ -43,9 +43,6 @@ const LONG_JOURNAL: usize = 64;
 /// checkpoint) makes what its commands wrote lost instead of growing the journal without end.
 const MAX_JOURNAL: usize = 16384;
 
-/// At `clFinish`, written buffers up to this many bytes are read back for a checkpoint.
-const CHEAP_READ_BACK: u64 = 4 << 20;
-
 /// `CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`.
 const OUT_OF_ORDER: u64 = 1;
 
@@ -419,15 +416,11 @@ impl Journal {
         }
     }
 
-    /// After `clFinish` of `queue`: a checkpoint if what was written is small, or the journal
-    /// long.
+    /// After `clFinish` of `queue`: a checkpoint once the journal is long (its read-back then
+    /// costs the application one round trip per `LONG_JOURNAL` commands, not per `clFinish`).
     pub fn finished(&self, conn: &Conn, queue: ObjectId) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.cmds.is_empty() {
-            return;
-        }
-        let written: u64 = s.dirty().iter().filter_map(|m| s.recipes.get(m)?.buffer_size()).sum();
-        if written <= CHEAP_READ_BACK || s.cmds.len() >= LONG_JOURNAL {
+        if s.cmds.len() >= LONG_JOURNAL || s.bytes > budget() / 2 {
             s.checkpoint(conn, queue, None, true);
         }
     }
@@ -543,14 +536,11 @@ impl State {
     /// from the worker (after every queue the journal used is finished). Nothing changes if
     /// that fails or does not fit the budget.
     fn checkpoint(&mut self, conn: &Conn, queue: ObjectId, have: Option<(ObjectId, &[u8])>, read_back: bool) {
-        let mut fresh: Vec<(ObjectId, Arc<Vec<u8>>)> = Vec::new();
-        if let Some((mem, data)) = have {
-            fresh.push((mem, Arc::new(data.to_vec())));
-        }
+        let is_have = |id: ObjectId| have.is_some_and(|(h, _)| h == id);
         let missing: Vec<ObjectId> = self
             .dirty()
             .into_iter()
-            .filter(|m| have.is_none_or(|(h, _)| h != *m) && self.recipes.get(m).is_some_and(|r| !r.released))
+            .filter(|m| !is_have(*m) && self.recipes.get(m).is_some_and(|r| !r.released))
             .collect();
         if !missing.is_empty() && !read_back {
             return;
@@ -558,14 +548,15 @@ impl State {
         let kept: u64 = self
             .recipes
             .iter()
-            .filter(|(id, r)| !missing.contains(id) && have.is_none_or(|(h, _)| h != **id) && !r.released)
+            .filter(|(id, r)| !missing.contains(id) && !is_have(**id) && !r.released)
             .map(|(_, r)| r.base_bytes())
             .sum();
         let new: u64 = missing.iter().filter_map(|m| self.recipes.get(m)?.buffer_size()).sum::<u64>()
-            + fresh.iter().map(|(_, d)| d.len() as u64).sum::<u64>();
+            + have.map_or(0, |(_, d)| d.len() as u64);
         if kept + new > budget() {
             return;
         }
+        let mut fresh: Vec<(ObjectId, Vec<u8>)> = Vec::new();
         if read_back {
             let queues: BTreeSet<ObjectId> = self.cmds.iter().map(Cmd::queue).chain([queue]).collect();
             for q in queues {
@@ -581,7 +572,7 @@ impl State {
                     _ => None,
                 };
                 match read_memory(conn, queue, *m, size as usize, image) {
-                    Some(d) => fresh.push((*m, Arc::new(d))),
+                    Some(d) => fresh.push((*m, d)),
                     None => return,
                 }
             }
@@ -593,7 +584,20 @@ impl State {
         });
         for (m, d) in fresh {
             if let Some(r) = self.recipes.get_mut(&m) {
-                r.base = Base::Known(d);
+                r.base = Base::Known(Arc::new(d));
+            }
+        }
+        if let Some(r) = have.and_then(|(m, _)| self.recipes.get_mut(&m)) {
+            let data = have.map_or(&[][..], |(_, d)| d);
+            // The last checkpoint's copy is overwritten when it is the same size (no new pages
+            // to fault in: a whole read of a large buffer costs one memory copy more).
+            let in_place = match &mut r.base {
+                Base::Known(old) => Arc::get_mut(old).filter(|v| v.len() == data.len()),
+                _ => None,
+            };
+            match in_place {
+                Some(v) => v.copy_from_slice(data),
+                None => r.base = Base::Known(Arc::new(data.to_vec())),
             }
         }
         self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();

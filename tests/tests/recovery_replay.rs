@@ -21,7 +21,7 @@ fn undisturbed() -> String {
 }
 
 fn undisturbed_run(client: &str) -> String {
-    let out = direct(&c_client(client), &[ITERATIONS], &[]);
+    let out = direct(&c_client(client), &[ITERATIONS, "20"], &[]);
     let t = text(&out);
     assert!(out.status.success(), "the client fails even directly:\n{t}");
     checksum(&t).unwrap_or_else(|| panic!("no checksum:\n{t}"))
@@ -53,6 +53,8 @@ fn assert_survives_fault_with(fault: &str, skip: &str, had_objects: bool) {
 
 fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objects: bool) {
     let expected = undisturbed_run(client);
+    // The caged run sleeps 20 ms an iteration (the results do not depend on it), so a crash
+    // the driver schedules for a moment later still lands mid-run.
     let driver = fault_driver();
     // A fresh cache directory per run, so a `:once` fault fires once.
     let tag = fault.replace(':', "-");
@@ -64,8 +66,12 @@ fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objec
         ("CLOISTER_FAULT_SKIP", skip),
         ("XDG_CACHE_HOME", cache.to_str().unwrap()),
     ];
-    let out =
-        caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &c_client(client), &[ITERATIONS], &env);
+    let out = caged(
+        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
+        &c_client(client),
+        &[ITERATIONS, "20"],
+        &env,
+    );
     let _ = std::fs::remove_dir_all(&cache);
     let t = text(&out);
     assert!(t.contains("died"), "{fault}: the fault did not fire:\n{t}");
