@@ -68,6 +68,21 @@ enum Base {
     Lost,
 }
 
+impl Base {
+    /// Makes `data` the known contents, overwriting the last copy when it is as large (no new
+    /// pages to fault in: a whole read or write of a large buffer costs one memory copy more).
+    fn set(&mut self, data: &[u8]) {
+        let in_place = match self {
+            Base::Known(old) => Arc::get_mut(old).filter(|v| v.len() == data.len()),
+            _ => None,
+        };
+        match in_place {
+            Some(v) => v.copy_from_slice(data),
+            None => *self = Base::Known(Arc::new(data.to_vec())),
+        }
+    }
+}
+
 /// What rebuilds one object.
 struct Recipe {
     req: Request,
@@ -368,7 +383,11 @@ impl Journal {
 
     /// A buffer was written with `data` at `offset`.
     pub fn wrote(&self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
-        self.with(|s| s.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: data.to_vec(), sync }));
+        self.with(|s| {
+            if !s.superseded_by(mem, offset, data) {
+                s.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: data.to_vec(), sync })
+            }
+        });
     }
 
     /// A rectangular or image write went to the worker with `data`, packed.
@@ -427,6 +446,44 @@ impl Journal {
 }
 
 impl State {
+    /// A write of all of buffer `mem` that nothing in the journal needs the old contents of
+    /// (the journal only writes it, with writes and fills): its data becomes the checkpoint's
+    /// contents of `mem` (the last copy reused when it is as large: no allocation), and the
+    /// earlier writes of `mem` go. Returns whether it did.
+    fn superseded_by(&mut self, mem: ObjectId, offset: u64, data: &[u8]) -> bool {
+        let whole = offset == 0
+            && self.storage(mem) == mem
+            && self.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
+        let only_written = |c: &Cmd| match c {
+            Cmd::Write { mem: m, .. } => self.storage(*m) == mem,
+            Cmd::Enqueue(Request::EnqueueFillBuffer(f)) => self.storage(f.mem) == mem,
+            _ => false,
+        };
+        let untouched = |c: &Cmd| c.uses().iter().all(|u| self.storage(*u) != mem);
+        if !whole || !self.cmds.iter().all(|c| only_written(c) || untouched(c)) {
+            return false;
+        }
+        let kept_bytes = |c: &Cmd| match c {
+            Cmd::Write { data, .. } | Cmd::Region { data, .. } => data.len() as u64,
+            Cmd::Enqueue(_) => 0,
+        };
+        let before = self.recipes.get(&mem).map_or(0, Recipe::base_bytes);
+        let freed: u64 = self.cmds.iter().filter(|c| only_written(c)).map(kept_bytes).sum();
+        if self.bytes - before - freed + data.len() as u64 > budget() {
+            return false;
+        }
+        let gone: Vec<bool> = self.cmds.iter().map(only_written).collect();
+        let mut i = 0;
+        self.cmds.retain(|_| {
+            i += 1;
+            !gone[i - 1]
+        });
+        let Some(r) = self.recipes.get_mut(&mem) else { return false };
+        r.base.set(data);
+        self.bytes = self.bytes - before - freed + data.len() as u64;
+        true
+    }
+
     /// Journals a write of `len` bytes of data into `mem`, or loses `mem` if the data does not
     /// fit the budget.
     fn push_write(&mut self, mem: ObjectId, len: usize, cmd: impl FnOnce() -> Cmd) {
@@ -588,17 +645,7 @@ impl State {
             }
         }
         if let Some(r) = have.and_then(|(m, _)| self.recipes.get_mut(&m)) {
-            let data = have.map_or(&[][..], |(_, d)| d);
-            // The last checkpoint's copy is overwritten when it is the same size (no new pages
-            // to fault in: a whole read of a large buffer costs one memory copy more).
-            let in_place = match &mut r.base {
-                Base::Known(old) => Arc::get_mut(old).filter(|v| v.len() == data.len()),
-                _ => None,
-            };
-            match in_place {
-                Some(v) => v.copy_from_slice(data),
-                None => r.base = Base::Known(Arc::new(data.to_vec())),
-            }
+            r.base.set(have.map_or(&[][..], |(_, d)| d));
         }
         self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
     }
