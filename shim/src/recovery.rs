@@ -358,7 +358,7 @@ impl Journal {
                 Some(r)
                     if !in_use && !matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) =>
                 {
-                    s.bytes -= r.base_bytes();
+                    s.bytes = s.bytes.saturating_sub(r.base_bytes());
                     s.recipes.remove(&id);
                 }
                 Some(_) => {
@@ -469,7 +469,8 @@ impl State {
         };
         let before = self.recipes.get(&mem).map_or(0, Recipe::base_bytes);
         let freed: u64 = self.cmds.iter().filter(|c| only_written(c)).map(kept_bytes).sum();
-        if self.bytes - before - freed + data.len() as u64 > budget() {
+        let after = self.bytes.saturating_sub(before + freed) + data.len() as u64;
+        if after > budget() {
             return false;
         }
         let gone: Vec<bool> = self.cmds.iter().map(only_written).collect();
@@ -480,7 +481,7 @@ impl State {
         });
         let Some(r) = self.recipes.get_mut(&mem) else { return false };
         r.base.set(data);
-        self.bytes = self.bytes - before - freed + data.len() as u64;
+        self.bytes = after;
         true
     }
 
@@ -520,7 +521,7 @@ impl State {
         let mem = self.storage(mem);
         if let Some(r) = self.recipes.get_mut(&mem) {
             if r.buffer_size().is_some() {
-                self.bytes -= r.base_bytes();
+                self.bytes = self.bytes.saturating_sub(r.base_bytes());
                 r.base = Base::Lost;
             }
         }
@@ -1130,5 +1131,81 @@ pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32
 pub fn note<C: Call + Clone>(conn: &Conn, req: &C) {
     if on() {
         conn.journal.created(req.clone().into_request());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffer(id: ObjectId, size: u64, flags: u64) -> Request {
+        Request::CreateBuffer(CreateBuffer {
+            id,
+            context: 1,
+            properties: None,
+            flags,
+            size,
+            host_data: None,
+            memory: None,
+        })
+    }
+
+    fn kernel_on(args: &[ObjectId]) -> Cmd {
+        Cmd::Enqueue(Request::EnqueueNdRange(EnqueueNdRange {
+            queue: 2,
+            kernel: 9,
+            args: args.iter().enumerate().map(|(i, &a)| (i as u32, ArgValue::Object(a))).collect(),
+            work_dim: 1,
+            offset: None,
+            global: Some(vec![1]),
+            local: None,
+            sync: EnqueueSync::default(),
+        }))
+    }
+
+    fn write(mem: ObjectId, offset: u64, data: &[u8]) -> Cmd {
+        Cmd::Write { queue: 2, mem, offset, data: data.to_vec(), sync: EnqueueSync::default() }
+    }
+
+    fn state() -> State {
+        let mut st = State::default();
+        st.recipes.insert(10, Recipe::new(buffer(10, 4, CL_MEM_READ_ONLY)));
+        st.recipes.insert(11, Recipe::new(buffer(11, 4, 0)));
+        let sub = CreateSubBuffer { id: 12, buffer: 11, flags: 0, origin: 0, size: 2 };
+        st.recipes.insert(12, Recipe::new(Request::CreateSubBuffer(sub)));
+        st
+    }
+
+    #[test]
+    fn kernels_dirty_their_writable_arguments_and_sub_buffers_their_parents() {
+        let mut st = state();
+        st.cmds.push(kernel_on(&[10, 12]));
+        assert_eq!(st.dirty().into_iter().collect::<Vec<_>>(), vec![11]);
+        st.cmds.push(write(10, 0, b"ab"));
+        assert_eq!(st.dirty().into_iter().collect::<Vec<_>>(), vec![10, 11]);
+    }
+
+    #[test]
+    fn a_whole_write_supersedes_only_what_never_reads_the_old_contents() {
+        let mut st = state();
+        st.cmds.push(write(11, 0, b"xy"));
+        assert!(st.superseded_by(11, 0, b"1234"), "earlier writes of the buffer alone go");
+        assert!(st.cmds.is_empty());
+        assert!(matches!(&st.recipes[&11].base, Base::Known(d) if d.as_slice() == b"1234"));
+        // A partial write is journaled; a kernel reading the buffer keeps the journal.
+        assert!(!st.superseded_by(11, 1, b"12"));
+        st.cmds.push(kernel_on(&[11]));
+        assert!(!st.superseded_by(11, 0, b"5678"), "the kernel needs the old contents");
+        // A buffer the journal does not touch is superseded at once.
+        assert!(st.superseded_by(10, 0, b"abcd"));
+        assert_eq!(st.cmds.len(), 1);
+    }
+
+    #[test]
+    fn losing_a_sub_buffer_loses_its_parent() {
+        let mut st = state();
+        st.lose(12);
+        assert!(matches!(st.recipes[&11].base, Base::Lost));
+        assert!(matches!(st.recipes[&12].base, Base::Undefined));
     }
 }
