@@ -854,8 +854,11 @@ impl Conn {
                     crate::handle::release(program as *mut c_void, Kind::Program);
                 }
                 Callback::Event { pfn, user_data, event } => {
-                    unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
-                    crate::handle::release(event as *mut c_void, Kind::Event);
+                    // In replay mode it waits for the event's rebuilt command instead.
+                    if !crate::recovery::keep_event_callback(self.serial, pfn, user_data, event) {
+                        unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
+                        crate::handle::release(event as *mut c_void, Kind::Event);
+                    }
                 }
             }
         }

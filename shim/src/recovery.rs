@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cloister_ipc::cl::*;
 use cloister_ipc::*;
 
-use crate::conn::{Callback, Conn, ContextNotifyFn};
+use crate::conn::{Callback, Conn, ContextNotifyFn, EventNotifyFn};
 use crate::handle::{Kind, SharedView};
 
 /// How many times a step that crashed the driver is run again before it is dropped.
@@ -1024,6 +1024,64 @@ fn rebuild_buffer(
     }
 }
 
+/// An application's event callback that was waiting when its worker died (replay mode): it is
+/// registered again on the rebuilt event, or fires failed if there is none.
+struct KeptCallback {
+    pfn: EventNotifyFn,
+    user_data: usize,
+    /// The application's event handle (its reference, taken at registration, is held).
+    event: usize,
+}
+
+fn kept_callbacks() -> &'static Mutex<HashMap<u64, Vec<KeptCallback>>> {
+    static K: OnceLock<Mutex<HashMap<u64, Vec<KeptCallback>>>> = OnceLock::new();
+    K.get_or_init(Default::default)
+}
+
+/// In replay mode, keeps an event callback of dead worker `serial` for its rebuilt event;
+/// returns false (the caller fires it) otherwise.
+pub fn keep_event_callback(serial: u64, pfn: EventNotifyFn, user_data: usize, event: usize) -> bool {
+    if !on() {
+        return false;
+    }
+    let mut kept = kept_callbacks().lock().unwrap_or_else(|e| e.into_inner());
+    kept.entry(serial).or_default().push(KeptCallback { pfn, user_data, event });
+    true
+}
+
+/// Fires the callbacks kept for dead worker `serial` that no rebuild took, with the fault.
+pub fn fire_kept_callbacks(serial: u64) {
+    let kept = kept_callbacks().lock().unwrap_or_else(|e| e.into_inner()).remove(&serial);
+    for k in kept.into_iter().flatten() {
+        // SAFETY: the application registered pfn with this signature for this event, which
+        // the reference taken at registration keeps alive until the release below.
+        unsafe { (k.pfn)(k.event as cl_event, crate::conn::FAULT, k.user_data as *mut std::ffi::c_void) };
+        crate::handle::release(k.event as *mut std::ffi::c_void, Kind::Event);
+    }
+}
+
+/// Registers the callbacks kept for dead worker `serial` on their events rebuilt in `new`
+/// (as `CL_COMPLETE` callbacks: the driver calls one at once if its event is complete).
+fn adopt_kept_callbacks(serial: u64, new: &Arc<Conn>) {
+    let kept = kept_callbacks().lock().unwrap_or_else(|e| e.into_inner()).remove(&serial);
+    let mut left = Vec::new();
+    for k in kept.into_iter().flatten() {
+        let ev = crate::handle::lookup(k.event as *const std::ffi::c_void, Kind::Event);
+        let Some(ev) = ev.ok().filter(|e| Arc::ptr_eq(&e.conn, new)) else {
+            left.push(k);
+            continue;
+        };
+        let token = new.register_callback(Callback::Event { pfn: k.pfn, user_data: k.user_data, event: k.event });
+        let req = SetEventCallback { event: ev.id, callback_type: CL_COMPLETE, token };
+        if new.call(req) != Ok(CL_SUCCESS) && new.unregister_callback(token).is_some() {
+            left.push(k);
+        }
+    }
+    if !left.is_empty() {
+        kept_callbacks().lock().unwrap_or_else(|e| e.into_inner()).insert(serial, left);
+    }
+}
+
 /// Serials of dead workers whose objects were carried over to a replacement.
 fn carried() -> &'static Mutex<HashSet<u64>> {
     static C: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
@@ -1075,6 +1133,7 @@ pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State)
         // context it has not released (a released one is not rebuilt with its callback).
         unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, *user_data as *mut std::ffi::c_void) };
     }
+    adopt_kept_callbacks(old.serial(), new);
     carried().lock().unwrap_or_else(|e| e.into_inner()).insert(old.serial());
 }
 

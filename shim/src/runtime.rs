@@ -107,6 +107,8 @@ impl DeathWatcher for Restarter {
     fn died(&self, dead: &Arc<Conn>) {
         let slot = &self.0;
         let finish = || {
+            // Event callbacks kept for a rebuild that did not take them fire now, failed.
+            crate::recovery::fire_kept_callbacks(dead.serial());
             *slot.restarting.lock().unwrap_or_else(|e| e.into_inner()) = false;
             slot.restarted.notify_all();
         };

@@ -81,10 +81,17 @@ pub unsafe fn clSetEventCallback(
         let token =
             ev.conn.register_callback(Callback::Event { pfn, user_data: user_data as usize, event: event as usize });
         let rc = ev.conn.call(SetEventCallback { event: ev.id, callback_type, token });
-        // A callback already run (a worker that died meanwhile) has dropped its reference.
-        if rc != Ok(CL_SUCCESS) && ev.conn.unregister_callback(token).is_some() {
-            crate::handle::release(event, Kind::Event);
+        if rc == Ok(CL_SUCCESS) {
+            return rc;
         }
+        if ev.conn.unregister_callback(token).is_some() {
+            crate::handle::release(event, Kind::Event);
+        } else if crate::recovery::on() {
+            // The worker died meanwhile and its death handling took the callback: replay mode
+            // keeps it for the rebuilt event (or fires it failed), so it is registered, once.
+            return Ok(CL_SUCCESS);
+        }
+        // A callback already run (a worker that died meanwhile) has dropped its reference.
         rc
     })();
     r.unwrap_or_else(|e| e)
