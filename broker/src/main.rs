@@ -4,6 +4,7 @@ mod bench;
 mod broker;
 mod cage;
 mod drivers;
+mod observe;
 mod probe;
 mod watchdog;
 
@@ -42,6 +43,8 @@ enum Cmd {
         no_check: bool,
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
+        #[command(flatten)]
+        observe: observe::ObserveOptions,
         /// The application and its arguments (after `--` when they start with a dash). An option
         /// cloister does not know is an error, never taken for the application.
         #[arg(required = true, trailing_var_arg = true)]
@@ -191,7 +194,8 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Run { driver, drop_in, no_check, sandbox, app } => {
+        Cmd::Run { driver, drop_in, no_check, sandbox, observe, app } => {
+            observe.export();
             run(driver.as_deref(), drop_in, no_check, &sandbox, &app)
         }
         Cmd::Drivers => list_drivers(),

@@ -15,6 +15,7 @@ pub mod fuzzing;
 mod handle;
 mod includes;
 mod info;
+mod intercept;
 mod pending;
 mod runtime;
 mod spill;
@@ -31,11 +32,18 @@ use cloister_ipc::dispatch::IcdDispatch;
 /// What an entry point returns when it is not forwarded, or when it panicked.
 trait EntryReturn {
     fn with_code(code: cl_int) -> Self;
+    /// The error code this return value is, for the call log (a creation's is in errcode_ret).
+    fn status(&self) -> Option<cl_int> {
+        None
+    }
 }
 
 impl EntryReturn for cl_int {
     fn with_code(code: cl_int) -> Self {
         code
+    }
+    fn status(&self) -> Option<cl_int> {
+        Some(*self)
     }
 }
 
@@ -59,8 +67,37 @@ macro_rules! set_errcode {
     };
 }
 
+/// An entry point's body: the call itself (`@call`), observed by `intercept` when any of its
+/// features is on. With all of them off that costs one relaxed atomic load.
 macro_rules! entry_body {
-    (forwarded, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {
+    ($status:ident, $name:ident, ($($arg:ident : $ty:ty),*), $ret:ty, $err:ident) => {{
+        let on = crate::intercept::active();
+        if on == 0 {
+            entry_body!(@call $status, $name, ($($arg),*), $ret, $err)
+        } else {
+            let call = crate::intercept::Call::begin(on);
+            // Without the application's errcode_ret the log would not know a creation's error.
+            let mut own_errcode: cl_int = CL_SUCCESS;
+            entry_body!(@own_errcode $err, own_errcode);
+            let r = entry_body!(@call $status, $name, ($($arg),*), $ret, $err);
+            let status = <$ret as EntryReturn>::status(&r).or(entry_body!(@errcode $err));
+            let args = [$( crate::intercept::Arg {
+                name: stringify!($arg),
+                ty: stringify!($ty),
+                raw: crate::intercept::AsRaw::raw(&$arg),
+            } ),*];
+            call.end(stringify!($name), stringify!($ret), crate::intercept::AsRaw::raw(&r), status, &args);
+            r
+        }
+    }};
+    (@own_errcode none, $own:ident) => { let _ = &mut $own; };
+    (@own_errcode $err:ident, $own:ident) => {
+        let $err = if $err.is_null() { &mut $own as *mut cl_int } else { $err };
+    };
+    (@errcode none) => { None };
+    // SAFETY: errcode_ret is the application's (valid per the API) or our own.
+    (@errcode $err:ident) => { Some(unsafe { *$err }) };
+    (@call forwarded, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { api::$name($($arg),*) })) {
             Ok(v) => v,
             Err(_) => {
@@ -69,7 +106,7 @@ macro_rules! entry_body {
             }
         }
     };
-    (unimplemented, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {{
+    (@call unimplemented, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {{
         $( let _ = $arg; )*
         set_errcode!($err, CL_INVALID_OPERATION);
         <$ret as EntryReturn>::with_code(CL_INVALID_OPERATION)
@@ -107,7 +144,7 @@ macro_rules! define_entry_points {
     (@guarded windows, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty, $err:ident) => {};
     (@guarded $status:ident, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty, $err:ident) => {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            entry_body!($status, $name, ($($arg),*), $ret, $err)
+            entry_body!($status, $name, ($($arg : $ty),*), $ret, $err)
         }
     };
     (@export windows, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {};
@@ -130,7 +167,7 @@ macro_rules! define_extension_entry_points {
             use super::*;
             $(
                 pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-                    entry_body!(forwarded, $name, ($($arg),*), $ret, $err)
+                    entry_body!(forwarded, $name, ($($arg : $ty),*), $ret, $err)
                 }
             )*
         }
