@@ -1,6 +1,7 @@
 /* A client for cloister's intercept features (tests/tests/intercept.rs): builds one small kernel,
    runs it and prints its first results; makes exactly one failing call (a zero-size buffer);
-   LEAK=1 leaves two buffers and a kernel unreleased; THREADS=N runs the work in N threads. */
+   LEAK=1 leaves two buffers and a kernel unreleased; THREADS=N runs the work in N threads; its queues are made without profiling, and it
+   prints what their queries say. */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <pthread.h>
@@ -27,7 +28,16 @@ static void *work(void *arg) {
     CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, NULL));
     CHECK(clEnqueueReadBuffer(q, out, CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
   }
-  if (!arg) printf("out %d %d %d %d\n", host[0], host[1], host[2], host[3]);
+  if (!arg) {
+    printf("out %d %d %d %d\n", host[0], host[1], host[2], host[3]);
+    /* The queue was made without profiling: that is what its queries must say. */
+    size_t n = 64; cl_event ev; cl_ulong t = 0; cl_command_queue_properties props = 99;
+    CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, &ev)); CHECK(clWaitForEvents(1, &ev));
+    cl_int prc = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t, &t, NULL);
+    CHECK(clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL));
+    printf("profiling rc %d, queue properties %llu\n", prc, (unsigned long long)props);
+    CHECK(clReleaseEvent(ev));
+  }
   CHECK(clReleaseMemObject(out)); CHECK(clReleaseKernel(k)); CHECK(clReleaseCommandQueue(q));
   return NULL;
 }

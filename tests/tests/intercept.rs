@@ -184,17 +184,29 @@ fn error_log_shows_exactly_the_failing_calls() {
     ]) {
         assert!(line.contains(&format!(" {status} ")), "{line:?} should fail with {status}");
     }
-    // The intercept client makes one failing call, a zero-size buffer.
+    // The intercept client's two failing calls: a zero-size buffer, and a profiling query on a
+    // queue made without profiling.
     let exe = c_client("intercept_client");
     let out = run_ok(&["--log-errors"], &exe, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let failing: Vec<&str> = stderr.lines().filter(|l| l.starts_with('[')).collect();
-    assert_eq!(failing.len(), 1, "stderr:\n{stderr}");
-    assert!(failing[0].contains("clCreateBuffer(context=ctx#1, flags=CL_MEM_READ_WRITE, size=0, host_ptr=NULL) = NULL CL_INVALID_BUFFER_SIZE"), "{stderr}");
+    assert_eq!(failing.len(), 2, "stderr:\n{stderr}");
+    assert!(
+        failing[0].contains(
+            "clCreateBuffer(context=ctx#1, flags=CL_MEM_READ_WRITE, size=0, host_ptr=NULL) = NULL CL_INVALID_BUFFER_SIZE"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        failing[1].contains("clGetEventProfilingInfo(event=ev#1, param_name=CL_PROFILING_COMMAND_START, ")
+            && failing[1].contains(" = CL_PROFILING_INFO_NOT_AVAILABLE "),
+        "{stderr}"
+    );
 }
 
 /// The trace is JSON Perfetto reads: one complete event per call (as many as the call log has
-/// lines), on a track per application thread, nesting correctly on each.
+/// lines), on a track per application thread, nesting correctly on each; and the device
+/// commands on a track per queue, from profiling the application's queries do not see.
 #[test]
 fn trace_is_json_with_one_event_per_call_on_each_threads_track() {
     let exe = c_client("intercept_client");
@@ -210,7 +222,7 @@ fn trace_is_json_with_one_event_per_call_on_each_threads_track() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).expect("the trace is JSON");
     let events = json["traceEvents"].as_array().expect("a traceEvents array");
-    let calls: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    let calls: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "host").collect();
     let log = std::fs::read_to_string(&log).expect("call log written");
     assert_eq!(calls.len(), log.lines().count(), "one trace event per logged call");
     let mut per_thread: HashMap<u64, Vec<(f64, f64, String)>> = HashMap::new();
@@ -230,6 +242,29 @@ fn trace_is_json_with_one_event_per_call_on_each_threads_track() {
     }
     let workers = per_thread.values().filter(|v| v.iter().filter(|c| c.2 == "clEnqueueNDRangeKernel").count() == 20);
     assert_eq!(workers.count(), 4, "each worker thread enqueued its 20 kernels on its own track");
+    // The device commands, timed by profiling the application did not ask for: a track per
+    // queue, within the host calls' span, the same commands as the host enqueued.
+    let (first, last) = per_thread.values().flatten().fold((f64::MAX, 0f64), |(a, b), c| (a.min(c.0), b.max(c.1)));
+    let mut per_queue: HashMap<u64, Vec<(f64, f64, String)>> = HashMap::new();
+    for e in events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "device") {
+        let (ts, dur) = (e["ts"].as_f64().expect("ts"), e["dur"].as_f64().expect("dur"));
+        assert!(ts >= first && ts + dur <= last, "device command outside the host calls' span: {e}");
+        let name = e["name"].as_str().unwrap_or_default().to_string();
+        per_queue.entry(e["tid"].as_u64().expect("tid")).or_default().push((ts, ts + dur, name));
+    }
+    let kernels = |v: &Vec<(f64, f64, String)>| v.iter().filter(|c| c.2 == "NDRangeKernel").count();
+    let mut counts: Vec<usize> = per_queue.values().map(kernels).collect();
+    counts.sort();
+    assert_eq!(counts, [2, 20, 20, 20, 20], "kernels per queue track");
+    for tid in per_queue.keys() {
+        assert!(events.iter().any(|e| e["name"] == "thread_name" && e["tid"].as_u64() == Some(*tid)));
+    }
+    // The application's own view of its queues is unchanged: no profiling, as directly.
+    let direct_run = direct(&exe, &[], &[]);
+    let view = |t: &str| t.lines().find(|l| l.starts_with("profiling rc")).map(str::to_string);
+    assert_eq!(view(&text(&out)), view(&text(&direct_run)));
+    assert_eq!(view(&text(&out)).as_deref(), Some("profiling rc -7, queue properties 0"));
+    per_thread.extend(per_queue);
     for (tid, mut evs) in per_thread {
         evs.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
         let mut open: Vec<f64> = Vec::new();

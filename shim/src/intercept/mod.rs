@@ -9,6 +9,7 @@
 //! settings are read once, at the first call.
 
 mod calllog;
+pub mod device;
 mod leaks;
 mod names;
 mod output;
@@ -56,10 +57,20 @@ struct Settings {
 
 static SETTINGS: OnceLock<Settings> = OnceLock::new();
 
-/// When the process (its first OpenCL call) started: the origin of log and trace times.
+/// When the process (its first OpenCL call) started: the origin of log and trace times, and the
+/// same moment on CLOCK_MONOTONIC_RAW in nanoseconds (the clock of pocl's profiling timestamps).
+fn epoch_pair() -> (Instant, u64) {
+    static EPOCH: OnceLock<(Instant, u64)> = OnceLock::new();
+    *EPOCH.get_or_init(|| {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime fills the timespec it is given.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_RAW, &mut ts) };
+        (Instant::now(), ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    })
+}
+
 fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+    epoch_pair().0
 }
 
 #[cold]
@@ -109,17 +120,42 @@ pub struct Call {
 
 impl Call {
     #[inline]
-    pub fn begin(on: u8) -> Self {
+    pub fn begin(on: u8, name: &'static str) -> Self {
+        if on & TRACE != 0 && matches!(name, "clReleaseCommandQueue" | "clReleaseContext") {
+            device::drain();
+        }
         Call { on, start: Instant::now() }
     }
 
     /// After the call: `result` is what it returned (as a number), `status` its error code where
     /// one is known (the return value, or `errcode_ret`).
-    pub fn end(self, name: &'static str, ret_ty: &'static str, result: u64, status: Option<cl_int>, args: &[Arg]) {
+    /// `own_event` is the event the trace made the call return when the application asked for
+    /// none (NULL otherwise).
+    pub fn end(
+        self,
+        name: &'static str,
+        ret_ty: &'static str,
+        result: u64,
+        status: Option<cl_int>,
+        args: &[Arg],
+        own_event: *mut std::ffi::c_void,
+    ) {
         let elapsed = self.start.elapsed();
         let ok = status.is_none_or(|s| s >= 0);
         if ok {
             names::note_created(ret_ty, result, args);
+        }
+        if self.on & TRACE != 0 {
+            let arg = |n: &str| args.iter().find(|a| a.name == n).map(|a| a.raw);
+            if let (true, Some(queue), Some(event)) = (ok, arg("command_queue"), arg("event")) {
+                device::enqueued(name, queue, event, own_event);
+            } else if !own_event.is_null() {
+                // SAFETY: an event the failed call made anyway is ours to release.
+                unsafe { crate::api::clReleaseEvent(own_event) };
+            }
+            if matches!(name, "clFinish" | "clWaitForEvents") {
+                device::drain();
+            }
         }
         let Some(s) = SETTINGS.get() else { return };
         if self.on & (LOG_ALL | LOG_ERRORS) != 0 && (self.on & LOG_ALL != 0 || !ok) {
@@ -164,6 +200,7 @@ extern "C" fn at_exit() {
         timing::report(t);
     }
     if let Some(t) = &s.trace {
+        device::drain();
         trace::finish(t);
     }
     if let Some(l) = &s.log {

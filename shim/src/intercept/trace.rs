@@ -52,6 +52,35 @@ pub fn host_call(sink: &Sink, name: &str, start: Instant, elapsed: Duration, sta
     sink.write(out.as_bytes());
 }
 
+/// A device command the driver timed (`start`, `end`: its profiling timestamps, nanoseconds on
+/// CLOCK_MONOTONIC_RAW), on its queue's track.
+pub fn device_command(sink: &Sink, name: &str, queue: &str, start: u64, end: u64) {
+    static NAMED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+    let track = 1_000_000 + queue.rsplit('#').next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+    let mut out = String::with_capacity(200);
+    {
+        let mut named = NAMED.lock().unwrap_or_else(|e| e.into_inner());
+        if !named.contains(&track) {
+            named.push(track);
+            let _ = write!(
+                out,
+                ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{track},\"args\":{{\"name\":\"{queue} (device)\"}}}}",
+                pid()
+            );
+        }
+    }
+    let origin = super::epoch_pair().1 as f64;
+    let _ = write!(
+        out,
+        ",\n{{\"name\":\"{}\",\"cat\":\"device\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":{},\"tid\":{track},\"args\":{{\"queue\":\"{queue}\"}}}}",
+        name.trim_start_matches("clEnqueue"),
+        (start as f64 - origin) / 1e3,
+        (end - start) as f64 / 1e3,
+        pid()
+    );
+    sink.write(out.as_bytes());
+}
+
 /// The end of the array and object; the file is complete JSON from here on.
 pub fn finish(sink: &Sink) {
     sink.write(b"\n]}\n");
