@@ -71,28 +71,39 @@ macro_rules! set_errcode {
 /// features is on. With all of them off that costs one relaxed atomic load.
 macro_rules! entry_body {
     ($status:ident, $name:ident, ($($arg:ident : $ty:ty),*), $ret:ty, $err:ident) => {{
-        let on = crate::intercept::active();
+        let on = crate::intercept::state();
         if on == 0 {
             entry_body!(@call $status, $name, ($($arg),*), $ret, $err)
         } else {
-            let call = crate::intercept::Call::begin(on, stringify!($name));
-            // The arguments as the application passed them (out-parameters are read after).
-            let args = [$( crate::intercept::Arg {
-                name: stringify!($arg),
-                ty: stringify!($ty),
-                raw: crate::intercept::AsRaw::raw(&$arg),
-            } ),*];
-            // Without the application's errcode_ret the log would not know a creation's error.
-            let mut own_errcode: cl_int = CL_SUCCESS;
-            entry_body!(@own_errcode $err, own_errcode);
-            // Without the application's event the trace could not time a command.
-            #[allow(unused_mut)]
-            let mut own_event: *mut c_void = std::ptr::null_mut();
-            $( let $arg = crate::intercept::device::own_event(on, stringify!($arg), $arg, &mut own_event); )*
-            let r = entry_body!(@call $status, $name, ($($arg),*), $ret, $err);
-            let status = <$ret as EntryReturn>::status(&r).or(entry_body!(@errcode $err));
-            call.end(stringify!($name), stringify!($ret), crate::intercept::AsRaw::raw(&r), status, &args, own_event);
-            r
+            // Out of line, so the common path stays as small as without the hook.
+            #[cold]
+            #[inline(never)]
+            unsafe fn observed(on: u8, $($arg: $ty),*) -> $ret {
+                let on = crate::intercept::settled(on);
+                if on == 0 {
+                    return entry_body!(@call $status, $name, ($($arg),*), $ret, $err);
+                }
+                let call = crate::intercept::Call::begin(on, stringify!($name));
+                // The arguments as the application passed them (out-parameters are read after).
+                let args = [$( crate::intercept::Arg {
+                    name: stringify!($arg),
+                    ty: stringify!($ty),
+                    raw: crate::intercept::AsRaw::raw(&$arg),
+                } ),*];
+                // Without the application's errcode_ret the log would not know a creation's error.
+                let mut own_errcode: cl_int = CL_SUCCESS;
+                entry_body!(@own_errcode $err, own_errcode);
+                // Without the application's event the trace could not time a command.
+                #[allow(unused_mut)]
+                let mut own_event: *mut c_void = std::ptr::null_mut();
+                $( let $arg = crate::intercept::device::own_event(on, stringify!($arg), $arg, &mut own_event); )*
+                let r = entry_body!(@call $status, $name, ($($arg),*), $ret, $err);
+                let status = <$ret as EntryReturn>::status(&r).or(entry_body!(@errcode $err));
+                call.end(stringify!($name), stringify!($ret), crate::intercept::AsRaw::raw(&r), status, &args, own_event);
+                r
+            }
+            // SAFETY: the same arguments, under the same contract.
+            unsafe { observed(on, $($arg),*) }
         }
     }};
     (@own_errcode none, $own:ident) => { let _ = &mut $own; };

@@ -37,14 +37,24 @@ const UNREAD: u8 = 0x80;
 
 static ACTIVE: AtomicU8 = AtomicU8::new(UNREAD);
 
-/// Which observers run for this call; 0 when none does (the common case: one relaxed load).
+/// Which observers run, as last read: 0 when none does (the common case: one relaxed load and
+/// one branch per call); non-zero also before the settings are read (see `settled`).
 #[inline(always)]
-pub fn active() -> u8 {
-    let on = ACTIVE.load(Ordering::Relaxed);
+pub fn state() -> u8 {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// `state()`'s value made final: the settings read if they were not yet.
+pub fn settled(on: u8) -> u8 {
     if on & UNREAD != 0 {
         return init();
     }
     on
+}
+
+/// Which observers run (for callers off the per-call path).
+pub fn active() -> u8 {
+    settled(state())
 }
 
 /// The settings, as read from the environment at the first call.
