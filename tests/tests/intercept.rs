@@ -103,8 +103,8 @@ const SMOKE_CALLS: &[&str] = &[
 
 /// Linked to cloister directly (`--drop-in`, no ICD loader calling in between), the smoke
 /// client's call log is exactly the calls its source makes, with handles named per kind in
-/// creation order, flags and errors by name, strings by their first bytes; and the timing
-/// report counts the same calls.
+/// creation order, flags and errors by name, strings by their first bytes; the timing report
+/// counts the same calls, and times its kernels as the client's own profiling does.
 #[test]
 fn call_log_lists_the_smoke_clients_calls_in_order_with_names() {
     let exe = c_client("api_smoke");
@@ -138,7 +138,8 @@ fn call_log_lists_the_smoke_clients_calls_in_order_with_names() {
         assert!(line.starts_with('[') && line.contains(" tid ") && line.ends_with("us"), "odd line {line:?}");
     }
     let timing = std::fs::read_to_string(&timing).expect("the timing report was written");
-    let counts: HashMap<&str, u64> = timing
+    let (host, device) = timing.split_once("device time per command").expect("a device table");
+    let counts: HashMap<&str, u64> = host
         .lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
@@ -151,6 +152,23 @@ fn call_log_lists_the_smoke_clients_calls_in_order_with_names() {
     }
     assert_eq!(counts, want, "timing report:\n{timing}");
     assert!(timing.contains(&format!("cloister timing: {} calls", SMOKE_CALLS.len())), "{timing}");
+    // Device time per kernel name and global size, from profiling: the client's own profiled
+    // time of its `add` kernel is what the report says.
+    let row = |label: &str| {
+        device
+            .lines()
+            .find(|l| l.starts_with(label))
+            .map(|l| l[label.len()..].split_whitespace().filter_map(|f| f.parse::<f64>().ok()).collect::<Vec<f64>>())
+    };
+    let add = row("NDRangeKernel add [1048576]").unwrap_or_else(|| panic!("no row for add:\n{timing}"));
+    let own_ns: f64 = text(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("kernel ")?.strip_suffix(" ns")?.parse().ok())
+        .expect("the client's own kernel time");
+    assert_eq!(add[0], 1.0, "{timing}");
+    assert!((add[3] - own_ns / 1e3).abs() < 0.2, "mean {} us vs the client's own {own_ns} ns:\n{timing}", add[3]);
+    assert_eq!(row("NDRangeKernel red [1048576]").map(|r| r[0]), Some(1.0), "{timing}");
+    assert_eq!(row("ReadBuffer").map(|r| r[0]), Some(5.0), "five reads succeeded:\n{timing}");
 }
 
 /// `--log-errors` shows the failing calls and nothing else: the smoke client's deliberate
@@ -252,7 +270,7 @@ fn trace_is_json_with_one_event_per_call_on_each_threads_track() {
         let name = e["name"].as_str().unwrap_or_default().to_string();
         per_queue.entry(e["tid"].as_u64().expect("tid")).or_default().push((ts, ts + dur, name));
     }
-    let kernels = |v: &Vec<(f64, f64, String)>| v.iter().filter(|c| c.2 == "NDRangeKernel").count();
+    let kernels = |v: &Vec<(f64, f64, String)>| v.iter().filter(|c| c.2 == "NDRangeKernel fill [64]").count();
     let mut counts: Vec<usize> = per_queue.values().map(kernels).collect();
     counts.sort();
     assert_eq!(counts, [2, 20, 20, 20, 20], "kernels per queue track");

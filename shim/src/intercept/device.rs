@@ -1,6 +1,6 @@
-//! Device commands in the trace, timed by the driver's profiling events.
+//! Device commands in the trace and the timing report, timed by the driver's profiling events.
 //!
-//! While the trace is on, every queue is created with `CL_QUEUE_PROFILING_ENABLE`; for a queue
+//! While either is on, every queue is created with `CL_QUEUE_PROFILING_ENABLE`; for a queue
 //! the application did not ask it for, its own queries answer as if it had not been turned on
 //! (`CL_QUEUE_PROPERTIES` without the bit, `clGetEventProfilingInfo` says
 //! `CL_PROFILING_INFO_NOT_AVAILABLE`). Each enqueue's event (the application's, retained, or one
@@ -20,8 +20,9 @@ const CL_QUEUE_PROFILING_ENABLE: cl_bitfield = 1 << 1;
 const CL_PROFILING_COMMAND_START: cl_uint = 0x1282;
 const CL_PROFILING_COMMAND_END: cl_uint = 0x1283;
 
-fn tracing() -> bool {
-    super::active() & super::TRACE != 0
+/// Whether device commands are timed: for the trace and the timing report.
+fn profiling() -> bool {
+    super::active() & super::DEVICE != 0
 }
 
 /// An object's identity that survives handle lookups: its worker and id.
@@ -52,7 +53,7 @@ thread_local! {
 
 /// `properties` with profiling on while tracing; whether that was our doing.
 pub fn add_profiling(properties: cl_bitfield) -> (cl_bitfield, bool) {
-    match tracing() && properties & CL_QUEUE_PROFILING_ENABLE == 0 {
+    match profiling() && properties & CL_QUEUE_PROFILING_ENABLE == 0 {
         true => (properties | CL_QUEUE_PROFILING_ENABLE, true),
         false => (properties, false),
     }
@@ -60,7 +61,7 @@ pub fn add_profiling(properties: cl_bitfield) -> (cl_bitfield, bool) {
 
 /// The same for a zero-terminated property list (`None` for NULL).
 pub fn add_profiling_list(properties: Option<Vec<u64>>) -> (Option<Vec<u64>>, bool) {
-    if !tracing() {
+    if !profiling() {
         return (properties, false);
     }
     let mut list = properties.unwrap_or_else(|| vec![0]);
@@ -119,7 +120,7 @@ pub fn profiling_answers(obj: &Object, _param_name: cl_uint) -> Option<Result<Ve
 /// An `event` out-argument of an enqueue, replaced by `own` when the application passed NULL,
 /// so that the trace has an event to time (any other argument passes unchanged).
 pub fn own_event<T: Copy + 'static>(on: u8, name: &str, mut v: T, own: &mut *mut c_void) -> T {
-    if on & super::TRACE != 0 && name == "event" {
+    if on & super::DEVICE != 0 && name == "event" {
         if let Some(p) = (&mut v as &mut dyn std::any::Any).downcast_mut::<*mut *mut c_void>() {
             if p.is_null() {
                 *p = own as *mut *mut c_void;
@@ -131,7 +132,8 @@ pub fn own_event<T: Copy + 'static>(on: u8, name: &str, mut v: T, own: &mut *mut
 
 /// A command waiting for its event to complete.
 struct Pending {
-    name: &'static str,
+    /// The command, and for a kernel its name and global size: `NDRangeKernel fill [64]`.
+    label: String,
     queue: u64,
     event: usize,
 }
@@ -141,9 +143,37 @@ fn pending() -> &'static Mutex<Vec<Pending>> {
     P.get_or_init(Default::default)
 }
 
+/// What a command is called in the trace and the timing report: for a kernel, its name and
+/// global size (read while the enqueue's arguments are still the application's).
+pub fn label(name: &str, args: &[super::Arg]) -> String {
+    let short = name.trim_start_matches("clEnqueue");
+    let arg = |n: &str| args.iter().find(|a| a.name == n).map(|a| a.raw).unwrap_or(0);
+    if name != "clEnqueueNDRangeKernel" {
+        return short.to_string();
+    }
+    let kernel = arg("kernel") as usize as *mut c_void;
+    let mut text = [0u8; 128];
+    let mut len = 0usize;
+    // SAFETY: an info query into a buffer of text.len() bytes.
+    let rc = unsafe {
+        crate::api::clGetKernelInfo(kernel, CL_KERNEL_FUNCTION_NAME, text.len(), text.as_mut_ptr().cast(), &mut len)
+    };
+    let kernel_name = match rc {
+        CL_SUCCESS => String::from_utf8_lossy(&text[..len.min(text.len())]).trim_end_matches('\0').to_string(),
+        _ => "?".into(),
+    };
+    let (dims, sizes) = (arg("work_dim").min(3) as usize, arg("global_work_size"));
+    let global: Vec<usize> = match sizes {
+        0 => Vec::new(),
+        // SAFETY: a successful enqueue read work_dim sizes there.
+        p => unsafe { std::slice::from_raw_parts(p as usize as *const usize, dims) }.to_vec(),
+    };
+    format!("{short} {kernel_name} {global:?}")
+}
+
 /// After a successful enqueue: its event (the application's `app_event`, or `own`) joins the
 /// list, retained so it outlives the application's release; the list is drained when long.
-pub fn enqueued(name: &'static str, queue: u64, app_event: u64, own: *mut c_void) {
+pub fn enqueued(label: String, queue: u64, app_event: u64, own: *mut c_void) {
     let event = if !own.is_null() {
         own as usize
     } else if app_event != 0 {
@@ -164,7 +194,7 @@ pub fn enqueued(name: &'static str, queue: u64, app_event: u64, own: *mut c_void
     }
     let long = {
         let mut p = pending().lock().unwrap_or_else(|e| e.into_inner());
-        p.push(Pending { name, queue, event });
+        p.push(Pending { label, queue, event });
         p.len() >= 256
     };
     if long {
@@ -176,7 +206,7 @@ pub fn enqueued(name: &'static str, queue: u64, app_event: u64, own: *mut c_void
 /// command may wait for a user event that never completes): called after `clFinish` and
 /// `clWaitForEvents`, before a queue or context is released, and at exit.
 pub fn drain() {
-    let Some(sink) = super::SETTINGS.get().and_then(|s| s.trace.as_ref()) else { return };
+    let Some(settings) = super::SETTINGS.get() else { return };
     let taken = std::mem::take(&mut *pending().lock().unwrap_or_else(|e| e.into_inner()));
     OURS.with(|o| o.set(true));
     let mut left = Vec::new();
@@ -216,8 +246,13 @@ pub fn drain() {
                 ) == CL_SUCCESS
         };
         if rc == CL_SUCCESS && status == CL_COMPLETE && times && end >= start {
-            let queue = super::names::name_of("queue", p.queue);
-            super::trace::device_command(sink, p.name, &queue, start, end);
+            if let Some(sink) = &settings.trace {
+                let queue = super::names::name_of("queue", p.queue);
+                super::trace::device_command(sink, &p.label, &queue, start, end);
+            }
+            if settings.timing.is_some() {
+                super::timing::add_device(&p.label, std::time::Duration::from_nanos(end - start));
+            }
         }
         // SAFETY: the reference taken (or the event created) for the trace.
         unsafe { crate::api::clReleaseEvent(ev) };

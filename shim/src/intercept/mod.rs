@@ -32,6 +32,8 @@ pub const TIMING: u8 = 4;
 pub const TRACE: u8 = 8;
 /// Handles are given names (creation hooks run) without anything else per call: `--leaks`.
 pub const NAMES: u8 = 16;
+/// Device commands are timed by profiling events (for the trace or the timing report).
+pub const DEVICE: u8 = 32;
 /// The settings have not been read yet.
 const UNREAD: u8 = 0x80;
 
@@ -110,10 +112,10 @@ fn init() -> u8 {
         on |= if log.errors_only { LOG_ERRORS } else { LOG_ALL };
     }
     if s.timing.is_some() {
-        on |= TIMING;
+        on |= TIMING | DEVICE;
     }
     if s.trace.is_some() {
-        on |= TRACE;
+        on |= TRACE | DEVICE;
     }
     if s.leaks {
         on |= NAMES;
@@ -131,7 +133,7 @@ pub struct Call {
 impl Call {
     #[inline]
     pub fn begin(on: u8, name: &'static str) -> Self {
-        if on & TRACE != 0 && matches!(name, "clReleaseCommandQueue" | "clReleaseContext") {
+        if on & DEVICE != 0 && matches!(name, "clReleaseCommandQueue" | "clReleaseContext") {
             device::drain();
         }
         Call { on, start: Instant::now() }
@@ -155,10 +157,10 @@ impl Call {
         if ok {
             names::note_created(ret_ty, result, args);
         }
-        if self.on & TRACE != 0 {
+        if self.on & DEVICE != 0 {
             let arg = |n: &str| args.iter().find(|a| a.name == n).map(|a| a.raw);
             if let (true, Some(queue), Some(event)) = (ok, arg("command_queue"), arg("event")) {
-                device::enqueued(name, queue, event, own_event);
+                device::enqueued(device::label(name, args), queue, event, own_event);
             } else if !own_event.is_null() {
                 // SAFETY: an event the failed call made anyway is ours to release.
                 unsafe { crate::api::clReleaseEvent(own_event) };
@@ -203,6 +205,7 @@ fn micros(at: Instant) -> f64 {
 /// At exit: the timing report, the leak report, the trace's end, every file flushed.
 extern "C" fn at_exit() {
     let Some(s) = SETTINGS.get() else { return };
+    device::drain();
     if s.leaks {
         leaks::report();
     }
@@ -210,7 +213,6 @@ extern "C" fn at_exit() {
         timing::report(t);
     }
     if let Some(t) = &s.trace {
-        device::drain();
         trace::finish(t);
     }
     if let Some(l) = &s.log {

@@ -73,7 +73,7 @@ pub fn device_command(sink: &Sink, name: &str, queue: &str, start: u64, end: u64
     let _ = write!(
         out,
         ",\n{{\"name\":\"{}\",\"cat\":\"device\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":{},\"tid\":{track},\"args\":{{\"queue\":\"{queue}\"}}}}",
-        name.trim_start_matches("clEnqueue"),
+        json_escape(name),
         (start as f64 - origin) / 1e3,
         (end - start) as f64 / 1e3,
         pid()
