@@ -336,3 +336,49 @@ fn handle_list(out: &mut String, kind: &'static str, array: u64, n: usize, total
     }
     out.push(']');
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constants_parse_from_the_ipc_table() {
+        assert!(constants().iter().any(|c| *c == ("CL_DEVICE_NAME", "cl_uint", 0x102B)));
+        assert!(constants().iter().any(|c| *c == ("CL_MEM_ALLOC_HOST_PTR", "cl_bitfield", 1 << 4)));
+        assert!(constants().iter().any(|c| *c == ("CL_DEVICE_TYPE_ALL", "cl_bitfield", 0xFFFF_FFFF)));
+        assert!(constants().iter().any(|c| *c == ("CL_INVALID_VALUE", "cl_int", -30)));
+    }
+
+    #[test]
+    fn flags_and_enums_are_named_and_unknown_bits_kept() {
+        assert_eq!(flag_names("CL_MEM_", 1 | (1 << 5)), "CL_MEM_READ_WRITE|CL_MEM_COPY_HOST_PTR");
+        assert_eq!(flag_names("CL_MEM_", (1 << 4) | (1 << 40)), "CL_MEM_ALLOC_HOST_PTR|0x10000000000");
+        assert_eq!(flag_names("CL_DEVICE_TYPE_", 0xFFFF_FFFF), "CL_DEVICE_TYPE_ALL");
+        assert_eq!(flag_names("CL_QUEUE_", 2), "CL_QUEUE_PROFILING_ENABLE");
+        assert_eq!(enum_name(param_prefix("clGetDeviceInfo"), 0x102B), Some("CL_DEVICE_NAME"));
+        assert_eq!(enum_name(param_prefix("clGetEventProfilingInfo"), 0x1283), Some("CL_PROFILING_COMMAND_END"));
+        assert_eq!(status_name(-30), "CL_INVALID_VALUE");
+        assert_eq!(status_name(-12345), "-12345");
+    }
+
+    #[test]
+    fn arguments_read_as_the_api_declares_them() {
+        let s = c"__kernel void x() {}".as_ptr() as u64;
+        let strings = [s];
+        let sizes = [64usize, 2];
+        let args = [
+            Arg { name: "context", ty: "cl_context", raw: 0 },
+            Arg { name: "count", ty: "cl_uint", raw: 1 },
+            Arg { name: "strings", ty: "*mut * const c_char", raw: strings.as_ptr() as u64 },
+            Arg { name: "work_dim", ty: "cl_uint", raw: 2 },
+            Arg { name: "global_work_size", ty: "* const size_t", raw: sizes.as_ptr() as u64 },
+            Arg { name: "blocking", ty: "cl_bool", raw: 1 },
+        ];
+        let mut out = String::from("f(");
+        format_args(&mut out, "f", &args, true);
+        assert_eq!(
+            out,
+            "f(context=NULL, count=1, strings=[\"__kernel void x() {}\"], work_dim=2, global_work_size=[64, 2], blocking=CL_TRUE"
+        );
+    }
+}
