@@ -366,3 +366,31 @@ fn leaks_are_reported_per_kind_with_names() {
     let clean = run_ok(&["--leaks"], &exe, &[]);
     assert!(text(&clean).contains("cloister leaks: none"), "{}", text(&clean));
 }
+
+/// With every feature on at once, the semantics client (non-blocking reads, maps, callbacks,
+/// user events, out-of-order queues, profiling timestamps, the info-size protocol) finds exactly
+/// what it finds without them, and the trace is still whole JSON.
+#[test]
+fn every_feature_on_changes_nothing_the_application_sees() {
+    let exe = c_client("semantics");
+    let dir = scratch("all-on");
+    let plain = run_ok(&[], &exe, &[]);
+    let trace = dir.join("trace.json");
+    let observed = run_ok(
+        &[
+            "--trace",
+            trace.to_str().unwrap_or_default(),
+            &format!("--timing={}", dir.join("timing.txt").display()),
+            &format!("--log-calls={}", dir.join("calls.log").display()),
+            "--dump",
+            dir.join("dump").to_str().unwrap_or_default(),
+            "--leaks",
+        ],
+        &exe,
+        &[],
+    );
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), String::from_utf8_lossy(&observed.stdout));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).expect("the trace is JSON");
+    assert!(json["traceEvents"].as_array().is_some_and(|e| e.len() > 50));
+}
