@@ -346,18 +346,22 @@ fn enumerate(worker: &Worker, d: &driver::Driver) -> (Vec<u64>, Vec<Enumerated>)
     (platforms, devices)
 }
 
-/// A device's name, for the flight recorder.
+/// A device's name and its driver's version (`CL_DRIVER_VERSION`), for the flight recorder.
 fn device_name(dev: usize) -> String {
     // SAFETY: dev is a live device handle from the driver.
     let Some(info) = (unsafe { driver::dispatch(dev) }).clGetDeviceInfo else { return String::new() };
-    let mut buf = [0u8; 256];
-    // SAFETY: buf holds 256 writable bytes, as passed.
-    let rc = unsafe { info(dev as _, CL_DEVICE_NAME, buf.len(), buf.as_mut_ptr().cast(), std::ptr::null_mut()) };
-    if rc != CL_SUCCESS {
-        return String::new();
+    let text = |param| {
+        let mut buf = [0u8; 128];
+        // SAFETY: buf holds 128 writable bytes, as passed.
+        let rc = unsafe { info(dev as _, param, buf.len(), buf.as_mut_ptr().cast(), std::ptr::null_mut()) };
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        (rc == CL_SUCCESS).then(|| String::from_utf8_lossy(&buf[..end]).into_owned())
+    };
+    match (text(CL_DEVICE_NAME), text(CL_DRIVER_VERSION)) {
+        (Some(name), Some(version)) => format!("{name} (driver {version})"),
+        (Some(name), None) => name,
+        _ => String::new(),
     }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// The flight recorder the broker reads (absent when the worker runs without a broker).
