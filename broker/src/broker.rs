@@ -229,7 +229,12 @@ fn serve_client(
         return Err(reason);
     }
     let app = match not_caged(client.as_raw_fd()) {
-        Ok(pid) => cloister_crash_reports::Application::of_pid(pid),
+        Ok(pid) => {
+            let app = cloister_crash_reports::Application::of_pid(pid);
+            let name = app.as_ref().map(|a| a.name.as_str()).unwrap_or("?");
+            tracing::info!(client = pid, app = %cloister_crash_reports::escape(name, false), "client connected");
+            app
+        }
         Err(reason) => {
             let _ = channel::recv::<BrokerRequest>(client);
             let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
@@ -254,11 +259,15 @@ fn serve_client(
     loop {
         let request = match channel::recv::<BrokerRequest>(client) {
             Ok((r, _)) => r,
-            Err(IpcError::PeerGone) => return Ok(()),
+            Err(IpcError::PeerGone) => {
+                tracing::info!(client = who.app.map(|a| a.pid), "client left");
+                return Ok(());
+            }
             Err(e) => return Err(e.to_string()),
         };
         match request {
             BrokerRequest::Respawn { driver } => {
+                tracing::info!(client = who.app.map(|a| a.pid), driver = %driver, "replacement worker asked for");
                 let wanted: Vec<Driver> = config.drivers.iter().filter(|d| d.name == driver).cloned().collect();
                 if wanted.is_empty() {
                     let reason = format!("no driver {driver} in this broker");
@@ -353,6 +362,8 @@ fn grant(
 /// fault-injecting test driver (`tests/fault-driver`) and mean nothing to real drivers.
 const WORKER_CLOISTER_VARS: &[&str] = &[
     "CLOISTER_DEBUG",
+    "CLOISTER_LOG",
+    "RUST_LOG",
     "CLOISTER_SPIN_US",
     "CLOISTER_MAX_REPLY_MB",
     "CLOISTER_STAGING",
@@ -471,6 +482,13 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -
         });
     }
     let mut child = cmd.spawn()?;
+    tracing::info!(
+        worker = child.id(),
+        driver = %driver.name,
+        client = app.as_ref().map(|a| a.pid),
+        probe = options.probe,
+        "worker started"
+    );
     // Opened before the reaper can reap the child, so it names this worker.
     // SAFETY: pidfd_open on our unreaped child's pid; the result is checked.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
@@ -536,6 +554,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -
         exited.store(true, Ordering::Release);
         let _last = LiveWorker;
         let Ok(status) = status else { return };
+        tracing::info!(worker = pid, driver = %driver.name, %status, "worker ended");
         if dismissed.load(Ordering::Acquire) {
             if !probe {
                 eprintln!(
@@ -655,7 +674,8 @@ fn report_death(
         let written = report.write(&dir);
         // Old reports go as new ones come (`CLOISTER_CRASH_KEEP`, `CLOISTER_CRASH_KEEP_DAYS`).
         let keep = cloister_crash_reports::Retention::from_env();
-        cloister_crash_reports::prune(&dir, keep, cloister_crash_reports::now());
+        let pruned = cloister_crash_reports::prune(&dir, keep, cloister_crash_reports::now());
+        tracing::debug!(worker = pid, pruned, "crash report written");
         written
     });
     let place = match saved {

@@ -197,6 +197,11 @@ fn main() -> ExitCode {
     // SAFETY: restoring the default action of a signal.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    cloister_ipc::log::init_program(match cli.command {
+        Cmd::Broker { .. } => "broker",
+        Cmd::Run { .. } => "run",
+        _ => "cli",
+    });
     let result = match cli.command {
         Cmd::Run { driver, drop_in, no_check, sandbox, app } => {
             run(driver.as_deref(), drop_in, no_check, &sandbox, &app)
@@ -352,6 +357,7 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
         // SAFETY: installing an async-signal-safe handler.
         unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
     }
+    tracing::info!(app = ?app, "starting the application");
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -364,6 +370,7 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
     CHILD.store(child.id() as i32, Ordering::SeqCst);
     forward_pending_signals(child.id() as i32);
     let status = child.wait().map_err(|e| e.to_string())?;
+    tracing::info!(%status, "the application ended");
     // The application's workers end with it; let their reapers finish their reports.
     broker::drain_workers(std::time::Duration::from_secs(3));
     drop(cage);

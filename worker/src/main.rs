@@ -169,6 +169,8 @@ fn main() -> ExitCode {
         }
     };
     never_hold_a_terminal();
+    cloister_ipc::log::init_program("worker");
+    tracing::info!(driver = %args.name, library = %args.library, "worker starting");
     // First, while single-threaded: nothing the driver starts may outlive this worker.
     let pid_namespace = cloister_sandbox_policy::process::pid_namespace();
     // SAFETY: the broker passes the channel as fd 3; we take ownership once.
@@ -185,6 +187,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    for l in &cage.layers {
+        tracing::debug!(driver = %args.name, layer = %l, "cage layer");
+    }
     if std::env::var_os("CLOISTER_DEBUG").is_some() {
         for l in &cage.layers {
             say!("cloister-worker[{}]: {l}", args.name);
@@ -263,6 +268,7 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
             return Err(reason);
         }
     };
+    tracing::info!(driver = %args.name, platforms = platforms.len(), devices = devices.len(), "driver loaded");
     let welcome = WorkerMessage::Welcome {
         version: PROTOCOL_VERSION,
         driver: args.name.clone(),
@@ -291,6 +297,7 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
                 let lane_obj = Lane::from_region(region).map_err(|e| e.to_string())?;
                 let w = worker.clone();
                 next_lane = next_lane.max(lane);
+                tracing::debug!(lane, "lane opened");
                 std::thread::Builder::new()
                     .name(format!("lane-{lane}"))
                     .spawn(move || serve_lane(&w, &lane_obj, lane as u32))
