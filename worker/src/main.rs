@@ -4,7 +4,6 @@
 //! the driver by path, answers the shim's hello with the platforms and devices it found, and
 //! serves each lane on its own thread, so the driver sees the application's threading.
 
-mod command_buffer;
 mod driver;
 mod handler;
 mod includes;
