@@ -229,7 +229,9 @@ fn create(kind: Kind) -> Res<Option<*mut Context>> {
     let props = [CL_CONTEXT_PLATFORM as cl_context_properties, platform as cl_context_properties, 0];
     let mut err = 0;
     // SAFETY: a zero-terminated property list and `picked.len()` device handles.
-    let ctx = unsafe { clCreateContext(props.as_ptr(), picked.len() as cl_uint, picked.as_ptr(), None, null_mut(), &mut err) };
+    let ctx = unsafe {
+        clCreateContext(props.as_ptr(), picked.len() as cl_uint, picked.as_ptr(), None, null_mut(), &mut err)
+    };
     check(err, "clCreateContext")?;
     let mut queues = Vec::new();
     for d in &picked {
@@ -260,7 +262,9 @@ fn create(kind: Kind) -> Res<Option<*mut Context>> {
 fn defines(platform: &str, vendor: &str, devs: &[cl_device_id]) -> String {
     let mut out = String::from("-D __STDCL__");
     let types: Vec<cl_device_type> = devs.iter().map(|d| device_type(*d)).collect();
-    for (bit, name) in [(CL_DEVICE_TYPE_CPU, "__CPU__"), (CL_DEVICE_TYPE_GPU, "__GPU__"), (CL_DEVICE_TYPE_ACCELERATOR, "__RPU__")] {
+    for (bit, name) in
+        [(CL_DEVICE_TYPE_CPU, "__CPU__"), (CL_DEVICE_TYPE_GPU, "__GPU__"), (CL_DEVICE_TYPE_ACCELERATOR, "__RPU__")]
+    {
         if types.iter().all(|t| t & bit != 0) {
             out += &format!(" -D {name}");
         }
@@ -279,7 +283,14 @@ fn defines(platform: &str, vendor: &str, devs: &[cl_device_id]) -> String {
         ("brown deer", "COPRTHR"),
     ];
     let v = known.iter().find(|(k, _)| both.contains(k)).map(|(_, v)| v.to_string()).unwrap_or_else(|| {
-        vendor.split_whitespace().next().unwrap_or("UNKNOWN").chars().filter(char::is_ascii_alphanumeric).collect::<String>().to_uppercase()
+        vendor
+            .split_whitespace()
+            .next()
+            .unwrap_or("UNKNOWN")
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_uppercase()
     });
     if !v.is_empty() {
         out += &format!(" -D __{v}__");
@@ -330,7 +341,9 @@ fn platform_info(p: cl_platform_id, what: cl_platform_info) -> String {
 fn device_type(d: cl_device_id) -> cl_device_type {
     let mut t: cl_device_type = 0;
     // SAFETY: a cl_device_type-sized answer.
-    unsafe { clGetDeviceInfo(d, CL_DEVICE_TYPE, size_of::<cl_device_type>(), &mut t as *mut _ as *mut c_void, null_mut()) };
+    unsafe {
+        clGetDeviceInfo(d, CL_DEVICE_TYPE, size_of::<cl_device_type>(), &mut t as *mut _ as *mut c_void, null_mut())
+    };
     t
 }
 

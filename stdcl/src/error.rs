@@ -25,7 +25,7 @@ impl Error {
     /// An OpenCL call `what` that returned `code`.
     pub fn cl(code: cl_int, what: &str) -> Self {
         let errno = match code {
-            -4 | -5 | -6 => libc::ENOMEM,
+            -6..=-4 => libc::ENOMEM,
             -11 => libc::ENOEXEC,
             c if c <= -30 => libc::EINVAL,
             _ => libc::EIO,

@@ -86,7 +86,14 @@ fn address_qualifier(krn: cl_kernel, i: u32) -> Option<cl_kernel_arg_address_qua
     let mut q: cl_kernel_arg_address_qualifier = 0;
     // SAFETY: an answer of the queried type's size.
     let r = unsafe {
-        clGetKernelArgInfo(krn, i, CL_KERNEL_ARG_ADDRESS_QUALIFIER, size_of_val(&q), &mut q as *mut _ as *mut c_void, null_mut())
+        clGetKernelArgInfo(
+            krn,
+            i,
+            CL_KERNEL_ARG_ADDRESS_QUALIFIER,
+            size_of_val(&q),
+            &mut q as *mut _ as *mut c_void,
+            null_mut(),
+        )
     };
     (r == 0).then_some(q)
 }
@@ -113,11 +120,20 @@ fn read_ptr(a: &Arg, i: u32) -> Res<*mut c_void> {
     Ok(unsafe { (a.value as *const *mut c_void).read_unaligned() })
 }
 
-pub fn clforka(cp: *mut Context, devnum: u32, krn: cl_kernel, ndr: *const Ndr, flags: i32, args: &[Arg]) -> Res<cl_event> {
+pub fn clforka(
+    cp: *mut Context,
+    devnum: u32,
+    krn: cl_kernel,
+    ndr: *const Ndr,
+    flags: i32,
+    args: &[Arg],
+) -> Res<cl_event> {
     lookup(cp)?;
     let mut n: cl_uint = 0;
     // SAFETY: a cl_uint answer.
-    let r = unsafe { clGetKernelInfo(krn, CL_KERNEL_NUM_ARGS, size_of::<cl_uint>(), &mut n as *mut _ as *mut c_void, null_mut()) };
+    let r = unsafe {
+        clGetKernelInfo(krn, CL_KERNEL_NUM_ARGS, size_of::<cl_uint>(), &mut n as *mut _ as *mut c_void, null_mut())
+    };
     check(r, "clGetKernelInfo(CL_KERNEL_NUM_ARGS)")?;
     if n as usize != args.len() {
         return Err(Error::new(libc::EINVAL, format!("the kernel takes {n} arguments, {} given", args.len())));
@@ -165,11 +181,21 @@ pub fn clfork(cp: *mut Context, devnum: u32, krn: cl_kernel, ndr: *const Ndr, fl
         return Err(Error::new(libc::EINVAL, format!("{} dimensions (OpenCL takes 1 to 3)", ndr.dim)));
     }
     let d = ndr.dim;
-    let local = if ndr.ltid[..d].iter().any(|l| *l == 0) { std::ptr::null() } else { ndr.ltid.as_ptr() };
+    let local = if ndr.ltid[..d].contains(&0) { std::ptr::null() } else { ndr.ltid.as_ptr() };
     let mut ev = null_mut();
     // SAFETY: arrays of at least `d` sizes; local NULL or `d` sizes.
     let r = unsafe {
-        clEnqueueNDRangeKernel(q, krn, d as cl_uint, ndr.gtid_offset.as_ptr(), ndr.gtid.as_ptr(), local, 0, std::ptr::null(), &mut ev)
+        clEnqueueNDRangeKernel(
+            q,
+            krn,
+            d as cl_uint,
+            ndr.gtid_offset.as_ptr(),
+            ndr.gtid.as_ptr(),
+            local,
+            0,
+            std::ptr::null(),
+            &mut ev,
+        )
     };
     check(r, "clEnqueueNDRangeKernel")?;
     settle(c, devnum, ev, flags, List::Kernel)

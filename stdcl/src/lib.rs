@@ -10,8 +10,8 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-pub mod context;
-pub mod error;
+mod context;
+mod error;
 mod kernel;
 mod lock;
 mod memory;
@@ -63,7 +63,7 @@ pub extern "C" fn clopen(cp: *mut Context, filename: *const c_char, flags: c_int
 }
 
 #[no_mangle]
-pub extern "C" fn clsopen(cp: *mut Context, src: *const c_char, flags: c_int) -> *mut c_void {
+pub unsafe extern "C" fn clsopen(cp: *mut Context, src: *const c_char, flags: c_int) -> *mut c_void {
     guard("clsopen", null_mut(), || {
         if src.is_null() {
             return Err(Error::new(libc::EINVAL, "no source (NULL)"));
@@ -162,7 +162,13 @@ pub extern "C" fn clmsync(cp: *mut Context, devnum: c_uint, ptr: *mut c_void, fl
 }
 
 #[no_mangle]
-pub extern "C" fn clmcopy(cp: *mut Context, devnum: c_uint, dst: *mut c_void, src: *mut c_void, flags: c_int) -> cl_event {
+pub extern "C" fn clmcopy(
+    cp: *mut Context,
+    devnum: c_uint,
+    dst: *mut c_void,
+    src: *mut c_void,
+    flags: c_int,
+) -> cl_event {
     guard("clmcopy", EVENT_ERROR, || memory::clmcopy(cp, devnum, dst, src, flags))
 }
 
@@ -181,7 +187,13 @@ pub extern "C" fn clglmsync(_cp: *mut Context, _devnum: c_uint, _ptr: *mut c_voi
 }
 
 #[no_mangle]
-pub extern "C" fn __stdcl_clarg_set(cp: *mut Context, krn: cl_kernel, argnum: c_uint, size: usize, value: *const c_void) -> c_int {
+pub extern "C" fn __stdcl_clarg_set(
+    cp: *mut Context,
+    krn: cl_kernel,
+    argnum: c_uint,
+    size: usize,
+    value: *const c_void,
+) -> c_int {
     guard("clarg_set", -1, || kernel::clarg_set(cp, krn, argnum, size, value).map(|_| 0))
 }
 
@@ -201,7 +213,7 @@ pub extern "C" fn clfork(cp: *mut Context, devnum: c_uint, krn: cl_kernel, ndr: 
 }
 
 #[no_mangle]
-pub extern "C" fn __stdcl_clforka(
+pub unsafe extern "C" fn __stdcl_clforka(
     cp: *mut Context,
     devnum: c_uint,
     krn: cl_kernel,

@@ -23,7 +23,12 @@ fn lock_dir() -> Res<PathBuf> {
     match std::fs::DirBuilder::new().mode(0o700).create(&base) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(Error::new(e.raw_os_error().unwrap_or(libc::EIO), format!("lock folder {}: {e}", base.display()))),
+        Err(e) => {
+            return Err(Error::new(
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("lock folder {}: {e}", base.display()),
+            ))
+        }
     }
     private_dir(&base, uid)?;
     Ok(base)

@@ -47,7 +47,8 @@ fn with_mems<T>(f: impl FnOnce(&mut HashMap<usize, Mem>) -> T) -> T {
 }
 
 fn layout(size: usize) -> Res<Layout> {
-    Layout::from_size_align(size.max(1), ALIGN).map_err(|_| Error::new(libc::ENOMEM, format!("{size} bytes is too large")))
+    Layout::from_size_align(size.max(1), ALIGN)
+        .map_err(|_| Error::new(libc::ENOMEM, format!("{size} bytes is too large")))
 }
 
 fn new_buffer(c: &Context, size: usize, access: i32) -> Res<cl_mem> {

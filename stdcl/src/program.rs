@@ -154,7 +154,17 @@ fn build_log(c: &Context, prog: cl_program) -> String {
         }
         let mut buf = vec![0u8; len.min(1 << 20)];
         // SAFETY: a buffer of buf.len() bytes.
-        if unsafe { clGetProgramBuildInfo(prog, *d, CL_PROGRAM_BUILD_LOG, buf.len(), buf.as_mut_ptr() as *mut c_void, null_mut()) } == 0 {
+        if unsafe {
+            clGetProgramBuildInfo(
+                prog,
+                *d,
+                CL_PROGRAM_BUILD_LOG,
+                buf.len(),
+                buf.as_mut_ptr() as *mut c_void,
+                null_mut(),
+            )
+        } == 0
+        {
             out += String::from_utf8_lossy(buf.split(|b| *b == 0).next().unwrap_or(&[])).as_ref();
         }
     }
@@ -216,7 +226,10 @@ pub fn clopen(cp: *mut Context, filename: Option<&str>, flags: i32) -> Res<*mut 
         None => {
             let emb = lock_ignoring_poison(&EMBEDDED).clone();
             if emb.is_empty() {
-                return Err(Error::new(libc::ENOENT, "no CL programs are embedded in this executable (see stdcl-clld)"));
+                return Err(Error::new(
+                    libc::ENOENT,
+                    "no CL programs are embedded in this executable (see stdcl-clld)",
+                ));
             }
             let srcs: Vec<&[u8]> = emb.iter().filter(|e| !e.binary).map(|e| e.data.as_slice()).collect();
             let mut pieces: Vec<Piece> = emb.iter().filter(|e| e.binary).map(|e| Piece::Binary(&e.data)).collect();
@@ -250,7 +263,7 @@ pub fn clbuild(cp: *mut Context, handle: *mut c_void, extra: Option<&str>) -> Re
     Ok(handle)
 }
 
-fn program_of<'a>(all: &'a mut BTreeMap<usize, Program>, cp: *mut Context, handle: *mut c_void) -> Res<&'a mut Program> {
+fn program_of(all: &mut BTreeMap<usize, Program>, cp: *mut Context, handle: *mut c_void) -> Res<&mut Program> {
     match all.get_mut(&id_of(handle)) {
         Some(p) if p.ctx == cp as usize && handle as usize & 0xf == 0 => Ok(p),
         Some(_) => Err(Error::new(libc::EINVAL, "the handle belongs to another context")),

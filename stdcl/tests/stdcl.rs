@@ -191,7 +191,11 @@ fn embedded_sources_and_binaries_load_with_clopen_null() {
     // Without stdcl-clld's object nothing is embedded, and clopen(cp, NULL) says so.
     let bare = compile(&dir, "embedded", &[]);
     let o = run(false, &dir, &bare, &[], &[]);
-    assert!(stdout(&o).contains("FAIL clopen(cp, NULL) loads the embedded programs: clopen: no CL programs are embedded"), "{}", text(&o));
+    assert!(
+        stdout(&o).contains("FAIL clopen(cp, NULL) loads the embedded programs: clopen: no CL programs are embedded"),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -231,7 +235,10 @@ fn environment_variables_shape_the_default_contexts() {
     assert_eq!(plain, "stddev 1 stdcpu 1 stdgpu NULL stdrpu NULL");
     assert_eq!(contexts_with(&dir, &exe, &[TWO_DEVICES]), "stddev 2 stdcpu 2 stdgpu NULL stdrpu NULL");
     assert_eq!(contexts_with(&dir, &exe, &[("STDCPU", "0")]), "stddev 1 stdcpu NULL stdgpu NULL stdrpu NULL");
-    assert_eq!(contexts_with(&dir, &exe, &[("STDDEV", "0"), ("STDCPU", "1")]), "stddev NULL stdcpu 1 stdgpu NULL stdrpu NULL");
+    assert_eq!(
+        contexts_with(&dir, &exe, &[("STDDEV", "0"), ("STDCPU", "1")]),
+        "stddev NULL stdcpu 1 stdgpu NULL stdrpu NULL"
+    );
     assert_eq!(
         contexts_with(&dir, &exe, &[TWO_DEVICES, ("STDCPU_MAX_NDEV", "1")]),
         "stddev 2 stdcpu 1 stdgpu NULL stdrpu NULL"
