@@ -17,6 +17,8 @@ mod lock;
 mod memory;
 mod program;
 
+pub use program::looks_binary;
+
 use context::Context;
 use error::{guard, Error, Res};
 use kernel::{Arg, Ndr, EVENT_ERROR};

@@ -92,3 +92,40 @@ pub fn try_lock(kind: &str, id: &str, index: usize) -> Res<Option<File>> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_ids_never_name_paths() {
+        assert_eq!(id_part("job-42_a"), "job-42_a");
+        for bad in ["../../etc/passwd", "a/b", "", ".", "x y", &"z".repeat(65)] {
+            let p = id_part(bad);
+            assert!(
+                p.starts_with('h') && p.len() == 17 && p.bytes().all(|b| b.is_ascii_alphanumeric()),
+                "{bad:?} -> {p}"
+            );
+        }
+        assert_ne!(id_part("a/b"), id_part("a/c"));
+    }
+
+    #[test]
+    fn a_folder_others_can_write_is_refused() {
+        let d = std::env::temp_dir().join(format!("stdcl-lock-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        assert_eq!(private_dir(&d, uid).unwrap_err().errno, libc::EPERM);
+        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        assert!(private_dir(&d, uid).is_ok());
+        assert_eq!(private_dir(&d, uid + 1).unwrap_err().errno, libc::EPERM);
+        let link = d.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        assert_eq!(private_dir(&link, uid).unwrap_err().errno, libc::EPERM, "a symlink is not trusted");
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_dir(&d);
+    }
+}

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 pub const CLLD_LAZY: i32 = 1;
 pub const CLLD_NOBUILD: i32 = 4;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum State {
     Built,
     /// Built by the first clsym (CLLD_LAZY).
@@ -23,6 +23,7 @@ enum State {
     Unbuilt,
 }
 
+#[derive(Debug)]
 struct Program {
     ctx: usize,
     /// The file it came from (`None` for clsopen); clopen of the same file shares the handle.
@@ -189,6 +190,10 @@ fn open(cp: *mut Context, c: &Context, key: Option<String>, pieces: &[Piece], fl
     if let Some(k) = &key {
         let mut all = lock_ignoring_poison(&PROGRAMS);
         if let Some((id, p)) = all.iter_mut().find(|(_, p)| p.ctx == cp as usize && p.key.as_ref() == Some(k)) {
+            // Opened before without building: this opening asks for it now.
+            if flags & (CLLD_NOBUILD | CLLD_LAZY) == 0 && p.state != State::Built && p.kernels.is_empty() {
+                build(c, p, None)?;
+            }
             p.refc += 1;
             return Ok((id << 4) as *mut c_void);
         }
@@ -348,5 +353,35 @@ pub fn release_context(cp: usize) {
         if let Some(p) = all.remove(&id) {
             unload(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_and_binaries_are_told_apart() {
+        assert!(!looks_binary(b"__kernel void k(__global int* x) { x[0] = 1; }\n"));
+        assert!(looks_binary(b"\x7fELF\x02\x01"));
+        assert!(looks_binary(b"POCLBIN\0\x01"));
+        assert!(!looks_binary(b""));
+    }
+
+    #[test]
+    fn handles_round_trip_and_reject_made_up_pointers() {
+        let mut all = BTreeMap::new();
+        all.insert(
+            3,
+            Program { ctx: 0x1000, key: None, refc: 1, progs: Vec::new(), state: State::Unbuilt, kernels: Vec::new() },
+        );
+        let cp = 0x1000 as *mut Context;
+        assert!(program_of(&mut all, cp, (3usize << 4) as *mut c_void).is_ok());
+        assert_eq!(program_of(&mut all, cp, ((3usize << 4) | 1) as *mut c_void).unwrap_err().errno, libc::EINVAL);
+        assert_eq!(program_of(&mut all, cp, (4usize << 4) as *mut c_void).unwrap_err().errno, libc::EINVAL);
+        assert_eq!(
+            program_of(&mut all, 0x2000 as *mut Context, (3usize << 4) as *mut c_void).unwrap_err().errno,
+            libc::EINVAL
+        );
     }
 }

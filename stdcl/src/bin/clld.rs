@@ -34,7 +34,7 @@ fn generate(files: &[(String, Vec<u8>)]) -> String {
     }
     c += "static const struct __stdcl_embedded __stdcl_clprgs[] = {\n";
     for (i, (name, data)) in files.iter().enumerate() {
-        let kind = i32::from(data.starts_with(b"\x7fELF") || data.contains(&0));
+        let kind = i32::from(stdcl::looks_binary(data));
         let _ = writeln!(c, "  {{ \"{}\", __stdcl_clprg{i}, {}, {kind} }},", name.escape_default(), data.len());
     }
     c += "};\n";

@@ -102,10 +102,12 @@ int main(void) {
     CHECK(k3 && run(cp, k3, x, 16) == 0 && x[5] == 15, "the clbuild options apply: x[5]=%d", x[5]);
 
     /* clsym with no handle searches every program of the context. */
+    void* hv0 = clopen(cp, "vecadd.cl", CLLD_NOBUILD);
     void* hv = clopen(cp, "vecadd.cl", CLLD_NOW);
+    CHECK(hv && hv == hv0, "clopen(CLLD_NOW) of a file opened with CLLD_NOBUILD builds the same handle");
     CHECK(clsym(cp, NULL, "vecadd_kern", 0) != NULL && clsym(cp, NULL, "scale_kern", 0) == k3,
           "clsym(cp, NULL, ...) finds kernels of every open program");
-    clclose(cp, hv);
+    CHECK(clclose(cp, hv) == 1 && clclose(cp, hv0) == 0, "both openings counted");
     clclose(cp, hn);
 
     /* A binary file. */
