@@ -7,17 +7,18 @@
 use crate::error::{Error, Res};
 use std::ffi::CString;
 use std::fs::File;
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-/// A private folder for lock files, made if missing.
-fn lock_dir() -> Res<PathBuf> {
+/// The private folder for lock files, made if missing, opened (so that what was checked is what
+/// is used: the files are opened relative to this descriptor).
+fn lock_dir() -> Res<OwnedFd> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
-        .filter(|p| p.is_absolute() && private_dir(p, uid).is_ok())
+        .filter(|p| p.is_absolute() && open_private_dir(p, uid).is_ok())
         .map(|p| p.join("stdcl"))
         .unwrap_or_else(|| PathBuf::from(format!("/tmp/stdcl-{uid}")));
     match std::fs::DirBuilder::new().mode(0o700).create(&base) {
@@ -30,21 +31,30 @@ fn lock_dir() -> Res<PathBuf> {
             ))
         }
     }
-    private_dir(&base, uid)?;
-    Ok(base)
+    open_private_dir(&base, uid)
 }
 
-/// A real folder (not a symlink) owned by `uid` that nobody else may write or read.
-fn private_dir(p: &Path, uid: u32) -> Res<()> {
-    let m = std::fs::symlink_metadata(p)
-        .map_err(|e| Error::new(e.raw_os_error().unwrap_or(libc::EIO), format!("lock folder {}: {e}", p.display())))?;
-    if !m.file_type().is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
-        return Err(Error::new(
+/// Opens a real folder (not a symlink) owned by `uid` that nobody else may write or read.
+fn open_private_dir(p: &Path, uid: u32) -> Res<OwnedFd> {
+    let refused = || {
+        Error::new(
             libc::EPERM,
             format!("lock folder {} is not a private folder of uid {uid} (refusing it)", p.display()),
-        ));
+        )
+    };
+    let c = CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| refused())?;
+    // SAFETY: a NUL-terminated path; O_NOFOLLOW refuses a symlink in the last component.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(refused());
     }
-    Ok(())
+    // SAFETY: fd was just opened and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let m = File::from(fd.try_clone().map_err(|_| refused())?).metadata().map_err(|_| refused())?;
+    if !m.file_type().is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
+        return Err(refused());
+    }
+    Ok(fd)
 }
 
 /// A lock id as a file-name part: kept when it is plain, else replaced by a hash, so an id can
@@ -63,11 +73,18 @@ fn id_part(id: &str) -> String {
 /// waiting: `Ok(Some(file))` holds it (until the file is closed or the process ends),
 /// `Ok(None)` means another process holds it.
 pub fn try_lock(kind: &str, id: &str, index: usize) -> Res<Option<File>> {
-    let path = lock_dir()?.join(format!("{kind}-{}-{index}.lock", id_part(id)));
+    let dir = lock_dir()?;
+    let path = PathBuf::from(format!("{kind}-{}-{index}.lock", id_part(id)));
     let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::new(libc::EINVAL, "lock path"))?;
-    // SAFETY: a NUL-terminated path; O_NOFOLLOW refuses a planted symlink.
+    // SAFETY: a NUL-terminated plain name inside the checked folder; O_NOFOLLOW refuses a
+    // planted symlink.
     let fd = unsafe {
-        libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0o600 as libc::c_uint)
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
     };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
@@ -117,14 +134,14 @@ mod tests {
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
         std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-        assert_eq!(private_dir(&d, uid).unwrap_err().errno, libc::EPERM);
+        assert_eq!(open_private_dir(&d, uid).unwrap_err().errno, libc::EPERM);
         std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-        assert!(private_dir(&d, uid).is_ok());
-        assert_eq!(private_dir(&d, uid + 1).unwrap_err().errno, libc::EPERM);
+        assert!(open_private_dir(&d, uid).is_ok());
+        assert_eq!(open_private_dir(&d, uid + 1).unwrap_err().errno, libc::EPERM);
         let link = d.with_extension("link");
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&d, &link).unwrap();
-        assert_eq!(private_dir(&link, uid).unwrap_err().errno, libc::EPERM, "a symlink is not trusted");
+        assert_eq!(open_private_dir(&link, uid).unwrap_err().errno, libc::EPERM, "a symlink is not trusted");
         let _ = std::fs::remove_file(&link);
         let _ = std::fs::remove_dir(&d);
     }
