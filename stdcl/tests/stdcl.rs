@@ -299,3 +299,20 @@ fn std_lock_gives_devices_to_one_process_and_dies_with_it() {
         assert!(stdout(&after).starts_with("stddev 1 stdcpu 1 "), "after the holder ended: {}", text(&after));
     }
 }
+
+/// A lock folder that is a symlink (planted by someone) is refused, not followed: the context is
+/// NULL and clerror() says why.
+#[test]
+fn std_lock_refuses_a_planted_lock_folder() {
+    let dir = workdir("lock_planted");
+    let exe = compile(&dir, "env", &[]);
+    let runtime = dir.join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::fs::set_permissions(&runtime, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(&dir, runtime.join("stdcl")).unwrap();
+    let rt = runtime.to_str().unwrap();
+    let out = both_ways(&dir, &exe, &[("XDG_RUNTIME_DIR", rt), ("STDCPU_LOCK", "planted")]);
+    assert!(out.starts_with("stddev 1 stdcpu NULL "), "{out}");
+    assert!(out.contains("why: stdcl_init: lock folder ") && out.contains("(refusing it)"), "{out}");
+    assert!(!dir.join("STDCPU-planted-0.lock").exists(), "nothing was created through the link");
+}

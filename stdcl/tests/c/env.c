@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
     show(" stdgpu", stdgpu);
     show(" stdrpu", stdrpu);
     printf("\n");
+    const char* why = clerror();
+    if (why) printf("why: %s\n", why);
     /* A context that exists works. */
     if (stdcpu) {
         int* x = (int*)clmalloc(stdcpu, 4 * sizeof(int), 0);
