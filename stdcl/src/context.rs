@@ -168,10 +168,11 @@ pub fn ensure_init() {
     });
 }
 
-/// Stores a default context where C reads it. A non-PIC or PIE executable that reads
-/// `stdgpu` gets its own copy of the variable (a copy relocation) that the dynamic linker
-/// filled with its value at load, before the constructor ran; `dlsym` finds the copy the
-/// program actually reads.
+/// Stores a default context where C reads it. A PIE or non-PIC executable that reads `stdgpu`
+/// holds its own copy of the variable (a copy relocation), filled by the dynamic linker at load,
+/// before the constructor ran. This library reaches its exported variables through the GOT, so
+/// the store lands in that copy (checked: `seen` equals the slot); should a build ever bind
+/// them locally, the copy the program reads is the one `dlsym` finds, and it is written too.
 fn publish(kind: Kind, cp: *mut Context) {
     kind.slot().store(cp, Ordering::Release);
     // SAFETY: dlsym with a NUL-terminated name; RTLD_DEFAULT searches the global scope.
