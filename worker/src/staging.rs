@@ -121,6 +121,18 @@ impl Staging {
         });
     }
 
+    /// Whether transfers on `queue` go through pinned shared memory (a discrete device, or
+    /// `CLOISTER_STAGING=pinned`): then a map is served by a read into its segment and an unmap
+    /// by a write from it, DMA both ways, with no driver mapping and no copy in between.
+    pub fn pins_for(&self, queue: usize) -> bool {
+        if self.mode == Mode::Plain {
+            return false;
+        }
+        let mut state = self.state();
+        let mode = self.mode;
+        state.queues.entry(queue).or_insert_with(|| pin_context(queue, mode)).is_some()
+    }
+
     /// Before `base`'s region is unmapped: releases its buffers in every context.
     pub fn forget_region(&self, base: *mut u8) {
         let mut state = self.state();
