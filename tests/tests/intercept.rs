@@ -394,3 +394,56 @@ fn every_feature_on_changes_nothing_the_application_sees() {
         serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).expect("the trace is JSON");
     assert!(json["traceEvents"].as_array().is_some_and(|e| e.len() > 50));
 }
+
+/// pyopencl, a large real client: its call log shows the build with the options it was given
+/// (and the include folder pyopencl adds), the buffer flags by name and the kernel's global size,
+/// and its trace parses. Needs Debian's python3-pyopencl (`scripts/pyopencl-suite.sh` installs it).
+#[test]
+fn pyopencl_call_log_and_trace() {
+    let python = Path::new("/usr/bin/python3");
+    let check = std::process::Command::new(python).args(["-c", "import pyopencl"]).output();
+    assert!(
+        check.is_ok_and(|o| o.status.success()),
+        "this test needs python3-pyopencl: apt-get install python3-pyopencl"
+    );
+    let dir = scratch("pyopencl");
+    let script = dir.join("scale.py");
+    std::fs::write(
+        &script,
+        r#"import numpy as np, pyopencl as cl
+ctx = cl.create_some_context(interactive=False)
+q = cl.CommandQueue(ctx)
+a = np.arange(16, dtype=np.float32)
+buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=a)
+src = "__kernel void scale(__global float *x) { int i = get_global_id(0); x[i] *= SCALE; }"
+prg = cl.Program(ctx, src).build(options=["-DSCALE=2"])
+prg.scale(q, a.shape, None, buf)
+out = np.empty_like(a)
+cl.enqueue_copy(q, out, buf)
+print("sum", int(out.sum()))
+"#,
+    )
+    .expect("write the script");
+    let log = dir.join("calls.log");
+    let trace = dir.join("trace.json");
+    let out = caged(
+        &[&format!("--log-calls={}", log.display()), "--trace", trace.to_str().unwrap_or_default()],
+        python,
+        &[script.to_str().unwrap_or_default()],
+        &[("PYOPENCL_NO_CACHE", "1")],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("sum 240"), "{}", text(&out));
+    let log = std::fs::read_to_string(&log).expect("call log written");
+    for expected in [
+        "clCreateBuffer(context=ctx#1, flags=CL_MEM_READ_WRITE|CL_MEM_COPY_HOST_PTR, size=64, ",
+        "clBuildProgram(program=prog#1, num_devices=0, device_list=NULL, options=\"-DSCALE=2 -I ",
+        "clEnqueueNDRangeKernel(command_queue=queue#1, kernel=kernel#1, work_dim=1, global_work_offset=NULL, global_work_size=[16], ",
+    ] {
+        assert!(log.contains(expected), "the call log lacks {expected:?}:\n{log}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).expect("the trace is JSON");
+    let events = json["traceEvents"].as_array().expect("events");
+    assert!(events.iter().any(|e| e["cat"] == "device" && e["name"] == "NDRangeKernel scale [16]"), "{json}");
+}
