@@ -226,22 +226,24 @@ fn param_prefix(function: &str) -> &'static str {
     }
 }
 
-/// Up to `max` bytes of a NUL-terminated string, escaped.
+/// Up to `max` bytes of a string, escaped, stopping at a NUL; `...` when it goes on (looked at
+/// only where the byte after `max` may be read: `may_peek`).
 ///
 /// # Safety
-/// `p` is NULL or points at a NUL-terminated string (the API contract of the argument).
-unsafe fn c_string(p: u64, max: usize) -> String {
+/// `p` is NULL or points at a NUL-terminated string, or at `max` readable bytes (and one more
+/// with `may_peek`), as the API contract of the argument says.
+unsafe fn c_string(p: u64, max: usize, may_peek: bool) -> String {
     if p == 0 {
         return "NULL".into();
     }
+    let at = p as usize as *const u8;
     let mut bytes = Vec::new();
-    let mut at = p as usize as *const u8;
-    // SAFETY: reads stop at the terminator, which the caller guarantees.
-    while bytes.len() < max && unsafe { *at } != 0 {
-        bytes.push(unsafe { *at });
-        at = at.wrapping_add(1);
+    // SAFETY: reads stop at the terminator or at `max`, which the caller guarantees readable.
+    while bytes.len() < max && unsafe { *at.add(bytes.len()) } != 0 {
+        bytes.push(unsafe { *at.add(bytes.len()) });
     }
-    let more = bytes.len() == max && unsafe { *at } != 0;
+    // SAFETY: one byte further, only where the caller says it may be read.
+    let more = bytes.len() == max && may_peek && unsafe { *at.add(max) } != 0;
     format!("\"{}{}\"", bytes.escape_ascii(), if more { "..." } else { "" })
 }
 
@@ -275,11 +277,20 @@ pub fn format_args(out: &mut String, function: &str, args: &[Arg], ok: bool) {
             ("device_type", _) => out.push_str(&flag_names("CL_DEVICE_TYPE_", a.raw)),
             ("properties", "cl_bitfield") => out.push_str(&flag_names("CL_QUEUE_", a.raw)),
             (_, "cl_bool") => out.push_str(if a.raw != 0 { "CL_TRUE" } else { "CL_FALSE" }),
-            (_, "*const c_char") => out.push_str(&unsafe { c_string(a.raw, 48) }),
-            ("strings", _) if a.raw != 0 => {
+            (_, "*const c_char") => out.push_str(&unsafe { c_string(a.raw, 48, true) }),
+            ("strings", _) if a.raw != 0 && args.iter().find(|c| c.name == "count").is_none_or(|c| c.raw > 0) => {
                 let first = unsafe { *(a.raw as usize as *const u64) };
+                // A string with a length need not be NUL-terminated: read no further than it.
+                let length = args
+                    .iter()
+                    .find(|l| l.name == "lengths" && l.raw != 0)
+                    .map(|l| unsafe { *(l.raw as usize as *const usize) })
+                    .filter(|n| *n > 0);
                 out.push('[');
-                out.push_str(&unsafe { c_string(first, 48) });
+                out.push_str(&match length {
+                    Some(n) => unsafe { c_string(first, n.min(48), n > 48) },
+                    None => unsafe { c_string(first, 48, true) },
+                });
                 out.push(']');
             }
             (_, ty) if ty.starts_with("*const cl_") && kind_of(&ty[7..]).is_some() && a.raw != 0 => {
