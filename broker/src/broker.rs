@@ -436,7 +436,11 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
     let recorder_raw = recorder.region().fd().as_raw_fd();
     let mut cmd = Command::new(&options.worker);
     cmd.arg("--library").arg(&driver.library).arg("--name").arg(&driver.name).arg("--cache").arg(&cache);
-    let choices = DriverChoices::of(driver);
+    // A learning worker runs observed, not confined: no profile, nothing to require.
+    let choices = match options.learn {
+        Some(_) => DriverChoices { profile: None, require_sandbox: false },
+        None => DriverChoices::of(driver),
+    };
     if let Some(p) = &choices.profile {
         cmd.arg("--profile").arg(p);
     }

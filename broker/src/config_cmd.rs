@@ -53,15 +53,17 @@ pub fn run(args: ConfigArgs) -> Result<ExitCode, String> {
     println!();
     let show = |key: &str, driver: Option<&str>, indent: &str| {
         let r = settings::resolve(key, driver);
-        let from = match r.source {
-            Source::Env => format!("environment ({})", config::setting(key).env),
-            other => other.to_string(),
+        let s = config::setting(key);
+        let from = match (r.source, &r.value) {
+            (Source::Env, _) => format!("environment ({})", s.env),
+            (Source::Default, None) => format!("default: {}", s.unset_doc().replace('`', "")),
+            (other, _) => other.to_string(),
         };
-        let value = r.value.unwrap_or_else(|| "(unset)".into());
-        println!("{indent}{key:<22} {value:<24} {from}");
+        let value = r.value.unwrap_or_else(|| "-".into());
+        println!("{indent}{key:<22} {value:<26} {from}");
     };
     if args.driver.is_none() {
-        println!("{:<22} {:<24} from", "setting", "value");
+        println!("{:<22} {:<26} from", "setting", "value");
         for s in SETTINGS {
             show(s.key, None, "");
         }
@@ -72,11 +74,11 @@ pub fn run(args: ConfigArgs) -> Result<ExitCode, String> {
             show(s.key, Some(&driver), "  ");
         }
         for (name, value, at) in files.driver_env(&driver) {
-            println!("  env {name:<18} {value:<24} {at}");
+            println!("  env {name:<18} {value:<26} {at}");
         }
         for (name, at) in files.driver_pass_env(&driver) {
-            let state = if std::env::var_os(&name).is_some() { "passed from the environment" } else { "(unset here)" };
-            println!("  pass_env {name:<13} {state:<24} {at}");
+            let state = if std::env::var_os(&name).is_some() { "(set here)" } else { "(unset here)" };
+            println!("  pass_env {name:<13} {state:<26} {at}");
         }
     }
     Ok(ExitCode::SUCCESS)

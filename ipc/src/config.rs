@@ -350,6 +350,14 @@ impl Setting {
         }
     }
 
+    /// What an unset setting means (`cloister config` shows it for the value).
+    pub fn unset_doc(&self) -> &'static str {
+        match self.default {
+            DefaultValue::Unset(doc) => doc,
+            _ => "",
+        }
+    }
+
     fn default_doc(&self) -> String {
         match self.default {
             DefaultValue::Value(v) => format!("`{v}`"),
@@ -777,6 +785,10 @@ mod tests {
         assert!(e.contains("from 1 to 86400000"), "{e}");
         let e = file("/c/u.toml", "a = [\n").unwrap_err();
         assert!(e.starts_with("/c/u.toml:"), "{e}");
+        // Quoted keys, and keys after a driver section, are found on their line.
+        let f = file("/c/u.toml", "# note\n\"spin_us\" = 10\n[driver.pocl]\nprofile = \"generic\"\n").unwrap();
+        assert_eq!(f.values["spin_us"].1, 2);
+        assert_eq!(f.drivers["pocl"].values["profile"].1, 4);
         let e = file("/c/u.toml", "shim = \"/x\"\n").unwrap_err();
         assert!(e.contains("environment only"), "{e}");
     }
