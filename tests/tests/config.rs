@@ -293,3 +293,37 @@ fn the_readme_table_is_the_generated_one() {
     let end = readme[from..].find("<!-- end of settings table -->").expect("no end marker") + from;
     assert_eq!(readme[from..end], table, "README's table differs from `cloister config --markdown`");
 }
+
+/// A driver's deadlines from its section reach the broker's watchdog and the start-up check:
+/// the fault driver hanging in its start is stopped at 1.5 s, not the default 120 s, and the
+/// report says so; the section is named by the library path given to `--driver`.
+#[test]
+fn a_drivers_deadline_from_the_file_is_used() {
+    let home = Home::new("deadline");
+    let driver = fault_driver().display().to_string();
+    home.write(&home.user(), &format!("[driver.\"{driver}\"]\ndeadline_other_ms = 1500\n"));
+    let started = std::time::Instant::now();
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-s", "KILL", "60"]).arg(cloister()).args([
+        "run",
+        "--driver",
+        &driver,
+        "--profile",
+        "pocl",
+        "--",
+        "true",
+    ]);
+    cmd.env("HOME", &home.0)
+        .env("XDG_CONFIG_HOME", home.0.join("config"))
+        .env("XDG_STATE_HOME", home.0.join("state"))
+        .env("XDG_CACHE_HOME", home.0.join("cache"))
+        .env("CLOISTER_SYSTEM_CONFIG", home.system())
+        .env("CLOISTER_FAULT", "init:hang")
+        .env_remove("CLOISTER_DEADLINE_OTHER_MS")
+        .env_remove("CLOISTER_SOCKET");
+    let out = cmd.output().unwrap();
+    let t = text(&out);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}:\n{t}", started.elapsed());
+    assert_eq!(out.status.code(), Some(125), "{t}");
+    assert!(t.contains("Initialize") && t.contains("1500"), "{t}");
+}
