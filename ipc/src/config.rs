@@ -634,9 +634,10 @@ pub fn system_file() -> PathBuf {
 }
 
 /// Why the file at `path` (and its folder) may not be trusted, if it may not: it must belong
-/// to `owners` and be writable by no one else (group or others), or another user could choose
-/// what cloister does.
-fn untrusted(path: &Path, owners: &[u32]) -> Option<String> {
+/// to one of `owners` and be writable by no one else (others, or a group other than `groups`:
+/// root's, and for the user's file the user's own, as with a user-private group and umask
+/// 002), or another user could choose what cloister does.
+fn untrusted(path: &Path, owners: &[u32], groups: &[u32]) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     for p in [Some(path), path.parent()].into_iter().flatten() {
         let m = match std::fs::metadata(p) {
@@ -646,7 +647,7 @@ fn untrusted(path: &Path, owners: &[u32]) -> Option<String> {
         if !owners.contains(&m.uid()) {
             return Some(format!("{} belongs to uid {}", p.display(), m.uid()));
         }
-        if m.mode() & 0o022 != 0 {
+        if m.mode() & 0o002 != 0 || (m.mode() & 0o020 != 0 && !groups.contains(&m.gid())) {
             return Some(format!("{} is writable by others (mode {:o})", p.display(), m.mode() & 0o7777));
         }
     }
@@ -657,11 +658,14 @@ impl Files {
     /// Reads the user's and the system's files, those that exist.
     pub fn read() -> Self {
         let me = crate::private::euid();
+        // SAFETY: getegid cannot fail.
+        let my_group = unsafe { libc::getegid() };
         let mut out = Files::default();
-        let places = [(user_file(), vec![me, 0], "user"), (Some(system_file()), vec![0], "system")];
-        for (path, owners, whose) in places {
+        let places =
+            [(user_file(), vec![me, 0], vec![my_group, 0], "user"), (Some(system_file()), vec![0], vec![0], "system")];
+        for (path, owners, groups, whose) in places {
             let Some(path) = path.filter(|p| p.exists()) else { continue };
-            if let Some(why) = untrusted(&path, &owners) {
+            if let Some(why) = untrusted(&path, &owners, &groups) {
                 out.warnings.push(format!(
                     "{}: not used: a {whose} configuration file must belong to {} and be writable by no one else ({why})",
                     path.display(),
@@ -864,10 +868,15 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
         let me = crate::private::euid();
-        assert_eq!(untrusted(&f, &[me]), None);
-        assert!(untrusted(&f, &[me + 1]).unwrap().contains("belongs to uid"));
+        use std::os::unix::fs::MetadataExt;
+        let group = std::fs::metadata(&f).unwrap().gid();
+        assert_eq!(untrusted(&f, &[me], &[]), None);
+        assert!(untrusted(&f, &[me + 1], &[]).unwrap().contains("belongs to uid"));
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o664)).unwrap();
+        assert!(untrusted(&f, &[me], &[group + 1]).unwrap().contains("writable by others"));
+        assert_eq!(untrusted(&f, &[me], &[group]), None, "writable by its own group only");
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert!(untrusted(&f, &[me]).unwrap().contains("writable by others"));
+        assert!(untrusted(&f, &[me], &[group]).unwrap().contains("writable by others"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
