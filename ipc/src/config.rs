@@ -806,6 +806,11 @@ mod tests {
         assert_eq!(d.values["profile"], ("/etc/c/my.toml".into(), 2));
         assert_eq!(d.env, vec![("POCL_DEBUG".into(), "all".into(), 3)]);
         assert_eq!(d.pass_env, vec![("POCL_DEVICES".into(), 4)]);
+        // The other ways TOML writes the same section.
+        for text in ["driver.pocl.crash_loop = \"5/9\"\n", "[driver]\npocl = { crash_loop = \"5/9\" }\n"] {
+            let f = file("/c/u.toml", text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(f.drivers["pocl"].values["crash_loop"].0, "5/9", "{text:?}");
+        }
         // A built-in profile name stays a name.
         let f = file("/c/u.toml", "[driver.pocl]\nprofile = \"generic\"\n").unwrap();
         assert_eq!(f.drivers["pocl"].values["profile"].0, "generic");
