@@ -614,7 +614,9 @@ fn checked(s: &Setting, v: &toml::Value, folder: &Path) -> Result<String, String
     let raw = match (s.kind, v) {
         (Kind::Number { .. }, toml::Value::Integer(i)) => i.to_string(),
         (Kind::Switch, toml::Value::Boolean(b)) => (if *b { "1" } else { "0" }).to_string(),
-        (Kind::Choice(_) | Kind::CrashLoop | Kind::Path | Kind::Profile | Kind::LogFilter, toml::Value::String(s)) => s.clone(),
+        (Kind::Choice(_) | Kind::CrashLoop | Kind::Path | Kind::Profile | Kind::LogFilter, toml::Value::String(s)) => {
+            s.clone()
+        }
         (k, v) => {
             return Err(format!("`{}` must be {} ({}), not {}", s.key, k.expected(), k.toml_type(), type_name(v)))
         }

@@ -31,7 +31,10 @@ impl FormatTime for TimeAndProcess {
 /// then (where `rust_log`) `RUST_LOG`. A filter that does not parse is said once and logs stay
 /// off.
 fn filter(rust_log: bool) -> Option<tracing_subscriber::EnvFilter> {
-    let (name, text) = crate::settings::get("log", None)
+    // `resolve`, not `get`: logs start before the program has checked its configuration
+    // files, and a malformed one is for that check to say, once.
+    let (name, text) = crate::settings::resolve("log", None)
+        .value
         .map(|v| ("CLOISTER_LOG", v))
         .or_else(|| rust_log.then(|| std::env::var("RUST_LOG").ok().map(|v| ("RUST_LOG", v))).flatten())?;
     match tracing_subscriber::EnvFilter::try_new(&text) {
