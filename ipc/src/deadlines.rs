@@ -78,7 +78,7 @@ pub fn recorded_name(req: &Request) -> &'static str {
 /// The class of each step. Anything not named here is `Other`.
 pub fn class_of(op: &str) -> Class {
     match op {
-        "GetInfo" | "GetDeviceIds" | "GetSupportedImageFormats" | "GetTimers" => Class::Info,
+        "GetInfo" | "GetDeviceIds" | "GetSupportedImageFormats" | "GetTimers" | "EventStatuses" => Class::Info,
         "BuildProgram"
         | "CompileProgram"
         | "LinkProgram"
@@ -220,6 +220,7 @@ mod tests {
             ("FinalizeCommandBuffer", Other),
             ("RecordCommand", Other),
             ("EnqueueCommandBuffer", Other),
+            ("EventStatuses", Info),
             (INITIALIZE, Other),
             (PROGRAM_BINARY_SIZES, Build),
         ];

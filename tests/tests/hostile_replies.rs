@@ -57,6 +57,12 @@ fn zero_copy_addresses_come_from_the_shim() {
 }
 
 #[test]
+fn a_short_status_answer_is_a_fault() {
+    let t = run("few-statuses", "few-statuses");
+    assert!(t.contains("ok nothing was copied into the application's memory"), "{t}");
+}
+
+#[test]
 fn huge_welcome_is_refused() {
     run("huge-welcome", "huge-welcome");
 }
