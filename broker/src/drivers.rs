@@ -15,7 +15,7 @@ pub const DEFAULT_VENDORS_DIR: &str = "/etc/OpenCL/vendors";
 
 /// The vendor directory cloister reads (not the one it gives the application).
 pub fn vendors_dir() -> PathBuf {
-    std::env::var_os("CLOISTER_VENDORS_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_VENDORS_DIR))
+    cloister_ipc::settings::get("vendors_dir", None).map_or_else(|| PathBuf::from(DEFAULT_VENDORS_DIR), PathBuf::from)
 }
 
 /// Every registered driver except cloister's own shim, sorted by name.

@@ -611,6 +611,9 @@ wire_calls! {
         buffer: ObjectId, queue: Option<ObjectId>, command: RecordedCommand, wait: Vec<u32>,
     } -> SyncPointReply;
     EnqueueCommandBuffer(enqueue_command_buffer) { queues: Vec<ObjectId>, buffer: ObjectId, sync: EnqueueSync } -> i32;
+    /// The execution status of each event (`CL_INVALID_EVENT` for an id the worker does not
+    /// hold), in order: the shim settles its non-blocking transfers with one call, not one each.
+    EventStatuses(event_statuses) { events: Vec<ObjectId> } -> StatusesReply;
 }
 
 /// A borrowed byte string, encoded as postcard encodes bytes (its length, then the bytes, in one
@@ -665,6 +668,11 @@ impl Request {
             // Only a non-blocking one from a segment: the lane's bulk area is reused by the next
             // call, and a blocking write must not return before the data is in the buffer.
             Request::EnqueueWriteBuffer(r) if !r.blocking && matches!(r.data, DataRef::Segment { .. }) => {
+                Some((r.queue, &r.sync))
+            }
+            // A non-blocking read into a segment of its own: the shim copies out of it only once
+            // the event says complete (a rejected read's event fails instead: `late_failure`).
+            Request::EnqueueReadBuffer(r) if !r.blocking && matches!(r.into, DataRef::Segment { .. }) => {
                 Some((r.queue, &r.sync))
             }
             _ => None,

@@ -31,7 +31,7 @@ pub enum Mode {
 
 impl Mode {
     pub fn from_env() -> Mode {
-        match cloister_ipc::settings::staging() {
+        match cloister_ipc::settings::staging().as_str() {
             "plain" => Mode::Plain,
             "pinned" => Mode::Pinned,
             _ => Mode::Auto,
@@ -63,7 +63,7 @@ pub struct Staging {
 
 impl Default for Staging {
     fn default() -> Self {
-        Self { mode: Mode::from_env(), debug: std::env::var_os("CLOISTER_DEBUG").is_some(), state: Mutex::default() }
+        Self { mode: Mode::from_env(), debug: cloister_ipc::settings::debug(), state: Mutex::default() }
     }
 }
 

@@ -156,12 +156,14 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32>>(
     make: impl FnOnce(u64, EnqueueSync) -> C,
 ) -> Result<cl_int, cl_int> {
     let (own, event_id) = with_own_event(q, sync);
-    // A write's data is in the segment already: it can be posted (`Conn::post` decides which
-    // requests may). A read must learn whether it was accepted before it is tracked.
+    // A write's data is in the segment already, and a read is copied out of it only once its
+    // event says complete (a read the driver refuses gets a failed event, and its error comes
+    // late): both can be posted (`Conn::post` decides which requests may). A map's fill is a
+    // call of its own.
     let req = make(segment.id, own);
     let rc = match transfer {
-        Transfer::Write => q.conn.post(req),
-        _ => q.conn.call(req),
+        Transfer::Write | Transfer::Read { .. } => q.conn.post(req),
+        Transfer::Map { .. } => q.conn.call(req),
     };
     if rc != Ok(CL_SUCCESS) {
         q.conn.release_segment(segment);

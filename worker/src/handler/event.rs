@@ -2,6 +2,20 @@
 
 use super::*;
 
+impl Serve<EventStatuses> for LaneServer<'_> {
+    fn serve(&self, r: EventStatuses) -> StatusesReply {
+        let statuses = r
+            .events
+            .iter()
+            .map(|&id| match self.obj(id, Kind::Event) {
+                Ok(ev) => event_status(ev).unwrap_or_else(|e| e),
+                Err(_) => CL_INVALID_EVENT,
+            })
+            .collect();
+        StatusesReply { status: CL_SUCCESS, statuses }
+    }
+}
+
 impl Serve<WaitForEvents> for LaneServer<'_> {
     fn serve(&self, r: WaitForEvents) -> i32 {
         let evs = tri!(self.objs(&r.events, Kind::Event, CL_INVALID_EVENT));
