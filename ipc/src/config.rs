@@ -32,6 +32,11 @@ pub enum Kind {
     Profile,
     /// A log filter (`tracing`'s env-filter syntax, checked where logs start: `log::init_program`).
     LogFilter,
+    /// Where a report goes: `-` (also `1` or `stderr`) for stderr, else a file (relative in a
+    /// file: to the file's folder).
+    Output,
+    /// Free text (build options).
+    Text,
 }
 
 impl Kind {
@@ -45,6 +50,8 @@ impl Kind {
             Kind::Path => "a path".into(),
             Kind::LogFilter => "a log filter (`debug`, `info`, `cloister_worker=debug,warn`)".into(),
             Kind::Profile => "a built-in profile name (pocl, nvidia, generic) or a profile file".into(),
+            Kind::Output => "`-` for stderr, or a file".into(),
+            Kind::Text => "text".into(),
         }
     }
 
@@ -67,7 +74,9 @@ impl Kind {
                 let (k, t): (u64, u64) = (k.trim().parse().ok()?, t.trim().parse().ok()?);
                 (k >= 1 && t >= 1).then(|| format!("{k}/{t}"))
             }
-            Kind::Path | Kind::Profile | Kind::LogFilter => (!v.is_empty() && !v.contains('\0')).then(|| v.to_string()),
+            Kind::Path | Kind::Profile | Kind::LogFilter | Kind::Output | Kind::Text => {
+                (!v.is_empty() && !v.contains('\0')).then(|| v.to_string())
+            }
         }
     }
 
@@ -291,6 +300,86 @@ pub const SETTINGS: &[Setting] = &[
         kind: Kind::Switch,
         default: DefaultValue::Value("0"),
         doc: "`1`: the shim prints no warnings (broker unreachable, worker refused, ...)",
+        per_driver: false,
+        in_file: true,
+        worker: false,
+    },
+    Setting {
+        key: "log_calls",
+        env: "CLOISTER_LOG_CALLS",
+        kind: Kind::Output,
+        default: DefaultValue::Unset("no call log"),
+        doc: "the call log: every OpenCL call with its arguments, result, thread and time (the flag is `--log-calls`; see \"Seeing what the application does\")",
+        per_driver: false,
+        in_file: true,
+        worker: false,
+    },
+    Setting {
+        key: "log_errors",
+        env: "CLOISTER_LOG_ERRORS",
+        kind: Kind::Output,
+        default: DefaultValue::Unset("no call log"),
+        doc: "the call log of the failing calls only (`--log-errors`; `log_calls` wins)",
+        per_driver: false,
+        in_file: true,
+        worker: false,
+    },
+    Setting {
+        key: "timing",
+        env: "CLOISTER_TIMING",
+        kind: Kind::Output,
+        default: DefaultValue::Unset("no timing report"),
+        doc: "at exit, host time per entry point and device time per command (`--timing`)",
+        per_driver: false,
+        in_file: true,
+        worker: false,
+    },
+    Setting {
+        key: "trace",
+        env: "CLOISTER_TRACE",
+        kind: Kind::Path,
+        default: DefaultValue::Unset("no trace"),
+        doc: "a Chrome/Perfetto trace file of the host calls and device commands (`--trace`)",
+        per_driver: false,
+        in_file: true,
+        worker: false,
+    },
+    Setting {
+        key: "dump",
+        env: "CLOISTER_DUMP",
+        kind: Kind::Path,
+        default: DefaultValue::Unset("no dump"),
+        doc: "a folder to dump program sources, build options, build logs and binaries into (`--dump`)",
+        per_driver: false,
+        in_file: true,
+        worker: false,
+    },
+    Setting {
+        key: "inject",
+        env: "CLOISTER_INJECT",
+        kind: Kind::Path,
+        default: DefaultValue::Unset("no injection"),
+        doc: "a folder of program sources or binaries that replace the application's, named as `dump` names them (`--inject`)",
+        per_driver: false,
+        in_file: true,
+        worker: false,
+    },
+    Setting {
+        key: "build_options_append",
+        env: "CLOISTER_BUILD_OPTIONS_APPEND",
+        kind: Kind::Text,
+        default: DefaultValue::Unset("nothing appended"),
+        doc: "options appended to every `clBuildProgram`'s (`--build-options-append`)",
+        per_driver: false,
+        in_file: true,
+        worker: false,
+    },
+    Setting {
+        key: "leaks",
+        env: "CLOISTER_LEAKS",
+        kind: Kind::Switch,
+        default: DefaultValue::Value("0"),
+        doc: "`1`: at exit, the objects created and not released, per kind (`--leaks`)",
         per_driver: false,
         in_file: true,
         worker: false,
@@ -614,9 +703,16 @@ fn checked(s: &Setting, v: &toml::Value, folder: &Path) -> Result<String, String
     let raw = match (s.kind, v) {
         (Kind::Number { .. }, toml::Value::Integer(i)) => i.to_string(),
         (Kind::Switch, toml::Value::Boolean(b)) => (if *b { "1" } else { "0" }).to_string(),
-        (Kind::Choice(_) | Kind::CrashLoop | Kind::Path | Kind::Profile | Kind::LogFilter, toml::Value::String(s)) => {
-            s.clone()
-        }
+        (
+            Kind::Choice(_)
+            | Kind::CrashLoop
+            | Kind::Path
+            | Kind::Profile
+            | Kind::LogFilter
+            | Kind::Output
+            | Kind::Text,
+            toml::Value::String(s),
+        ) => s.clone(),
         (k, v) => {
             return Err(format!("`{}` must be {} ({}), not {}", s.key, k.expected(), k.toml_type(), type_name(v)))
         }
@@ -624,6 +720,7 @@ fn checked(s: &Setting, v: &toml::Value, folder: &Path) -> Result<String, String
     let value = s.kind.check(&raw).ok_or_else(|| format!("`{}` = {v} is not {}", s.key, s.kind.expected()))?;
     let is_path = match s.kind {
         Kind::Path => true,
+        Kind::Output => !matches!(value.as_str(), "-" | "1" | "stderr"),
         Kind::Profile => value.contains('/') || value.ends_with(".toml"),
         _ => false,
     };

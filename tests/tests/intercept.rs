@@ -447,3 +447,17 @@ print("sum", int(out.sum()))
     let events = json["traceEvents"].as_array().expect("events");
     assert!(events.iter().any(|e| e["cat"] == "device" && e["name"] == "NDRangeKernel scale [16]"), "{json}");
 }
+
+/// The same features from the configuration file: `leaks = true` and `timing = "FILE"` (relative
+/// to the file's folder) in the file `CLOISTER_CONFIG` names.
+#[test]
+fn features_come_from_the_configuration_file_too() {
+    let exe = c_client("intercept_client");
+    let dir = scratch("config");
+    let file = dir.join("config.toml");
+    std::fs::write(&file, "leaks = true\ntiming = \"timing.txt\"\n").expect("write the file");
+    let out = run_ok(&[], &exe, &[("LEAK", "1"), ("CLOISTER_CONFIG", file.to_str().unwrap_or_default())]);
+    assert!(text(&out).contains("cloister leaks: 3 objects not released at exit"), "{}", text(&out));
+    let timing = std::fs::read_to_string(dir.join("timing.txt")).expect("the timing report, beside the file");
+    assert!(timing.contains("clBuildProgram ") && timing.contains("NDRangeKernel fill [64]"), "{timing}");
+}

@@ -6,7 +6,8 @@
 //!
 //! Every entry point generated from the API table (`entry_body!` in lib.rs) asks `active()`
 //! first: with everything off that is one relaxed atomic load and a branch per call. The
-//! settings are read once, at the first call.
+//! settings are read once, at the first call (each is a `CLOISTER_*` variable and a key of the
+//! configuration file: `cloister_ipc::config`).
 
 mod calllog;
 pub mod device;
@@ -89,14 +90,14 @@ fn epoch() -> Instant {
 fn init() -> u8 {
     let s = SETTINGS.get_or_init(|| {
         epoch();
-        let all = output::Sink::from_env("CLOISTER_LOG_CALLS");
-        let errors = output::Sink::from_env("CLOISTER_LOG_ERRORS");
+        let all = output::Sink::from_setting("log_calls");
+        let errors = output::Sink::from_setting("log_errors");
         let log_errors_only = all.is_none() && errors.is_some();
         let s = Settings {
             log: all.or(errors).map(|sink| sink.errors_only(log_errors_only)),
-            timing: output::Sink::from_env("CLOISTER_TIMING"),
-            trace: output::Sink::from_env("CLOISTER_TRACE"),
-            leaks: cloister_ipc::settings::number("CLOISTER_LEAKS", 0u8, 0..=1) == 1,
+            timing: output::Sink::from_setting("timing"),
+            trace: output::Sink::from_setting("trace"),
+            leaks: cloister_ipc::settings::switch("leaks"),
         };
         if let Some(t) = &s.trace {
             trace::start(t);

@@ -17,18 +17,18 @@ enum Out {
 }
 
 impl Sink {
-    /// `name`'s value: unset, empty or `0` is off; `1`, `-` or `stderr` is stderr; anything else
-    /// a file, created (or truncated). A file that cannot be created is said once, then stderr.
-    pub fn from_env(name: &str) -> Option<Sink> {
-        let v = std::env::var_os(name)?;
-        let v = v.to_string_lossy();
+    /// Setting `key`'s destination (see `cloister_ipc::config::Kind::Output`): unset (or `0`)
+    /// is off; `-`, `1` or `stderr` is stderr; anything else a file, created (or truncated). A
+    /// file that cannot be created is said once, then stderr.
+    pub fn from_setting(key: &str) -> Option<Sink> {
+        let v = cloister_ipc::settings::get(key, None)?;
         let out = match v.trim() {
             "" | "0" => return None,
             "1" | "-" | "stderr" => Out::Stderr,
             path => match std::fs::File::create(path) {
                 Ok(f) => Out::File(std::io::BufWriter::with_capacity(1 << 16, f)),
                 Err(e) => {
-                    eprintln!("cloister: {name}: cannot create {path}: {e}; writing to stderr");
+                    eprintln!("cloister: {key}: cannot create {path}: {e}; writing to stderr");
                     Out::Stderr
                 }
             },

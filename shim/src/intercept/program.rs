@@ -17,15 +17,14 @@ use cloister_ipc::cl::*;
 
 const CL_PROGRAM_BUILD_LOG: cl_uint = 0x1183;
 
-fn dir(name: &str) -> Option<PathBuf> {
-    let v = std::env::var_os(name)?;
-    (!v.is_empty()).then(|| PathBuf::from(v))
+fn dir(key: &str) -> Option<PathBuf> {
+    cloister_ipc::settings::get(key, None).map(PathBuf::from)
 }
 
 fn dump_dir() -> Option<&'static Path> {
     static D: OnceLock<Option<PathBuf>> = OnceLock::new();
     D.get_or_init(|| {
-        let d = dir("CLOISTER_DUMP")?;
+        let d = dir("dump")?;
         if let Err(e) = std::fs::create_dir_all(&d) {
             crate::runtime::warn(&format!("CLOISTER_DUMP: cannot create {}: {e}", d.display()));
             return None;
@@ -37,7 +36,7 @@ fn dump_dir() -> Option<&'static Path> {
 
 fn inject_dir() -> Option<&'static Path> {
     static D: OnceLock<Option<PathBuf>> = OnceLock::new();
-    D.get_or_init(|| dir("CLOISTER_INJECT")).as_deref()
+    D.get_or_init(|| dir("inject")).as_deref()
 }
 
 /// FNV-1a, 64 bits: stable across runs and builds, which is all a file name needs.
@@ -182,7 +181,10 @@ fn handles(query: impl Fn(usize, *mut c_void, *mut usize) -> cl_int) -> Result<V
 
 /// `CLOISTER_BUILD_OPTIONS_APPEND` added to a build's options.
 pub fn build_options(options: Option<Vec<u8>>) -> Option<Vec<u8>> {
-    let append = std::env::var("CLOISTER_BUILD_OPTIONS_APPEND").ok().filter(|a| !a.trim().is_empty());
+    static APPEND: OnceLock<Option<String>> = OnceLock::new();
+    let append = APPEND
+        .get_or_init(|| cloister_ipc::settings::get("build_options_append", None).filter(|a| !a.trim().is_empty()))
+        .as_deref();
     match (options, append) {
         (o, None) => o,
         (None, Some(a)) => Some(a.trim().as_bytes().to_vec()),
