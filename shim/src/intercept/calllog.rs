@@ -13,7 +13,7 @@ pub fn write(
     start: Instant,
     elapsed: Duration,
     name: &str,
-    ret_ty: &str,
+    ret_ty: &'static str,
     result: u64,
     status: Option<i32>,
     args: &[Arg],
@@ -28,7 +28,7 @@ pub fn write(
             line.push(' ');
             line.push_str(&names::name_of(kind, result));
         }
-        None if ret_ty.replace("* ", "*") == "*mut c_void" => {
+        None if names::spelled(ret_ty) == "*mut c_void" => {
             let _ = write!(line, " {result:#x}");
         }
         None => {}

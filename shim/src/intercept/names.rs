@@ -40,6 +40,23 @@ impl AsRaw for () {
     }
 }
 
+/// A type as the API table spells it (`*const c_char`): macro expansion may have spaced it out
+/// (`* const c_char`). Normalized once per spelling; there are a few dozen.
+pub fn spelled(ty: &'static str) -> &'static str {
+    if !ty.contains("* ") {
+        return ty;
+    }
+    thread_local! {
+        static SEEN: std::cell::RefCell<HashMap<(usize, usize), &'static str>> = Default::default();
+    }
+    SEEN.with(|seen| {
+        *seen
+            .borrow_mut()
+            .entry((ty.as_ptr() as usize, ty.len()))
+            .or_insert_with(|| Box::leak(ty.replace("* ", "*").into_boxed_str()))
+    })
+}
+
 /// The short name of a handle type (`cl_mem` → `mem`); `None` for other types.
 pub fn kind_of(ty: &str) -> Option<&'static str> {
     Some(match ty {
@@ -109,7 +126,7 @@ pub fn note_created(ret_ty: &str, result: u64, args: &[Arg]) {
         }
     }
     for a in args {
-        if a.name == "event" && a.raw != 0 && a.ty.replace("* ", "*") == "*mut cl_event" {
+        if a.name == "event" && a.raw != 0 && spelled(a.ty) == "*mut cl_event" {
             // SAFETY: a successful call with a non-NULL `event` has written a handle there.
             let ev = unsafe { *(a.raw as usize as *const u64) };
             if ev != 0 {
@@ -255,7 +272,7 @@ pub fn format_args(out: &mut String, function: &str, args: &[Arg], ok: bool) {
             continue;
         }
         // Types as the API table spells them (macro expansion may space them out).
-        let ty = a.ty.replace("* ", "*");
+        let ty = spelled(a.ty);
         if !out.ends_with('(') {
             out.push_str(", ");
         }
@@ -264,7 +281,7 @@ pub fn format_args(out: &mut String, function: &str, args: &[Arg], ok: bool) {
         let prev_count = i.checked_sub(1).map(|j| &args[j]).filter(|p| p.name.starts_with("num_")).map(|p| p.raw);
         // SAFETY (for the reads below): each pointer argument is read as the API contract of the
         // entry point says it is laid out, and only when non-NULL.
-        match (a.name, ty.as_str()) {
+        match (a.name, ty) {
             (_, ty) if kind_of(ty).is_some() => out.push_str(&name_of(kind_of(ty).unwrap_or("?"), a.raw)),
             ("param_name", _) => match enum_name(param_prefix(function), a.raw as i64) {
                 Some(n) => out.push_str(n),
@@ -304,7 +321,7 @@ pub fn format_args(out: &mut String, function: &str, args: &[Arg], ok: bool) {
                 let asked = prev_count.unwrap_or(1);
                 let wrote = args
                     .get(i + 1)
-                    .filter(|n| n.ty.replace("* ", "*") == "*mut cl_uint" && n.raw != 0)
+                    .filter(|n| spelled(n.ty) == "*mut cl_uint" && n.raw != 0)
                     .map(|n| unsafe { *(n.raw as usize as *const u32) } as u64)
                     .unwrap_or(asked);
                 let n = asked.min(wrote);
