@@ -4,6 +4,8 @@ mod bench;
 mod broker;
 mod cage;
 mod drivers;
+mod embedded;
+mod install;
 mod probe;
 mod watchdog;
 
@@ -83,6 +85,12 @@ enum Cmd {
         #[command(subcommand)]
         action: PolicyCmd,
     },
+    /// Cage every OpenCL application of the machine (--system, as root) or of this user (--user),
+    /// without `cloister run`: copies cloister where its pieces find each other, registers it with
+    /// the ICD loader, hides the drivers' own .icd files, installs the broker's systemd user unit.
+    Install(install::InstallArgs),
+    /// Undo exactly what `cloister install` did (its manifest says what).
+    Uninstall(install::UninstallArgs),
     /// Print the coverage table of every OpenCL entry point (Markdown, as in the README).
     Coverage,
     /// Print a shell completion script (e.g. `cloister completions bash > /etc/bash_completion.d/cloister`).
@@ -213,6 +221,8 @@ fn main() -> ExitCode {
                 .map(|()| ExitCode::SUCCESS)
                 .map_err(|e| format!("cannot write the manual page: {e}"))
         }
+        Cmd::Install(args) => install::install(&args),
+        Cmd::Uninstall(args) => install::uninstall(&args),
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
@@ -232,7 +242,7 @@ fn main() -> ExitCode {
 
 fn list_drivers() -> Result<ExitCode, String> {
     let install = Install::locate()?;
-    for d in drivers::discover(&drivers::vendors_dir(), &install.shim) {
+    for d in drivers::discover_all(&install.shim) {
         println!("{}\t{}", d.name, d.library);
     }
     Ok(ExitCode::SUCCESS)
