@@ -298,31 +298,45 @@ fn owned_by_package(path: &Path) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Enables the unit with `systemctl` when it can; says how otherwise.
+/// Enables the unit with `systemctl` when it can (which works without a running manager: it
+/// only makes the link), and for --user starts it now if a user manager is reachable; says how
+/// otherwise.
 fn enable_unit(layout: &Layout, m: &mut Manifest) {
-    let mut args = layout.systemctl.clone();
-    args.push("enable".into());
-    if !layout.system {
-        args.push("--now".into());
-    }
-    args.push(UNIT_NAME.into());
-    let out = Command::new("systemctl").args(&args).output();
-    match out {
-        Ok(o) if o.status.success() => {
-            println!("enabled the broker's unit {} (systemctl {})", layout.unit.display(), args.join(" "));
-            m.enabled = Some(layout.systemctl.clone());
+    let systemctl = |verb: &str| {
+        let mut args = layout.systemctl.clone();
+        args.extend([verb.to_string(), UNIT_NAME.to_string()]);
+        let shown = format!("systemctl {}", args.join(" "));
+        match Command::new("systemctl").args(&args).output() {
+            Ok(o) if o.status.success() => Ok(shown),
+            Ok(o) => Err(format!("`{shown}`: {}", String::from_utf8_lossy(&o.stderr).trim())),
+            Err(e) => Err(format!("`{shown}`: {e}")),
         }
-        other => {
-            let why = match other {
-                Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
-                Err(e) => e.to_string(),
-            };
+    };
+    // systemctl makes the folder of the unit's WantedBy link when missing; its disable leaves
+    // it: recorded as ours.
+    let wants = layout.unit.with_file_name("default.target.wants");
+    let wants_existed = wants.exists();
+    match systemctl("enable") {
+        Ok(shown) => {
+            m.enabled = Some(layout.systemctl.clone());
+            if !wants_existed && wants.exists() && !m.dirs.contains(&wants) {
+                m.dirs.push(wants);
+            }
+            println!("enabled the broker's unit {} ({shown}): it starts with each user session", layout.unit.display());
+        }
+        Err(e) => {
             println!(
-                "installed the broker's unit {} but could not enable it ({why}); until `systemctl {}` works, \
-                 each application starts a private broker, which works the same",
-                layout.unit.display(),
-                args.join(" ")
+                "installed the broker's unit {} but could not enable it ({e}); meanwhile each application \
+                 starts a private broker, which works the same",
+                layout.unit.display()
             );
+            return;
+        }
+    }
+    if !layout.system {
+        match systemctl("start") {
+            Ok(shown) => println!("started the broker ({shown})"),
+            Err(e) => println!("the broker starts at your next login (not now: {e})"),
         }
     }
 }
