@@ -202,8 +202,10 @@ fn install_steps(layout: &Layout, pieces: &Install, m: &mut Manifest) -> Result<
     copy(&exe, &bin, 0o755, m)?;
     copy(&pieces.shim, &lib.join("libcloister.so"), 0o644, m)?;
     copy(&pieces.worker, &lib.join("cloister-worker"), 0o755, m)?;
-    let bench = pieces.worker.with_file_name("cloister-bench-client");
-    if bench.exists() {
+    // `cloister bench`'s client, looked for beside the worker: from the workspace build or
+    // beside the binary (`cargo install` puts it there).
+    let beside = |p: &Path| p.with_file_name("cloister-bench-client");
+    if let Some(bench) = [beside(&pieces.worker), beside(&exe)].into_iter().find(|p| p.exists()) {
         copy(&bench, &lib.join("cloister-bench-client"), 0o755, m)?;
     }
     // The shim starts a private broker with the `cloister` beside it (shim/src/runtime.rs).

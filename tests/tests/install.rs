@@ -355,7 +355,7 @@ fn cargo_install_gives_a_working_cloister() {
     let mut build = Command::new(cargo);
     build
         .current_dir(workspace_root())
-        .args(["install", "--quiet", "--path", "broker", "--root"])
+        .args(["install", "--locked", "--quiet", "--path", "broker", "--root"])
         .arg(&root)
         .arg("--target-dir")
         .arg(&target);
