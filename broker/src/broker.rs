@@ -84,7 +84,15 @@ impl Dismissal {
 /// close) before it is killed.
 const DISMISS_GRACE_MS: i32 = 1000;
 
-type SpawnRequest = (Driver, Option<AppStdio>, std::sync::mpsc::Sender<std::io::Result<Spawned>>);
+type SpawnRequest = (Driver, ForApp, std::sync::mpsc::Sender<std::io::Result<Spawned>>);
+
+/// What a worker is started with for one application: where its output goes, and who the
+/// application is (for its crash report).
+#[derive(Default)]
+pub struct ForApp {
+    pub stdio: Option<AppStdio>,
+    pub app: Option<cloister_crash_reports::Application>,
+}
 
 /// Where a worker's stdout and stderr go: the write ends of two pipes the shim sent with its
 /// hello, which the shim relays to the application's stdout and stderr (kernel `printf`, driver
@@ -126,8 +134,8 @@ fn spawner(options: WorkerOptions) -> std::sync::mpsc::Sender<SpawnRequest> {
     std::thread::Builder::new()
         .name("worker-spawner".into())
         .spawn(move || {
-            for (driver, stdio, reply) in rx {
-                let _ = reply.send(spawn_worker(&options, &driver, stdio));
+            for (driver, for_app, reply) in rx {
+                let _ = reply.send(spawn_worker(&options, &driver, for_app));
             }
         })
         .expect("cannot start the worker-spawner thread");
@@ -168,7 +176,7 @@ pub fn serve(listener: OwnedFd, config: BrokerConfig) {
 /// The peer is pinned by a pidfd taken at connect time (`SO_PEERPIDFD`), so its pid cannot be
 /// reused between the look and the answer. A genuine application in another network namespace
 /// than its broker is refused too; it can use a broker of its own (`cloister run`).
-fn not_caged(fd: RawFd) -> Result<(), String> {
+fn not_caged(fd: RawFd) -> Result<u32, String> {
     const SO_PEERPIDFD: libc::c_int = 77;
     let mut pidfd: libc::c_int = -1;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -201,7 +209,7 @@ fn not_caged(fd: RawFd) -> Result<(), String> {
             "client (pid {pid}) runs in another network namespace than this broker: a caged driver may not ask the broker for anything"
         ));
     }
-    Ok(())
+    pid.parse().map_err(|_| format!("the client's pid {pid:?} is not a number"))
 }
 
 fn serve_client(
@@ -220,11 +228,19 @@ fn serve_client(
         let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
-    if let Err(reason) = not_caged(client.as_raw_fd()) {
-        let _ = channel::recv::<BrokerRequest>(client);
-        let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
-        return Err(reason);
-    }
+    let app = match not_caged(client.as_raw_fd()) {
+        Ok(pid) => {
+            let app = cloister_crash_reports::Application::of_pid(pid);
+            let name = app.as_ref().map(|a| a.name.as_str()).unwrap_or("?");
+            tracing::info!(client = pid, app = %cloister_crash_reports::escape(name, false), "client connected");
+            app
+        }
+        Err(reason) => {
+            let _ = channel::recv::<BrokerRequest>(client);
+            let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
+            return Err(reason);
+        }
+    };
     let (BrokerRequest::Hello(hello), fds) = channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())? else {
         return Err("the first message must be a hello".into());
     };
@@ -237,23 +253,28 @@ fn serve_client(
     // Every worker started for this client ends when the client's connection closes (it
     // exited, or died), whatever the worker is doing: a per-user broker outlives its clients.
     let mut workers = ClientWorkers::default();
-    grant(client, &config.drivers, spawn, &mut notes, &mut workers, stdio.as_ref())?;
+    let who = Who { stdio: stdio.as_ref(), app: app.as_ref() };
+    grant(client, &config.drivers, spawn, &mut notes, &mut workers, who)?;
     // The connection stays open: the shim asks here for replacements of workers that died.
     loop {
         let request = match channel::recv::<BrokerRequest>(client) {
             Ok((r, _)) => r,
-            Err(IpcError::PeerGone) => return Ok(()),
+            Err(IpcError::PeerGone) => {
+                tracing::info!(client = who.app.map(|a| a.pid), "client left");
+                return Ok(());
+            }
             Err(e) => return Err(e.to_string()),
         };
         match request {
             BrokerRequest::Respawn { driver } => {
+                tracing::info!(client = who.app.map(|a| a.pid), driver = %driver, "replacement worker asked for");
                 let wanted: Vec<Driver> = config.drivers.iter().filter(|d| d.name == driver).cloned().collect();
                 if wanted.is_empty() {
                     let reason = format!("no driver {driver} in this broker");
                     channel::send(client, &BrokerReply::Refused { reason }, &[]).map_err(|e| e.to_string())?;
                     continue;
                 }
-                grant(client, &wanted, spawn, &mut notes, &mut workers, stdio.as_ref())?;
+                grant(client, &wanted, spawn, &mut notes, &mut workers, who)?;
             }
             BrokerRequest::WhyDied { driver } => {
                 let note = notes.iter().rev().find(|(d, _)| *d == driver).map(|(_, n)| n.clone());
@@ -293,6 +314,13 @@ impl Drop for ClientWorkers {
     }
 }
 
+/// The client a worker is granted to: its output and who it is.
+#[derive(Clone, Copy)]
+struct Who<'a> {
+    stdio: Option<&'a AppStdio>,
+    app: Option<&'a cloister_crash_reports::Application>,
+}
+
 /// Starts a worker for each of `drivers` and hands the client its ends of their channels.
 fn grant(
     client: &OwnedFd,
@@ -300,16 +328,20 @@ fn grant(
     spawn: &std::sync::mpsc::Sender<SpawnRequest>,
     notes: &mut Vec<(String, DeathNote)>,
     workers: &mut ClientWorkers,
-    stdio: Option<&AppStdio>,
+    who: Who,
 ) -> Result<(), String> {
     let mut grants = Vec::new();
     let mut fds = Vec::new();
     let mut errors = Vec::new();
     for d in drivers {
         let (tx, rx) = std::sync::mpsc::channel();
-        let stdio =
-            stdio.map(AppStdio::try_clone).transpose().map_err(|e| format!("dup of the application's stdio: {e}"))?;
-        spawn.send((d.clone(), stdio, tx)).map_err(|_| "worker spawner is gone")?;
+        let stdio = who
+            .stdio
+            .map(AppStdio::try_clone)
+            .transpose()
+            .map_err(|e| format!("dup of the application's stdio: {e}"))?;
+        let for_app = ForApp { stdio, app: who.app.cloned() };
+        spawn.send((d.clone(), for_app, tx)).map_err(|_| "worker spawner is gone")?;
         let spawned = rx.recv().map_err(|_| "worker spawner is gone")?;
         match spawned {
             Ok((fd, note, dismissal)) => {
@@ -330,6 +362,8 @@ fn grant(
 /// fault-injecting test driver (`tests/fault-driver`) and mean nothing to real drivers.
 const WORKER_CLOISTER_VARS: &[&str] = &[
     "CLOISTER_DEBUG",
+    "CLOISTER_LOG",
+    "RUST_LOG",
     "CLOISTER_SPIN_US",
     "CLOISTER_MAX_REPLY_MB",
     "CLOISTER_STAGING",
@@ -388,7 +422,7 @@ fn worker_tmp(cache: &Path) -> std::io::Result<PathBuf> {
 
 /// Starts a worker for `driver`; returns the shim's end of its channel. A thread waits for the
 /// worker and, if it dies, writes a crash report naming the cause.
-pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppStdio>) -> std::io::Result<Spawned> {
+pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -> std::io::Result<Spawned> {
     let (ours, theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
     let recorder = FlightRecorder::create().map_err(|e| std::io::Error::other(e.to_string()))?;
     let cache = cache_dir(driver)?;
@@ -427,6 +461,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
     cmd.env(cloister_ipc::settings::ALREADY_SAID, "1");
     // Never the broker's own stdio, which may be the user's terminal.
     cmd.stdin(Stdio::null());
+    let ForApp { stdio, app } = for_app;
     match stdio {
         Some(AppStdio { out, err }) => cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err)),
         None => cmd.stdout(Stdio::null()).stderr(Stdio::null()),
@@ -447,6 +482,13 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
         });
     }
     let mut child = cmd.spawn()?;
+    tracing::info!(
+        worker = child.id(),
+        driver = %driver.name,
+        client = app.as_ref().map(|a| a.pid),
+        probe = options.probe,
+        "worker started"
+    );
     // Opened before the reaper can reap the child, so it names this worker.
     // SAFETY: pidfd_open on our unreaped child's pid; the result is checked.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
@@ -512,6 +554,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
         exited.store(true, Ordering::Release);
         let _last = LiveWorker;
         let Ok(status) = status else { return };
+        tracing::info!(worker = pid, driver = %driver.name, %status, "worker ended");
         if dismissed.load(Ordering::Acquire) {
             if !probe {
                 eprintln!(
@@ -528,7 +571,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
             let said = if probe && matches!(cause, Cause::Exit { .. }) {
                 cause.describe()
             } else {
-                report_death(&driver, &profile, pid, cause, &recorder)
+                report_death(&driver, &profile, pid, cause, &recorder, app)
             };
             *note_for_reaper.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
         }
@@ -603,8 +646,16 @@ fn recorded(c: cloister_ipc::recorder::CallRecord) -> RecordedCall {
 }
 
 /// Writes the report, says so on stderr, and returns what was said (for the application).
-fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder: &FlightRecorder) -> String {
+fn report_death(
+    driver: &Driver,
+    profile: &str,
+    pid: u32,
+    cause: Cause,
+    recorder: &FlightRecorder,
+    application: Option<cloister_crash_reports::Application>,
+) -> String {
     let mut report = CrashReport::new(&driver.name, &driver.library, profile, pid, cause);
+    report.application = application;
     let w = &mut report.worker;
     w.in_flight = recorder.in_flight().into_iter().next().map(recorded);
     w.last_calls = recorder.last_calls(32).into_iter().map(recorded).collect();
@@ -619,7 +670,14 @@ fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder
     if let (Some(call), false) = (&report.worker.in_flight, matches!(report.cause, Cause::Hang { .. })) {
         report.signature = format!("{}:{}", report.signature, call.op);
     }
-    let saved = cloister_crash_reports::crash_dir().map(|dir| report.write(&dir));
+    let saved = cloister_crash_reports::crash_dir().map(|dir| {
+        let written = report.write(&dir);
+        // Old reports go as new ones come (`CLOISTER_CRASH_KEEP`, `CLOISTER_CRASH_KEEP_DAYS`).
+        let keep = cloister_crash_reports::Retention::from_env();
+        let pruned = cloister_crash_reports::prune(&dir, keep, cloister_crash_reports::now());
+        tracing::debug!(worker = pid, pruned, "crash report written");
+        written
+    });
     let place = match saved {
         Some(Ok(path)) => format!("report: {}", path.display()),
         Some(Err(e)) => format!("the report could not be written: {e}"),

@@ -29,6 +29,7 @@ impl SandboxOptions {
     /// settings are read once, so a bad value is said now (`settings::check_all`).
     pub fn resolve(&self) -> Result<Self, String> {
         cloister_ipc::settings::check_all();
+        cloister_crash_reports::Retention::from_env();
         let mut out = self.clone();
         if let Some(p) = &self.profile {
             if cloister_sandbox_policy::Profile::builtin(p).is_none() {

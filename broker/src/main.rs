@@ -75,7 +75,9 @@ enum Cmd {
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
-    /// Crash reports: newest first, grouped by signature with counts; `show ID` prints one.
+    /// Crash reports: newest first, grouped by signature with counts; `show ID` prints one,
+    /// `clear` removes them. The newest CLOISTER_CRASH_KEEP (200) reports younger than
+    /// CLOISTER_CRASH_KEEP_DAYS (90) are kept; older ones go when a new one is written.
     Crashes {
         #[command(subcommand)]
         action: Option<CrashesCmd>,
@@ -128,6 +130,11 @@ enum Cmd {
 enum CrashesCmd {
     /// Print one report readably (ID as listed, or `latest`).
     Show { id: String },
+    /// Remove every report (unreadable ones too), or only those older than DAYS.
+    Clear {
+        #[arg(long, value_name = "DAYS")]
+        older_than: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -198,6 +205,11 @@ fn main() -> ExitCode {
     // SAFETY: restoring the default action of a signal.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    cloister_ipc::log::init_program(match cli.command {
+        Cmd::Broker { .. } => "broker",
+        Cmd::Run { .. } => "run",
+        _ => "cli",
+    });
     let result = match cli.command {
         Cmd::Run { driver, drop_in, no_check, sandbox, app } => {
             run(driver.as_deref(), drop_in, no_check, &sandbox, &app)
@@ -355,6 +367,7 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
         // SAFETY: installing an async-signal-safe handler.
         unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
     }
+    tracing::info!(app = ?app, "starting the application");
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -367,6 +380,7 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
     CHILD.store(child.id() as i32, Ordering::SeqCst);
     forward_pending_signals(child.id() as i32);
     let status = child.wait().map_err(|e| e.to_string())?;
+    tracing::info!(%status, "the application ended");
     // The application's workers end with it; let their reapers finish their reports.
     broker::drain_workers(std::time::Duration::from_secs(3));
     drop(cage);
@@ -511,31 +525,57 @@ fn info(driver: Option<&str>, sandbox: &cage::SandboxOptions) -> Result<ExitCode
 }
 
 fn crashes(action: Option<CrashesCmd>) -> Result<ExitCode, String> {
-    let dir = cloister_crash_reports::crash_dir().ok_or("no state directory (set HOME or XDG_STATE_HOME)")?;
-    let all = cloister_crash_reports::list(&dir);
+    use cloister_crash_reports as reports;
+    let dir = reports::crash_dir().ok_or("no state directory (set HOME or XDG_STATE_HOME)")?;
+    let (all, corrupt) = reports::scan(&dir);
+    // Report files are data, possibly written by a hostile worker's run: escaped.
+    let e = |t: &str| reports::escape(t, false);
     match action {
         None => {
-            if all.is_empty() {
+            if all.is_empty() && corrupt.is_empty() {
                 println!("no crash reports in {}", dir.display());
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("{:>5}  {:<22}  {:<60}  cause", "count", "latest", "signature");
-            for (signature, count, newest) in cloister_crash_reports::group(&all) {
-                // Report files are data, possibly written by a hostile worker's run: escaped.
-                let e = |t: &str| cloister_crash_reports::escape(t, false);
+            println!("{:>5}  {:<23}  {:<60}  cause", "count", "latest", "signature");
+            for (signature, count, newest) in reports::group(&all) {
                 println!(
-                    "{count:>5}  {:<22}  {:<60}  {}",
-                    e(&newest.id),
+                    "{count:>5}  {:<23}  {:<60}  {}",
+                    reports::human_time(newest.report.time),
                     e(&signature),
                     e(&newest.report.cause.describe())
                 );
+                let app = newest.report.application.as_ref().map(|a| format!(", {}", e(&a.name))).unwrap_or_default();
+                println!("{:>5}  {:<23}  id {}{app}", "", "", e(&newest.id));
             }
-            println!("\n{} reports in {}; `cloister crashes show ID` prints one", all.len(), dir.display());
+            for c in &corrupt {
+                println!("  corrupt: {} ({})", e(&c.path.display().to_string()), e(&c.error));
+            }
+            println!(
+                "\n{} reports{} in {}; `cloister crashes show ID` prints one, `cloister crashes clear` removes them",
+                all.len(),
+                if corrupt.is_empty() { String::new() } else { format!(" and {} unreadable files", corrupt.len()) },
+                dir.display()
+            );
         }
         Some(CrashesCmd::Show { id }) => {
             let found = if id == "latest" { all.first() } else { all.iter().find(|s| s.id == id) };
-            let s = found.ok_or_else(|| format!("no crash report {id} in {}", dir.display()))?;
-            print!("{}", cloister_crash_reports::render(s));
+            if let Some(s) = found {
+                print!("{}", reports::render(s));
+            } else if let Some(c) = corrupt.iter().find(|c| c.id == id) {
+                return Err(format!(
+                    "crash report {} ({}) is corrupt: {}",
+                    e(&id),
+                    e(&c.path.display().to_string()),
+                    e(&c.error)
+                ));
+            } else {
+                return Err(format!("no crash report {} in {}", e(&id), dir.display()));
+            }
+        }
+        Some(CrashesCmd::Clear { older_than }) => {
+            let n = reports::clear(&dir, older_than, reports::now())
+                .map_err(|err| format!("cannot remove reports in {}: {err}", dir.display()))?;
+            println!("removed {n} files from {}", dir.display());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -55,7 +55,7 @@ pub fn check(options: &WorkerOptions, driver: &Driver) -> Result<Checked, String
 
 fn check_once(options: &WorkerOptions, driver: &Driver) -> Result<Checked, Failure> {
     let options = WorkerOptions { probe: true, ..options.clone() };
-    let (sock, note, dismissal) = broker::spawn_worker(&options, driver, None)
+    let (sock, note, dismissal) = broker::spawn_worker(&options, driver, broker::ForApp::default())
         .map_err(|e| Failure::Refused(format!("cannot start its worker: {e}")))?;
     let greeted = greet(&sock);
     drop(sock);

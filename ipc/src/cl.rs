@@ -97,6 +97,7 @@ pub const CL_DEVICE_TYPE_ALL: cl_bitfield = 0xFFFF_FFFF;
 pub const CL_DEVICE_TYPE: cl_uint = 0x1000;
 pub const CL_DEVICE_AVAILABLE: cl_uint = 0x1027;
 pub const CL_DEVICE_NAME: cl_uint = 0x102B;
+pub const CL_DRIVER_VERSION: cl_uint = 0x102D;
 pub const CL_DEVICE_HOST_UNIFIED_MEMORY: cl_uint = 0x1035;
 pub const CL_DEVICE_PLATFORM: cl_uint = 0x1031;
 pub const CL_DEVICE_PARENT_DEVICE: cl_uint = 0x1042;

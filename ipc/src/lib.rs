@@ -13,6 +13,7 @@ pub mod fuzzing;
 pub mod handshake;
 pub mod image;
 pub mod lane;
+pub mod log;
 pub mod private;
 pub mod recorder;
 pub mod settings;

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 pub const ALREADY_SAID: &str = "CLOISTER_SETTINGS_SAID";
 
 /// Says `message` about `name` on stderr, once per process and variable.
-fn warn_once(name: &str, message: &str) {
+pub fn warn_once(name: &str, message: &str) {
     if std::env::var_os(ALREADY_SAID).is_some() {
         return;
     }

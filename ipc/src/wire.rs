@@ -382,6 +382,11 @@ pub trait Call: Serialize {
     fn into_request(self) -> Request;
 }
 
+/// The worker's side of one call.
+pub trait Serve<C: Call> {
+    fn serve(&self, req: C) -> C::Reply;
+}
+
 macro_rules! wire_calls {
     ($( $(#[$doc:meta])* $name:ident($method:ident) { $($field:ident : $fty:ty),* $(,)? } -> $reply:ty; )*) => {
         $(
@@ -423,14 +428,15 @@ macro_rules! wire_calls {
         /// Every call's name, by `op_index`.
         pub const OP_NAMES: &[&str] = &[$(stringify!($name)),*];
 
-        /// What the worker implements: one method per call.
-        pub trait Handler {
-            $( fn $method(&self, req: $name) -> $reply; )*
-        }
+        /// What the worker implements: every call, each served (`Serve<Call>`) in the module of
+        /// its API object, as the shim's entry points are.
+        pub trait Handler: $(Serve<$name> +)* {}
+
+        impl<T: ?Sized $(+ Serve<$name>)*> Handler for T {}
 
         /// Runs `req` on `handler` and encodes the typed reply.
         pub fn dispatch<H: Handler + ?Sized>(handler: &H, req: Request) -> Result<Vec<u8>, postcard::Error> {
-            match req { $(Request::$name(r) => postcard::to_allocvec(&handler.$method(r))),* }
+            match req { $(Request::$name(r) => postcard::to_allocvec(&Serve::<$name>::serve(handler, r))),* }
         }
     };
 }

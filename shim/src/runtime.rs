@@ -44,6 +44,7 @@ impl Runtime {
 }
 
 pub fn warn(msg: &str) {
+    cloister_ipc::log::in_shim(|| tracing::warn!("{msg}"));
     if std::env::var_os("CLOISTER_QUIET").is_none() {
         eprintln!("cloister: {msg}");
     }
@@ -127,6 +128,7 @@ impl DeathWatcher for Restarter {
             ));
             return finish();
         }
+        cloister_ipc::log::in_shim(|| tracing::info!(driver = %slot.driver, "worker died: asking for a replacement"));
         match respawn(&slot.driver, dead) {
             Ok(conn) => {
                 let _ = conn.death_watcher.set(Arc::new(Restarter(slot.clone())));
@@ -236,7 +238,7 @@ fn connect() -> Result<Runtime, String> {
             None => start_private_broker()?,
         },
     };
-    let _ = path;
+    cloister_ipc::log::in_shim(|| tracing::info!(broker = %path, "connected to the broker"));
     // Two pipes go with the hello, never our own stdout and stderr (a terminal the driver could
     // read or type into): the workers write kernel printf output and driver messages there,
     // and we relay it to our fd 1 and fd 2 (see `stdio_relay`).
@@ -264,6 +266,7 @@ fn connect() -> Result<Runtime, String> {
     for (grant, fd) in grants.iter().zip(fds) {
         match connect_with_retries(&sock, fd, &grant.driver) {
             Ok(c) => {
+                cloister_ipc::log::in_shim(|| tracing::info!(driver = %grant.driver, "worker ready"));
                 let slot = Arc::new(DriverSlot {
                     driver: grant.driver.clone(),
                     current: RwLock::new(c.clone()),

@@ -1,0 +1,173 @@
+//! Kernel launches and buffer transfers and maps, staged through the lane or a shared segment.
+
+use super::*;
+
+impl Serve<EnqueueNdRange> for LaneServer<'_> {
+    fn serve(&self, r: EnqueueNdRange) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let k = tri!(self.obj(r.kernel, Kind::Kernel));
+        tri!(self.set_args(k, &r.args));
+        let (offset, global, local) = (sizes(&r.offset), sizes(&r.global), sizes(&r.local));
+        let f = driver_fn!(q, clEnqueueNDRangeKernel);
+        // SAFETY: live queue and kernel; size arrays hold work_dim entries or are NULL (the driver
+        // validates work_dim against them, as the shim sent exactly work_dim).
+        self.enqueue(&r.sync, |n, w, e| unsafe {
+            f(q as _, k as _, r.work_dim, opt_ptr(&offset), opt_ptr(&global), opt_ptr(&local), n, w, e)
+        })
+    }
+}
+
+impl Serve<EnqueueWriteBuffer> for LaneServer<'_> {
+    fn serve(&self, r: EnqueueWriteBuffer) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let m = tri!(self.obj(r.mem, Kind::Mem));
+        let (src, _keep) = tri!(self.staged(q, &r.data));
+        let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
+        let f = driver_fn!(q, clEnqueueWriteBuffer);
+        let (offset, len) = (r.offset as usize, r.data.len() as usize);
+        // SAFETY: src holds `len` bytes of shared memory that outlives the write (lane: blocking;
+        // segment: the shim drops it only after the event completes).
+        let rc =
+            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e) });
+        if r.blocking {
+            self.late_status(r.queue, rc)
+        } else {
+            rc
+        }
+    }
+}
+
+impl Serve<EnqueueReadBuffer> for LaneServer<'_> {
+    fn serve(&self, r: EnqueueReadBuffer) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let m = tri!(self.obj(r.mem, Kind::Mem));
+        let (dst, _keep) = tri!(self.staged(q, &r.into));
+        // A lane's bulk area is reused by the next call, so reads into it block.
+        let blocking = if matches!(r.into, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
+        let f = driver_fn!(q, clEnqueueReadBuffer);
+        let (offset, len) = (r.offset as usize, r.into.len() as usize);
+        // SAFETY: dst holds `len` writable bytes of shared memory that outlives the read (lane:
+        // blocking; segment: the shim drops it only after the event completes).
+        let rc =
+            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e) });
+        if r.blocking {
+            self.late_status(r.queue, rc)
+        } else {
+            rc
+        }
+    }
+}
+
+impl Serve<EnqueueCopyBuffer> for LaneServer<'_> {
+    fn serve(&self, r: EnqueueCopyBuffer) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let s = tri!(self.obj(r.src, Kind::Mem));
+        let d = tri!(self.obj(r.dst, Kind::Mem));
+        let f = driver_fn!(q, clEnqueueCopyBuffer);
+        let (so, d_o, size) = (r.src_offset as usize, r.dst_offset as usize, r.size as usize);
+        // SAFETY: live objects.
+        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, s as _, d as _, so, d_o, size, n, w, e) })
+    }
+}
+
+impl Serve<EnqueueFillBuffer> for LaneServer<'_> {
+    fn serve(&self, r: EnqueueFillBuffer) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let m = tri!(self.obj(r.mem, Kind::Mem));
+        let f = driver_fn!(q, clEnqueueFillBuffer);
+        let pattern = if r.pattern.is_empty() { null() } else { r.pattern.as_ptr() };
+        let (len, offset, size) = (r.pattern.len(), r.offset as usize, r.size as usize);
+        // SAFETY: pattern holds `len` bytes; the driver copies it before returning.
+        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, pattern.cast(), len, offset, size, n, w, e) })
+    }
+}
+
+impl Serve<EnqueueMapBuffer> for LaneServer<'_> {
+    fn serve(&self, r: EnqueueMapBuffer) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        if r.blocking {
+            tri!(self.take_late(r.queue));
+        }
+        let m = tri!(self.obj(r.mem, Kind::Mem));
+        let (flags, offset, size) = (r.flags, r.offset as usize, r.size as usize);
+        let view = if r.in_place {
+            // A zero-copy buffer: the application sees the buffer's own memory, which is the
+            // driver's host pointer (a sub-buffer's is its parent's plus its origin).
+            let host: usize = tri!(mem_info(m, false, CL_MEM_HOST_PTR));
+            if host == 0 {
+                return CL_INVALID_OPERATION;
+            }
+            View::InPlace(tri!(host.checked_add(offset).ok_or(CL_INVALID_VALUE)))
+        } else {
+            let Some(segment) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE };
+            if (segment.len() as u64) < r.size {
+                return CL_INVALID_VALUE;
+            }
+            View::Segment(segment)
+        };
+        let f = driver_fn!(q, clEnqueueMapBuffer);
+        let blocking = if r.blocking { CL_TRUE } else { CL_FALSE };
+        let mut p = null_mut();
+        // SAFETY: live objects; the pointer is valid on return, its bytes once the map completes.
+        let rc = self.enqueue(&r.sync, |n, w, e| {
+            let mut rc = CL_SUCCESS;
+            p = unsafe { f(q as _, m as _, blocking, flags, offset, size, n, w, e, &mut rc) };
+            rc
+        });
+        if rc != CL_SUCCESS {
+            return rc;
+        }
+        let mapping = Mapping {
+            mem: m,
+            ptr: p as usize,
+            shape: Strided::linear(size),
+            view,
+            wants_fill: flags & CL_MAP_WRITE_INVALIDATE_REGION == 0,
+            pending: None,
+        };
+        self.map_done(&r.sync, r.blocking, r.segment, mapping)
+    }
+}
+
+impl Serve<FillMapping> for LaneServer<'_> {
+    fn serve(&self, r: FillMapping) -> i32 {
+        let mut mappings = self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner());
+        match mappings.get_mut(&r.segment) {
+            Some(m) => m.fill(),
+            None => CL_INVALID_VALUE,
+        }
+    }
+}
+
+impl Serve<EnqueueUnmapMemObject> for LaneServer<'_> {
+    fn serve(&self, r: EnqueueUnmapMemObject) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let m = tri!(self.obj(r.mem, Kind::Mem));
+        let mapping = self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.segment);
+        let Some(mut mapping) = mapping else { return CL_INVALID_VALUE };
+        if mapping.mem != m {
+            self.worker.mappings.lock().unwrap_or_else(|e| e.into_inner()).insert(r.segment, mapping);
+            return CL_INVALID_VALUE;
+        }
+        // Unmapped before its non-blocking map was seen complete: fill the segment first if the
+        // map is done by now; if it is not, the application cannot have written through the
+        // mapping, and nothing is written back (waiting here could wait forever on a user
+        // event the application sets later).
+        let complete = mapping.pending.is_none_or(|ev| event_status(ev) == Ok(CL_COMPLETE));
+        let write_back = r.write_back && complete && mapping.fill() == CL_SUCCESS;
+        if !complete {
+            if let Some(ev) = mapping.pending.take() {
+                // SAFETY: our reference on the map's event, taken when it was enqueued.
+                unsafe { driver_fn!(ev, clReleaseEvent)(ev as *mut c_void) };
+            }
+        }
+        if write_back {
+            mapping.write_back();
+        }
+        let f = driver_fn!(q, clEnqueueUnmapMemObject);
+        let ptr = mapping.ptr as *mut c_void;
+        // SAFETY: ptr is the driver's own mapping of m. The segment stays mapped: the shim pools
+        // it for the next map.
+        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, ptr, n, w, e) })
+    }
+}
