@@ -53,7 +53,7 @@ print("pyopencl-ok", ps[0].name)
 /// /usr/local and /var/lib overlaid, and fails with its output if it does.
 fn in_private_namespace(name: &str) {
     cloister(); // built before, outside: the inner run only uses it
-    let tmp = tempdir("ns");
+    let tmp = tempdir(&format!("ns-{name}"));
     let setup = r#"set -e
 t="$1"; shift
 for d in /etc /usr/local /var/lib; do
