@@ -39,10 +39,11 @@ const PROFILE_BEGIN: &str = "# >>> cloister install --user (removed by `cloister
 const PROFILE_END: &str = "# <<< cloister install --user <<<";
 
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("scope").args(["system", "user"]).required(true)))]
 pub struct InstallArgs {
     /// For every user of the machine (as root): PREFIX defaults to /usr/local, and the drivers'
     /// own .icd files are moved out of /etc/OpenCL/vendors into /etc/cloister/vendors.
-    #[arg(long, conflicts_with = "user", required_unless_present = "user")]
+    #[arg(long)]
     system: bool,
     /// For this user only, no root needed: PREFIX defaults to ~/.local, and OCL_ICD_VENDORS is
     /// set for the user's sessions to a folder that names only cloister.
