@@ -95,6 +95,9 @@ struct ProfileBlock {
     text: String,
     /// The file did not exist before.
     created: bool,
+    /// A newline was added before the block (the file did not end with one).
+    #[serde(default)]
+    newline_before: bool,
 }
 
 /// Where one kind of install puts things.
@@ -506,16 +509,17 @@ fn add_profile_block(path: &Path, line: &str, m: &mut Manifest) -> Result<(), St
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
     let before = old.as_deref().unwrap_or("");
-    let sep = if before.is_empty() || before.ends_with('\n') { "" } else { "\n" };
-    let text = format!("{sep}{PROFILE_BEGIN}\n{line}\n{PROFILE_END}\n");
+    let newline_before = !before.is_empty() && !before.ends_with('\n');
+    let text = format!("{PROFILE_BEGIN}\n{line}\n{PROFILE_END}\n");
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .mode(0o644)
         .open(path)
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    f.write_all(text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    m.profile = Some(ProfileBlock { path: path.to_path_buf(), text, created: old.is_none() });
+    let sep = if newline_before { "\n" } else { "" };
+    f.write_all(format!("{sep}{text}").as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    m.profile = Some(ProfileBlock { path: path.to_path_buf(), text, created: old.is_none(), newline_before });
     Ok(())
 }
 
@@ -529,7 +533,14 @@ fn remove_profile_block(p: &ProfileBlock) -> Result<(), String> {
     let Some(at) = now.rfind(&p.text) else {
         return Err(format!("the block cloister added to {} was changed: remove it by hand", p.path.display()));
     };
-    let rest = format!("{}{}", &now[..at], &now[at + p.text.len()..]);
+    let (head, tail) = (&now[..at], &now[at + p.text.len()..]);
+    // The newline added before the block goes too when nothing was written after it since;
+    // otherwise it now ends the line that was last, and stays.
+    let head = match p.newline_before && tail.is_empty() {
+        true => head.strip_suffix('\n').unwrap_or(head),
+        false => head,
+    };
+    let rest = format!("{head}{tail}");
     if rest.is_empty() && p.created {
         return std::fs::remove_file(&p.path).map_err(|e| format!("cannot remove {}: {e}", p.path.display()));
     }
@@ -553,4 +564,44 @@ pub fn warn_visible_drivers(shim: &Path) {
             drivers::DEFAULT_VENDORS_DIR
         )
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_profile_block_comes_out_exactly_as_it_went_in() {
+        let dir = cloister_ipc::private::fresh_dir(&std::env::temp_dir(), "cloister-profile-test-").unwrap();
+        // A profile without a final newline, changed after the install (a line added below):
+        // the user's lines stay whole.
+        let profile = dir.join(".profile");
+        std::fs::write(&profile, "export A=1").unwrap();
+        let mut m = Manifest::default();
+        add_profile_block(&profile, "export OCL_ICD_VENDORS=\"/x\"", &mut m).unwrap();
+        add_profile_block(&profile, "export OCL_ICD_VENDORS=\"/x\"", &mut m).unwrap();
+        let installed = std::fs::read_to_string(&profile).unwrap();
+        assert_eq!(installed.matches(PROFILE_BEGIN).count(), 1, "{installed}");
+        std::fs::write(&profile, format!("{installed}export B=2\n")).unwrap();
+        remove_profile_block(m.profile.as_ref().unwrap()).unwrap();
+        assert_eq!(std::fs::read_to_string(&profile).unwrap(), "export A=1\nexport B=2\n");
+        // Unchanged since: byte for byte as before.
+        std::fs::write(&profile, "export A=1").unwrap();
+        let mut m = Manifest::default();
+        add_profile_block(&profile, "export OCL_ICD_VENDORS=\"/x\"", &mut m).unwrap();
+        remove_profile_block(m.profile.as_ref().unwrap()).unwrap();
+        assert_eq!(std::fs::read_to_string(&profile).unwrap(), "export A=1");
+        // A profile the install created goes again.
+        let created = dir.join("created");
+        let mut m = Manifest::default();
+        add_profile_block(&created, "export X=1", &mut m).unwrap();
+        remove_profile_block(m.profile.as_ref().unwrap()).unwrap();
+        assert!(!created.exists());
+        // A block edited by hand is left alone, with a message.
+        let mut m = Manifest::default();
+        add_profile_block(&created, "export X=1", &mut m).unwrap();
+        std::fs::write(&created, "edited").unwrap();
+        assert!(remove_profile_block(m.profile.as_ref().unwrap()).unwrap_err().contains("remove it by hand"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
