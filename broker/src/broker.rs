@@ -23,12 +23,10 @@ use crate::drivers::Driver;
 #[derive(Clone)]
 pub struct WorkerOptions {
     pub worker: PathBuf,
-    /// `--profile`: a built-in profile name or file, instead of the one chosen by library name.
-    pub profile: Option<String>,
-    /// `--no-sandbox`: hygiene only (for debugging and `policy learn`).
+    /// `--no-sandbox`: hygiene only (for debugging and `policy learn`). The profile and
+    /// `require_sandbox` are settings, per driver (`--profile` and `--require-sandbox` are
+    /// their flags): see `DriverChoices`.
     pub no_sandbox: bool,
-    /// `--require-sandbox`: a layer that cannot be applied is fatal.
-    pub require_sandbox: bool,
     /// `cloister policy learn`: workers run observed, and what they did is collected here.
     pub learn: Option<std::sync::Arc<LearnSink>>,
     /// A start-up check (`probe`): its death is no crash to report; the check says the cause.
@@ -358,22 +356,68 @@ fn grant(
         .map_err(|e| e.to_string())
 }
 
-/// cloister's own variables a worker needs; the `CLOISTER_FAULT*` ones steer the
-/// fault-injecting test driver (`tests/fault-driver`) and mean nothing to real drivers.
-const WORKER_CLOISTER_VARS: &[&str] = &[
-    "CLOISTER_DEBUG",
-    "CLOISTER_LOG",
-    "RUST_LOG",
-    "CLOISTER_SPIN_US",
-    "CLOISTER_MAX_REPLY_MB",
-    "CLOISTER_STAGING",
-    "CLOISTER_COPY_THREADS",
+/// The `CLOISTER_FAULT*` variables steer the fault-injecting test driver (`tests/fault-driver`)
+/// and mean nothing to real drivers; they pass through as they are. cloister's own settings a
+/// worker reads are given as the values in effect for its driver (`settings::worker_env`).
+/// `RUST_LOG` passes too: the worker logs with it when `CLOISTER_LOG` is unset (see `log`).
+const FAULT_DRIVER_VARS: &[&str] = &[
     "CLOISTER_FAULT",
     "CLOISTER_FAULT_REAL",
     "CLOISTER_FAULT_FILE",
     "CLOISTER_FAULT_PORT",
     "CLOISTER_FAULT_SKIP",
+    "RUST_LOG",
 ];
+
+/// What the settings say of one driver's worker.
+pub struct DriverChoices {
+    /// The profile: a built-in name, or an absolute profile file; `None`: by library name.
+    pub profile: Option<String>,
+    pub require_sandbox: bool,
+}
+
+impl DriverChoices {
+    pub fn of(driver: &Driver) -> Self {
+        use cloister_ipc::settings;
+        // A profile file named in the environment is relative to where cloister started; the
+        // worker runs in its cache folder, so it gets the absolute path.
+        let profile =
+            settings::get("profile", Some(&driver.name)).map(|p| match p.contains('/') || p.ends_with(".toml") {
+                true => std::fs::canonicalize(&p).map_or(p, |a| a.to_string_lossy().into_owned()),
+                false => p,
+            });
+        Self { profile, require_sandbox: settings::get("require_sandbox", Some(&driver.name)).as_deref() == Some("1") }
+    }
+}
+
+/// The environment a driver's worker gets: nothing of the broker's or the application's but
+/// the base variables (`ENV_PASSTHROUGH`), the fault driver's, the settings the worker reads
+/// (with the values in effect for the driver), and the driver's own `pass_env` (from the
+/// broker's environment, which is the application's for `cloister run`) and `env` (set here:
+/// they win). Another driver's variables never reach it; `HOME`, `XDG_CACHE_HOME` and
+/// `TMPDIR`, set after, are the worker's private folders (a file cannot set them).
+pub fn worker_environment(driver: &Driver) -> Vec<(String, std::ffi::OsString)> {
+    let files = cloister_ipc::settings::files();
+    let passed = files.driver_pass_env(&driver.name).into_iter().map(|(name, _)| name);
+    let mut out: Vec<(String, std::ffi::OsString)> = cloister_sandbox_policy::ENV_PASSTHROUGH
+        .iter()
+        .chain(FAULT_DRIVER_VARS)
+        .map(|k| k.to_string())
+        .chain(passed)
+        .filter_map(|k| std::env::var_os(&k).map(|v| (k, v)))
+        .collect();
+    let mut set = |k: String, v: std::ffi::OsString| match out.iter_mut().find(|(n, _)| *n == k) {
+        Some(slot) => slot.1 = v,
+        None => out.push((k, v)),
+    };
+    for (k, v) in cloister_ipc::settings::worker_env(&driver.name) {
+        set(k.to_string(), v.into());
+    }
+    for (k, v, _) in files.driver_env(&driver.name) {
+        set(k, v.into());
+    }
+    out
+}
 
 /// The worker's private, persistent cache directory: its only writable place (the driver's
 /// kernel cache lives there between runs), also its `HOME` and `TMPDIR`. It holds the
@@ -431,13 +475,17 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -
     let recorder_raw = recorder.region().fd().as_raw_fd();
     let mut cmd = Command::new(&options.worker);
     cmd.arg("--library").arg(&driver.library).arg("--name").arg(&driver.name).arg("--cache").arg(&cache);
-    if let Some(p) = &options.profile {
+    // A learning worker runs observed, not confined: no profile, nothing to require.
+    let choices = match options.learn {
+        Some(_) => DriverChoices { profile: None, require_sandbox: false },
+        None => DriverChoices::of(driver),
+    };
+    if let Some(p) = &choices.profile {
         cmd.arg("--profile").arg(p);
     }
     if options.no_sandbox {
         cmd.arg("--no-sandbox");
-    }
-    if options.require_sandbox {
+    } else if choices.require_sandbox {
         cmd.arg("--require-sandbox");
     }
     if options.learn.is_some() {
@@ -451,11 +499,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -
     // like a build's `-I.`, resolve in its own cache, and the application's headers come staged.
     cmd.current_dir(&cache);
     cmd.env_clear();
-    for key in cloister_sandbox_policy::ENV_PASSTHROUGH.iter().chain(WORKER_CLOISTER_VARS.iter()) {
-        if let Some(v) = std::env::var_os(key) {
-            cmd.env(key, v);
-        }
-    }
+    cmd.envs(worker_environment(driver));
     cmd.env("HOME", &cache).env("XDG_CACHE_HOME", &cache).env("TMPDIR", &tmp);
     // Every broker read the settings at its start and said what was wrong with them.
     cmd.env(cloister_ipc::settings::ALREADY_SAID, "1");
@@ -503,7 +547,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -
     let verdict = Arc::new(Verdict::default());
     // The worker's own profile, for its spawn limit (a profile file that no longer parses
     // means no spawning: the worker refuses to start with it anyway).
-    let max_processes = match &options.profile {
+    let max_processes = match &choices.profile {
         Some(p) => cloister_sandbox_policy::Profile::load(p).ok(),
         None => Some(cloister_sandbox_policy::Profile::for_library(&driver.library)),
     }
@@ -538,12 +582,12 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -
     }
     let driver = driver.clone();
     let profile =
-        options.profile.clone().unwrap_or_else(|| cloister_sandbox_policy::Profile::for_library(&driver.library).name);
+        choices.profile.unwrap_or_else(|| cloister_sandbox_policy::Profile::for_library(&driver.library).name);
     let exited = Arc::new(AtomicBool::new(false));
     let probe = options.probe;
     if options.learn.is_none() {
         let (recorder, exited, deadlines, verdict) =
-            (recorder.clone(), exited.clone(), Deadlines::from_env(), verdict.clone());
+            (recorder.clone(), exited.clone(), Deadlines::for_driver(Some(&driver.name)), verdict.clone());
         std::thread::spawn(move || crate::watchdog::watch(pid, recorder, exited, deadlines, verdict));
     }
     LIVE_WORKERS.fetch_add(1, Ordering::AcqRel);
@@ -564,7 +608,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -
             }
             return;
         }
-        if let Some(cause) = death_cause(status, &verdict) {
+        if let Some(cause) = death_cause(status, &verdict, &driver.name) {
             // A start-up check's worker that refused its driver (not a library, not an ICD, no
             // platform) exits with a status: that is a setup mistake the check says itself. One
             // that crashed, hung or broke the cage is a driver fault, reported as any other.
@@ -622,10 +666,10 @@ impl Verdict {
 }
 
 /// Why a worker ended, or `None` for a clean exit (its application went away).
-fn death_cause(status: std::process::ExitStatus, verdict: &Verdict) -> Option<Cause> {
+fn death_cause(status: std::process::ExitStatus, verdict: &Verdict, driver: &str) -> Option<Cause> {
     use std::os::unix::process::ExitStatusExt;
     if let Some(&call) = verdict.hung.get() {
-        let deadline_ms = Deadlines::from_env().for_op(call);
+        let deadline_ms = Deadlines::for_driver(Some(driver)).for_op(call);
         return Some(Cause::Hang { call: call.to_string(), deadline_ms });
     }
     if let Some(&trapped) = verdict.trapped.get() {
@@ -673,7 +717,7 @@ fn report_death(
     let saved = cloister_crash_reports::crash_dir().map(|dir| {
         let written = report.write(&dir);
         // Old reports go as new ones come (`CLOISTER_CRASH_KEEP`, `CLOISTER_CRASH_KEEP_DAYS`).
-        let keep = cloister_crash_reports::Retention::from_env();
+        let keep = cloister_crash_reports::Retention::from_settings();
         let pruned = cloister_crash_reports::prune(&dir, keep, cloister_crash_reports::now());
         tracing::debug!(worker = pid, pruned, "crash report written");
         written

@@ -23,13 +23,21 @@ pub struct SandboxOptions {
 use crate::drivers::{self, Driver};
 
 impl SandboxOptions {
-    /// Checks the options before anything starts. A profile file is made absolute (the worker
-    /// runs in its cache folder, where a relative path means something else) and parsed here, so
-    /// a missing or malformed profile is one message naming the file and line; the `CLOISTER_*`
-    /// settings are read once, so a bad value is said now (`settings::check_all`).
+    /// Checks the options and the configuration before anything starts. A profile file is made
+    /// absolute (the worker runs in its cache folder, where a relative path means something
+    /// else) and parsed here, so a missing or malformed profile is one message naming the file
+    /// and line; so is a malformed configuration file, and every profile it names; the
+    /// `CLOISTER_*` settings are read once, so a bad value is said now (`settings::check_all`).
+    /// The flags become the settings' top layer (`--profile`, `--require-sandbox`).
     pub fn resolve(&self) -> Result<Self, String> {
-        cloister_ipc::settings::check_all();
-        cloister_crash_reports::Retention::from_env();
+        self.resolve_with(true)
+    }
+
+    /// Like `resolve`; without `strict_files`, a malformed configuration file is said once and
+    /// passed over (the defaults are used), as the shim does: the private broker a shim starts
+    /// must serve it whatever the files say.
+    pub fn resolve_with(&self, strict_files: bool) -> Result<Self, String> {
+        use cloister_ipc::settings;
         let mut out = self.clone();
         if let Some(p) = &self.profile {
             if cloister_sandbox_policy::Profile::builtin(p).is_none() {
@@ -37,7 +45,16 @@ impl SandboxOptions {
                 let abs = std::fs::canonicalize(p).map_err(|e| format!("profile {p}: {e}"))?;
                 out.profile = Some(abs.to_string_lossy().into_owned());
             }
+            settings::set_flag("profile", out.profile.as_deref().unwrap_or(p));
         }
+        if self.require_sandbox {
+            settings::set_flag("require_sandbox", "1");
+        }
+        match settings::check_all() {
+            Err(e) if !strict_files => settings::say_once(&format!("{e} (the file is not used)")),
+            other => other?,
+        }
+        check_profiles()?;
         Ok(out)
     }
 
@@ -47,15 +64,37 @@ impl SandboxOptions {
         install: &Install,
         learn: Option<std::sync::Arc<crate::broker::LearnSink>>,
     ) -> WorkerOptions {
-        WorkerOptions {
-            worker: install.worker.clone(),
-            profile: self.profile.clone(),
-            no_sandbox: self.no_sandbox,
-            require_sandbox: self.require_sandbox,
-            learn,
-            probe: false,
+        WorkerOptions { worker: install.worker.clone(), no_sandbox: self.no_sandbox, learn, probe: false }
+    }
+}
+
+/// Every profile the configuration files and `CLOISTER_PROFILE` name must load: a missing or
+/// malformed one stops the run here with one message, as `--profile`'s does.
+fn check_profiles() -> Result<(), String> {
+    use cloister_ipc::config::Source;
+    let files = cloister_ipc::settings::files();
+    let mut named: Vec<(String, Source)> = Vec::new();
+    for f in &files.files {
+        for values in [&f.values].into_iter().chain(f.drivers.values().map(|d| &d.values)) {
+            if let Some((p, line)) = values.get("profile") {
+                named.push((p.clone(), Source::File { path: f.path.clone(), line: *line }));
+            }
         }
     }
+    let env = cloister_ipc::settings::resolve("profile", None);
+    if let (Some(p), Source::Env) = (env.value, &env.source) {
+        named.push((p, Source::Env));
+    }
+    for (p, source) in named {
+        if let Err(e) = cloister_sandbox_policy::Profile::load(&p) {
+            let at = match source {
+                Source::Env => "CLOISTER_PROFILE".to_string(),
+                other => other.to_string(),
+            };
+            return Err(format!("{at}: {e}"));
+        }
+    }
+    Ok(())
 }
 
 /// Where the shim and worker live.

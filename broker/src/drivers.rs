@@ -18,10 +18,11 @@ pub const DEFAULT_VENDORS_DIR: &str = "/etc/OpenCL/vendors";
 /// cloister, while cloister still finds them.
 pub const HIDDEN_VENDORS_DIR: &str = "/etc/cloister/vendors";
 
-/// The vendor folders cloister reads (not the one it gives the application), first wins:
-/// `CLOISTER_VENDORS_DIR` alone when set, else the hidden drivers and then the system registry.
+/// The vendor folders cloister reads (not the one it gives the application), first wins: the
+/// `vendors_dir` setting (`CLOISTER_VENDORS_DIR`, the configuration files) alone when set, else
+/// the hidden drivers and then the system registry.
 pub fn vendors_dirs() -> Vec<PathBuf> {
-    match std::env::var_os("CLOISTER_VENDORS_DIR") {
+    match cloister_ipc::settings::get("vendors_dir", None) {
         Some(dir) => vec![PathBuf::from(dir)],
         None => vec![PathBuf::from(HIDDEN_VENDORS_DIR), PathBuf::from(DEFAULT_VENDORS_DIR)],
     }
@@ -44,10 +45,10 @@ pub fn discover_all(shim: &Path) -> Vec<Driver> {
 /// The drivers whose `.icd` files an application's loader sees beside cloister's own in the
 /// system registry, where each is then listed twice, once not caged (after a driver package
 /// upgrade or install put its `.icd` back). Empty when cloister is not registered there or
-/// `CLOISTER_VENDORS_DIR` is set.
+/// `vendors_dir` is set.
 pub fn visible_beside_cloister(shim: &Path) -> Vec<String> {
     let dir = Path::new(DEFAULT_VENDORS_DIR);
-    if std::env::var_os("CLOISTER_VENDORS_DIR").is_some() || !dir.join("cloister.icd").exists() {
+    if cloister_ipc::settings::get("vendors_dir", None).is_some() || !dir.join("cloister.icd").exists() {
         return Vec::new();
     }
     discover(dir, shim).into_iter().map(|d| d.name).collect()

@@ -3,6 +3,7 @@
 mod bench;
 mod broker;
 mod cage;
+mod config_cmd;
 mod drivers;
 mod embedded;
 mod install;
@@ -93,6 +94,9 @@ enum Cmd {
     Install(install::InstallArgs),
     /// Undo exactly what `cloister install` did (its manifest says what).
     Uninstall(install::UninstallArgs),
+    /// Print every setting's value in effect and where it came from (flag, environment, file
+    /// and line, default), per driver too; `--check FILE` checks a configuration file.
+    Config(config_cmd::ConfigArgs),
     /// Print the coverage table of every OpenCL entry point (Markdown, as in the README).
     Coverage,
     /// Print a shell completion script (e.g. `cloister completions bash > /etc/bash_completion.d/cloister`).
@@ -235,6 +239,7 @@ fn main() -> ExitCode {
         }
         Cmd::Install(args) => install::install(&args),
         Cmd::Uninstall(args) => install::uninstall(&args),
+        Cmd::Config(args) => config_cmd::run(args),
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
@@ -589,7 +594,7 @@ fn run_broker(
 ) -> Result<ExitCode, String> {
     use std::os::unix::fs::DirBuilderExt;
     let install = Install::locate()?;
-    let sandbox = &sandbox.resolve()?;
+    let sandbox = &sandbox.resolve_with(!exit_with_parent)?;
     let drivers = cage::choose_drivers(&install, driver)?;
     let path = match socket {
         // A folder the caller named: made private if we create it; if it exists, it is theirs

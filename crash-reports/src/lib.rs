@@ -315,13 +315,10 @@ pub struct Retention {
 }
 
 impl Retention {
-    /// `CLOISTER_CRASH_KEEP` (default 200 reports) and `CLOISTER_CRASH_KEEP_DAYS` (default 90).
-    pub fn from_env() -> Self {
+    /// The `crash_keep` (default 200 reports) and `crash_keep_days` (default 90) settings.
+    pub fn from_settings() -> Self {
         use cloister_ipc::settings::number;
-        Retention {
-            last: number("CLOISTER_CRASH_KEEP", 200usize, 1..=1_000_000),
-            days: number("CLOISTER_CRASH_KEEP_DAYS", 90u64, 0..=36_500),
-        }
+        Retention { last: number("crash_keep", None) as usize, days: number("crash_keep_days", None) }
     }
 }
 

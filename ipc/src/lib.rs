@@ -5,6 +5,7 @@ pub mod advertised;
 pub mod api_table;
 pub mod channel;
 pub mod cl;
+pub mod config;
 pub mod copy;
 pub mod deadlines;
 pub mod dispatch;

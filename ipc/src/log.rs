@@ -27,18 +27,20 @@ impl FormatTime for TimeAndProcess {
     }
 }
 
-/// The filter asked for, if any: `CLOISTER_LOG`, then (where `rust_log`) `RUST_LOG`. A filter
-/// that does not parse is said once and logs stay off.
+/// The filter asked for, if any: the `log` setting (`CLOISTER_LOG`, or a configuration file),
+/// then (where `rust_log`) `RUST_LOG`. A filter that does not parse is said once and logs stay
+/// off.
 fn filter(rust_log: bool) -> Option<tracing_subscriber::EnvFilter> {
-    let (name, text) = std::env::var("CLOISTER_LOG")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
+    // `resolve`, not `get`: logs start before the program has checked its configuration
+    // files, and a malformed one is for that check to say, once.
+    let (name, text) = crate::settings::resolve("log", None)
+        .value
         .map(|v| ("CLOISTER_LOG", v))
         .or_else(|| rust_log.then(|| std::env::var("RUST_LOG").ok().map(|v| ("RUST_LOG", v))).flatten())?;
     match tracing_subscriber::EnvFilter::try_new(&text) {
         Ok(f) => Some(f),
         Err(e) => {
-            crate::settings::warn_once(name, &format!("{name}={text:?} is not a log filter ({e}); logs stay off"));
+            crate::settings::say_once(&format!("{name}={text:?} is not a log filter ({e}); logs stay off"));
             None
         }
     }

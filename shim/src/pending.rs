@@ -123,8 +123,9 @@ impl Pending {
     }
 
     /// Drops a non-blocking map's pending fill: the application unmapped it (the worker fills
-    /// the segment itself before writing it back).
-    pub fn forget_map(&self, conn: &Conn, segment_id: u64) {
+    /// the segment itself before writing it back). Says whether there was one (the map may
+    /// still be under way).
+    pub fn forget_map(&self, conn: &Conn, segment_id: u64) -> bool {
         let _one = self.settling.lock().unwrap_or_else(|e| e.into_inner());
         let _here = SettlingHere::enter();
         let taken: Vec<PendingOp> = {
@@ -135,9 +136,11 @@ impl Pending {
             *ops = rest;
             taken
         };
+        let found = !taken.is_empty();
         for op in taken {
             complete(conn, op, CL_QUEUED);
         }
+        found
     }
 
     pub fn is_empty(&self) -> bool {

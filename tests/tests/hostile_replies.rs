@@ -20,7 +20,7 @@ fn run(worker_mode: &str, mode: &str) -> String {
         &[],
         std::path::Path::new("/usr/bin/timeout"),
         &["-s", "KILL", "60", &exe, mode],
-        &[("CLOISTER_WORKER", worker), ("CLOISTER_FAULT", &fault), ("CLOISTER_QUIET", "")],
+        &[("CLOISTER_WORKER", worker), ("CLOISTER_FAULT", &fault), ("CLOISTER_QUIET", "1")],
     );
     let t = text(&out);
     assert!(out.status.success(), "{mode}: the application failed or died ({:?}):\n{t}", out.status);

@@ -160,6 +160,8 @@ fn enter_cage(args: &Args) -> Result<CageState, String> {
 }
 
 fn main() -> ExitCode {
+    // The broker gave this worker the settings in effect for its driver; no file is read here.
+    cloister_ipc::settings::environment_only();
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -189,10 +191,16 @@ fn main() -> ExitCode {
     for l in &cage.layers {
         tracing::debug!(driver = %args.name, layer = %l, "cage layer");
     }
-    if std::env::var_os("CLOISTER_DEBUG").is_some() {
+    if cloister_ipc::settings::debug() {
         for l in &cage.layers {
             say!("cloister-worker[{}]: {l}", args.name);
         }
+        // What the driver sees of the environment (names only): what the broker passes and
+        // the driver's `env` and `pass_env` in the configuration, nothing else of the
+        // application's.
+        let mut names: Vec<String> = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+        names.sort();
+        say!("cloister-worker[{}]: environment: {}", args.name, names.join(" "));
     }
     match serve(&args, &cage, sock) {
         Ok(()) => ExitCode::SUCCESS,

@@ -472,16 +472,28 @@ pub unsafe fn clEnqueueUnmapMemObject(
             rec
         };
         // A non-blocking map not yet seen complete needs no filling any more.
-        q.conn.pending().forget_map(&q.conn, record.id);
+        let unsettled_map = q.conn.pending().forget_map(&q.conn, record.id);
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
         if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
             // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
             // holds the packed rows.
             unsafe { m.pack_into(segment.region.as_ptr()) };
         }
+        let segment = match record.segment {
+            Some(segment) if write_back || unsettled_map => {
+                // The driver may still copy out of the segment (a write-back by DMA on a
+                // discrete device) or into it (a map not yet complete) after the call returns:
+                // the segment goes back to the pool once the unmap's event is complete.
+                let make =
+                    |_, sync| EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.id, write_back, sync };
+                // SAFETY: event per API contract.
+                return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, make) };
+            }
+            other => other,
+        };
         let rc = unmap(&q, &m, record.id, write_back, sync.clone());
         // The worker keeps the segment mapped: it goes back to the pool for the next map.
-        if let Some(segment) = record.segment {
+        if let Some(segment) = segment {
             q.conn.release_segment(segment);
         }
         // SAFETY: event per API contract.
@@ -494,9 +506,9 @@ pub unsafe fn clEnqueueUnmapMemObject(
 /// the view is not the driver's own mapping).
 fn unmap(q: &Object, m: &Object, id: u64, write_back: bool, sync: EnqueueSync) -> Result<cl_int, cl_int> {
     let req = EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: id, write_back, sync };
-    // Without a write-back the worker does not touch the segment, so the unmap can be posted
-    // and the segment pooled at once; a write-back waits, as the next user of the pooled
-    // segment may overwrite it before the worker has copied it back.
+    // Without a write-back the worker does not touch the view, so the unmap can be posted; a
+    // write-back into a zero-copy buffer's own memory waits. (A segment's write-back goes
+    // through `enqueue_pending` instead, which keeps the segment until the unmap is complete.)
     if write_back {
         q.conn.call(req)
     } else {

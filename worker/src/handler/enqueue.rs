@@ -105,6 +105,11 @@ impl Serve<EnqueueMapBuffer> for LaneServer<'_> {
             }
             View::Segment(segment)
         };
+        if let View::Segment(segment) = &view {
+            if self.worker.staging.pins_for(q) {
+                return self.map_by_reading(&r, q, m, segment.clone());
+            }
+        }
         let f = driver_fn!(q, clEnqueueMapBuffer);
         let blocking = if r.blocking { CL_TRUE } else { CL_FALSE };
         let mut p = null_mut();
@@ -124,6 +129,7 @@ impl Serve<EnqueueMapBuffer> for LaneServer<'_> {
             view,
             wants_fill: flags & CL_MAP_WRITE_INVALIDATE_REGION == 0,
             pending: None,
+            staged: None,
         };
         self.map_done(&r.sync, r.blocking, r.segment, mapping)
     }
@@ -161,6 +167,9 @@ impl Serve<EnqueueUnmapMemObject> for LaneServer<'_> {
                 unsafe { driver_fn!(ev, clReleaseEvent)(ev as *mut c_void) };
             }
         }
+        if let Some(offset) = mapping.staged {
+            return self.unmap_by_writing(&r, q, m, offset, &mapping, write_back);
+        }
         if write_back {
             mapping.write_back();
         }
@@ -169,5 +178,73 @@ impl Serve<EnqueueUnmapMemObject> for LaneServer<'_> {
         // SAFETY: ptr is the driver's own mapping of m. The segment stays mapped: the shim pools
         // it for the next map.
         self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, ptr, n, w, e) })
+    }
+}
+
+impl LaneServer<'_> {
+    /// A map on a device that transfers from pinned memory (a discrete GPU): the buffer's bytes
+    /// are read straight into the segment the application sees (the driver's DMA, at the
+    /// link's speed), instead of mapping them into host memory and copying that into the segment.
+    /// The event answers `CL_COMMAND_MAP_BUFFER`, as the application asked.
+    fn map_by_reading(&self, r: &EnqueueMapBuffer, q: usize, m: usize, segment: Arc<SharedRegion>) -> cl_int {
+        let (offset, size) = (r.offset as usize, r.size as usize);
+        self.worker.staging.pin(q, segment.as_ptr(), segment.len());
+        let rc = if r.flags & CL_MAP_WRITE_INVALIDATE_REGION != 0 {
+            // Nothing to read: the application overwrites the region.
+            let f = driver_fn!(q, clEnqueueMarkerWithWaitList);
+            // SAFETY: a live queue; the wait list and event come from `enqueue`.
+            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, n, w, e) })
+        } else {
+            let f = driver_fn!(q, clEnqueueReadBuffer);
+            let blocking = if r.blocking { CL_TRUE } else { CL_FALSE };
+            let dst = segment.as_ptr().cast::<c_void>();
+            // SAFETY: live objects; the segment holds at least `size` bytes (checked by the
+            // caller) and stays mapped while the mapping lives.
+            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, size, dst, n, w, e) })
+        };
+        if rc != CL_SUCCESS {
+            return rc;
+        }
+        self.stand_in(&r.sync, CL_COMMAND_MAP_BUFFER);
+        let mapping = Mapping {
+            mem: m,
+            ptr: 0,
+            shape: Strided::linear(size),
+            view: View::Segment(segment),
+            wants_fill: false,
+            pending: None,
+            staged: Some(offset),
+        };
+        self.map_done(&r.sync, r.blocking, r.segment, mapping)
+    }
+
+    /// The unmap of a mapping made by `map_by_reading`: the segment is written back to the
+    /// buffer by the driver's DMA (without waiting: the shim keeps the segment until the
+    /// unmap's event completes), or, for a map for reading, a marker stands in for the unmap.
+    fn unmap_by_writing(
+        &self,
+        r: &EnqueueUnmapMemObject,
+        q: usize,
+        m: usize,
+        offset: usize,
+        mapping: &Mapping,
+        write_back: bool,
+    ) -> cl_int {
+        let View::Segment(segment) = &mapping.view else { return CL_INVALID_VALUE };
+        let rc = if write_back {
+            let f = driver_fn!(q, clEnqueueWriteBuffer);
+            let (src, size) = (segment.as_ptr().cast::<c_void>().cast_const(), mapping.shape.packed_len());
+            // SAFETY: live objects; the segment holds the mapped `size` bytes and outlives the
+            // write (the shim pools it only once the unmap's event is complete).
+            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, CL_FALSE, offset, size, src, n, w, e) })
+        } else {
+            let f = driver_fn!(q, clEnqueueMarkerWithWaitList);
+            // SAFETY: a live queue; the wait list and event come from `enqueue`.
+            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, n, w, e) })
+        };
+        if rc == CL_SUCCESS {
+            self.stand_in(&r.sync, CL_COMMAND_UNMAP_MEM_OBJECT);
+        }
+        rc
     }
 }

@@ -60,6 +60,10 @@ struct Mapping {
     wants_fill: bool,
     /// A non-blocking map's event (retained), until the view is filled.
     pending: Option<usize>,
+    /// `Some(offset)`: no driver mapping exists; the map was a read of the buffer at `offset`
+    /// into the (pinned) segment, and the unmap writes the segment back (see
+    /// `Staging::pins_for`).
+    staged: Option<usize>,
 }
 
 impl Mapping {
@@ -122,6 +126,10 @@ pub struct Worker {
     failed_events: Mutex<std::collections::HashSet<usize>>,
     /// Shared regions pinned in the driver's contexts for fast transfers (discrete GPUs).
     pub staging: crate::staging::Staging,
+    /// Events of commands the worker ran in place of the application's (a map served by a
+    /// read, see `Mapping::staged`), by driver handle: the command type the application asked
+    /// for, which `CL_EVENT_COMMAND_TYPE` answers.
+    stand_ins: Mutex<HashMap<usize, cl_uint>>,
 }
 
 /// One lane's server: the worker state plus that lane's bulk area.
@@ -235,6 +243,14 @@ impl LaneServer<'_> {
         let mut ev = null_mut();
         let rc = call(wait.len() as u32, wait_ptr(&wait), ev_ptr(sync, &mut ev));
         self.adopt_event(sync, ev, rc)
+    }
+
+    /// Notes that the event of the command just enqueued for `sync` stands for a command of
+    /// type `command_type` (see `Worker::stand_ins`).
+    pub(crate) fn stand_in(&self, sync: &EnqueueSync, command_type: cl_uint) {
+        if let Some(ev) = sync.event.and_then(|id| self.worker.objects.get(id, Kind::Event)) {
+            self.worker.stand_ins.lock().unwrap_or_else(|e| e.into_inner()).insert(ev, command_type);
+        }
     }
 
     fn adopt_event(&self, sync: &EnqueueSync, ev: *mut c_void, rc: cl_int) -> cl_int {
@@ -487,6 +503,11 @@ impl Serve<GetInfo> for LaneServer<'_> {
             // The value is an array of application pointers; not forwarded yet.
             return CL_INVALID_OPERATION.into();
         }
+        if r.target == InfoTarget::Event && r.param == CL_EVENT_COMMAND_TYPE {
+            if let Some(&t) = self.worker.stand_ins.lock().unwrap_or_else(|e| e.into_inner()).get(&h) {
+                return InfoReply { status: CL_SUCCESS, value_status: CL_SUCCESS, value: t.to_ne_bytes().to_vec() };
+            }
+        }
         let mut size = 0usize;
         let rc = info_call(r.target, h, aux, r.param, 0, null_mut(), &mut size);
         if rc != CL_SUCCESS {
@@ -521,7 +542,10 @@ impl Serve<Release> for LaneServer<'_> {
                 self.worker.staging.forget_context(h);
                 self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(&h);
             }
-            Kind::Event => drop(self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner()).remove(&h)),
+            Kind::Event => {
+                self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner()).remove(&h);
+                self.worker.stand_ins.lock().unwrap_or_else(|e| e.into_inner()).remove(&h);
+            }
             Kind::Queue => {
                 self.worker.staging.forget_queue(h);
                 self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.object);

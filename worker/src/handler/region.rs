@@ -195,8 +195,15 @@ impl Serve<EnqueueMapImage> for LaneServer<'_> {
         let row_step = if image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY { slice_pitch } else { row_pitch };
         let shape = Strided { row_pitch: row_step, slice_pitch, ..packed };
         let wants_fill = r.flags & CL_MAP_WRITE_INVALIDATE_REGION == 0;
-        let mapping =
-            Mapping { mem: m, ptr: p as usize, shape, view: View::Segment(segment), wants_fill, pending: None };
+        let mapping = Mapping {
+            mem: m,
+            ptr: p as usize,
+            shape,
+            view: View::Segment(segment),
+            wants_fill,
+            pending: None,
+            staged: None,
+        };
         let rc = self.map_done(&r.sync, r.blocking, r.segment, mapping);
         if rc != CL_SUCCESS {
             return rc.into();
