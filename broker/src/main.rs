@@ -5,6 +5,8 @@ mod broker;
 mod cage;
 mod config_cmd;
 mod drivers;
+mod embedded;
+mod install;
 mod probe;
 mod watchdog;
 
@@ -86,6 +88,12 @@ enum Cmd {
         #[command(subcommand)]
         action: PolicyCmd,
     },
+    /// Cage every OpenCL application of the machine (--system, as root) or of this user (--user),
+    /// without `cloister run`: copies cloister where its pieces find each other, registers it with
+    /// the ICD loader, hides the drivers' own .icd files, installs the broker's systemd user unit.
+    Install(install::InstallArgs),
+    /// Undo exactly what `cloister install` did (its manifest says what).
+    Uninstall(install::UninstallArgs),
     /// Print every setting's value in effect and where it came from (flag, environment, file
     /// and line, default), per driver too; `--check FILE` checks a configuration file.
     Config(config_cmd::ConfigArgs),
@@ -229,6 +237,8 @@ fn main() -> ExitCode {
                 .map(|()| ExitCode::SUCCESS)
                 .map_err(|e| format!("cannot write the manual page: {e}"))
         }
+        Cmd::Install(args) => install::install(&args),
+        Cmd::Uninstall(args) => install::uninstall(&args),
         Cmd::Config(args) => config_cmd::run(args),
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
@@ -249,7 +259,7 @@ fn main() -> ExitCode {
 
 fn list_drivers() -> Result<ExitCode, String> {
     let install = Install::locate()?;
-    for d in drivers::discover(&drivers::vendors_dir(), &install.shim) {
+    for d in drivers::discover_all(&install.shim) {
         println!("{}\t{}", d.name, d.library);
     }
     Ok(ExitCode::SUCCESS)
