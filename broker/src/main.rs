@@ -453,10 +453,15 @@ impl Drop for Load {
 
 fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxOptions) -> Result<ExitCode, String> {
     let install = Install::locate()?;
-    let client = install.worker.with_file_name("cloister-bench-client");
-    if !client.exists() {
-        return Err(format!("benchmark client not found at {}", client.display()));
-    }
+    // Beside the worker (a build tree, a system install), else beside this binary (`cargo
+    // install` puts it there, while the worker is the unpacked embedded copy).
+    let beside_exe = std::env::current_exe().ok().map(|e| e.with_file_name("cloister-bench-client"));
+    let candidates: Vec<std::path::PathBuf> =
+        std::iter::once(install.worker.with_file_name("cloister-bench-client")).chain(beside_exe).collect();
+    let client = candidates.iter().find(|p| p.exists()).cloned().ok_or_else(|| {
+        let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+        format!("benchmark client cloister-bench-client not found (looked at {})", tried.join(", "))
+    })?;
     let sandbox = &sandbox.resolve()?;
     let mut drivers = cage::choose_drivers(&install, driver)?;
     drivers.truncate(1);
