@@ -97,29 +97,54 @@ fn check_profiles() -> Result<(), String> {
     Ok(())
 }
 
-/// Where the shim and worker live: beside the `cloister` binary unless overridden.
+/// Where the shim and worker live.
 pub struct Install {
     pub shim: PathBuf,
     pub worker: PathBuf,
 }
 
 impl Install {
+    /// Finds the shim and worker, in this order: `CLOISTER_SHIM`/`CLOISTER_WORKER`; beside the
+    /// `cloister` binary (a workspace build); in `../lib/cloister/` from it (`cloister install`,
+    /// a packaged install); the copies embedded in the binary (`cargo install`), unpacked into a
+    /// private folder. If none has both, the error lists every place looked at.
     pub fn locate() -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
         let dir = exe.parent().ok_or("binary has no directory")?.to_path_buf();
-        let shim = std::env::var_os("CLOISTER_SHIM").map(PathBuf::from).unwrap_or_else(|| dir.join("libcloister.so"));
-        let worker =
-            std::env::var_os("CLOISTER_WORKER").map(PathBuf::from).unwrap_or_else(|| dir.join("cloister-worker"));
-        for (what, p) in [("shim", &shim), ("worker", &worker)] {
-            if !p.exists() {
-                return Err(format!(
-                    "{what} not found at {} (build the workspace, or set CLOISTER_{})",
-                    p.display(),
-                    what.to_uppercase()
-                ));
+        let lib = dir.parent().map(|p| p.join("lib/cloister"));
+        let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+        let (shim_var, worker_var) = (var("CLOISTER_SHIM"), var("CLOISTER_WORKER"));
+        let mut looked = Vec::new();
+        for place in std::iter::once(Some(dir)).chain(std::iter::once(lib)).flatten() {
+            let shim = shim_var.clone().unwrap_or_else(|| place.join("libcloister.so"));
+            let worker = worker_var.clone().unwrap_or_else(|| place.join("cloister-worker"));
+            if shim.exists() && worker.exists() {
+                return Ok(Self { shim, worker });
+            }
+            for p in [shim, worker] {
+                if !p.exists() && !looked.contains(&p) {
+                    looked.push(p);
+                }
             }
         }
-        Ok(Self { shim, worker })
+        let unpacked = match crate::embedded::unpack() {
+            Ok(Some((shim, worker))) => Ok((shim_var.unwrap_or(shim), worker_var.unwrap_or(worker))),
+            Ok(None) => Err("this binary carries no embedded copies (a debug build: see broker/build.rs)".to_string()),
+            Err(e) => Err(e),
+        };
+        match unpacked {
+            Ok((shim, worker)) if shim.exists() && worker.exists() => Ok(Self { shim, worker }),
+            Ok((shim, worker)) => Err(format!(
+                "the shim or worker named by CLOISTER_SHIM/CLOISTER_WORKER is missing: {}, {}",
+                shim.display(),
+                worker.display()
+            )),
+            Err(why) => Err(format!(
+                "cannot find cloister's shim (libcloister.so) and worker (cloister-worker); looked for {}; and {why}. \
+                 Build the workspace (`cargo build`), install with `cargo install --path broker`, or set CLOISTER_SHIM and CLOISTER_WORKER",
+                looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            )),
+        }
     }
 }
 
@@ -214,13 +239,13 @@ impl Drop for Cage {
 
 /// The drivers to cage: all registered ones, or the one `--driver` names.
 pub fn choose_drivers(install: &Install, want: Option<&str>) -> Result<Vec<Driver>, String> {
-    let dir = drivers::vendors_dir();
-    let all = drivers::discover(&dir, &install.shim);
+    let all = drivers::discover_all(&install.shim);
+    crate::install::warn_visible_drivers(&install.shim);
     match want {
         Some(w) => Ok(vec![drivers::select(&all, w)?]),
         None if all.is_empty() => Err(format!(
             "no OpenCL drivers registered in {} (install one, e.g. `apt install pocl-opencl-icd`, or pass --driver PATH)",
-            dir.display()
+            drivers::vendors_dirs().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(" or ")
         )),
         None => Ok(all),
     }

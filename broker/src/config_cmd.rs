@@ -90,8 +90,7 @@ fn drivers(only: Option<&str>) -> Vec<String> {
         return vec![d.to_string()];
     }
     let shim = crate::cage::Install::locate().map(|i| i.shim).unwrap_or_default();
-    let mut names: Vec<String> =
-        crate::drivers::discover(&crate::drivers::vendors_dir(), &shim).into_iter().map(|d| d.name).collect();
+    let mut names: Vec<String> = crate::drivers::discover_all(&shim).into_iter().map(|d| d.name).collect();
     names.extend(settings::files().driver_names());
     names.sort();
     names.dedup();

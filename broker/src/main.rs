@@ -5,6 +5,8 @@ mod broker;
 mod cage;
 mod config_cmd;
 mod drivers;
+mod embedded;
+mod install;
 mod observe;
 mod probe;
 mod watchdog;
@@ -89,6 +91,12 @@ enum Cmd {
         #[command(subcommand)]
         action: PolicyCmd,
     },
+    /// Cage every OpenCL application of the machine (--system, as root) or of this user (--user),
+    /// without `cloister run`: copies cloister where its pieces find each other, registers it with
+    /// the ICD loader, hides the drivers' own .icd files, installs the broker's systemd user unit.
+    Install(install::InstallArgs),
+    /// Undo exactly what `cloister install` did (its manifest says what).
+    Uninstall(install::UninstallArgs),
     /// Print every setting's value in effect and where it came from (flag, environment, file
     /// and line, default), per driver too; `--check FILE` checks a configuration file.
     Config(config_cmd::ConfigArgs),
@@ -233,6 +241,8 @@ fn main() -> ExitCode {
                 .map(|()| ExitCode::SUCCESS)
                 .map_err(|e| format!("cannot write the manual page: {e}"))
         }
+        Cmd::Install(args) => install::install(&args),
+        Cmd::Uninstall(args) => install::uninstall(&args),
         Cmd::Config(args) => config_cmd::run(args),
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
@@ -253,7 +263,7 @@ fn main() -> ExitCode {
 
 fn list_drivers() -> Result<ExitCode, String> {
     let install = Install::locate()?;
-    for d in drivers::discover(&drivers::vendors_dir(), &install.shim) {
+    for d in drivers::discover_all(&install.shim) {
         println!("{}\t{}", d.name, d.library);
     }
     Ok(ExitCode::SUCCESS)
@@ -447,10 +457,15 @@ impl Drop for Load {
 
 fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxOptions) -> Result<ExitCode, String> {
     let install = Install::locate()?;
-    let client = install.worker.with_file_name("cloister-bench-client");
-    if !client.exists() {
-        return Err(format!("benchmark client not found at {}", client.display()));
-    }
+    // Beside the worker (a build tree, a system install), else beside this binary (`cargo
+    // install` puts it there, while the worker is the unpacked embedded copy).
+    let beside_exe = std::env::current_exe().ok().map(|e| e.with_file_name("cloister-bench-client"));
+    let candidates: Vec<std::path::PathBuf> =
+        std::iter::once(install.worker.with_file_name("cloister-bench-client")).chain(beside_exe).collect();
+    let client = candidates.iter().find(|p| p.exists()).cloned().ok_or_else(|| {
+        let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+        format!("benchmark client cloister-bench-client not found (looked at {})", tried.join(", "))
+    })?;
     let sandbox = &sandbox.resolve()?;
     let mut drivers = cage::choose_drivers(&install, driver)?;
     drivers.truncate(1);

@@ -505,17 +505,12 @@ pub unsafe fn clEnqueueUnmapMemObject(
 }
 
 /// Has the worker unmap mapping `id` of `m` (copying its view back first if `write_back` and
-/// the view is not the driver's own mapping).
+/// the view is not the driver's own mapping). Posted: the view is a zero-copy buffer's own
+/// memory, which is never pooled, and anything a later call does with it comes after the unmap
+/// in the worker (the same lane, or `Conn::after_other_lanes`). A segment's unmap goes through
+/// `enqueue_pending` instead, which keeps the segment until the unmap is complete.
 fn unmap(q: &Object, m: &Object, id: u64, write_back: bool, sync: EnqueueSync) -> Result<cl_int, cl_int> {
-    let req = EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: id, write_back, sync };
-    // Without a write-back the worker does not touch the view, so the unmap can be posted; a
-    // write-back into a zero-copy buffer's own memory waits. (A segment's write-back goes
-    // through `enqueue_pending` instead, which keeps the segment until the unmap is complete.)
-    if write_back {
-        q.conn.call(req)
-    } else {
-        q.conn.post(req)
-    }
+    q.conn.post(EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: id, write_back, sync })
 }
 
 /// Non-blocking transfers larger than this run as blocking ones (pipelined), which OpenCL
