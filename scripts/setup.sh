@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(pocl-opencl-icd ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers clinfo clpeak hashcat gcc pkg-config)
+# python3-pyopencl: the install tests' client (tests/tests/install.rs).
+packages=(pocl-opencl-icd ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers clinfo clpeak hashcat gcc pkg-config python3-pyopencl)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,12 +23,10 @@ use crate::drivers::Driver;
 #[derive(Clone)]
 pub struct WorkerOptions {
     pub worker: PathBuf,
-    /// `--profile`: a built-in profile name or file, instead of the one chosen by library name.
-    pub profile: Option<String>,
-    /// `--no-sandbox`: hygiene only (for debugging and `policy learn`).
+    /// `--no-sandbox`: hygiene only (for debugging and `policy learn`). The profile and
+    /// `require_sandbox` are settings, per driver (`--profile` and `--require-sandbox` are
+    /// their flags): see `DriverChoices`.
     pub no_sandbox: bool,
-    /// `--require-sandbox`: a layer that cannot be applied is fatal.
-    pub require_sandbox: bool,
     /// `cloister policy learn`: workers run observed, and what they did is collected here.
     pub learn: Option<std::sync::Arc<LearnSink>>,
     /// A start-up check (`probe`): its death is no crash to report; the check says the cause.
@@ -84,7 +82,15 @@ impl Dismissal {
 /// close) before it is killed.
 const DISMISS_GRACE_MS: i32 = 1000;
 
-type SpawnRequest = (Driver, Option<AppStdio>, std::sync::mpsc::Sender<std::io::Result<Spawned>>);
+type SpawnRequest = (Driver, ForApp, std::sync::mpsc::Sender<std::io::Result<Spawned>>);
+
+/// What a worker is started with for one application: where its output goes, and who the
+/// application is (for its crash report).
+#[derive(Default)]
+pub struct ForApp {
+    pub stdio: Option<AppStdio>,
+    pub app: Option<cloister_crash_reports::Application>,
+}
 
 /// Where a worker's stdout and stderr go: the write ends of two pipes the shim sent with its
 /// hello, which the shim relays to the application's stdout and stderr (kernel `printf`, driver
@@ -126,8 +132,8 @@ fn spawner(options: WorkerOptions) -> std::sync::mpsc::Sender<SpawnRequest> {
     std::thread::Builder::new()
         .name("worker-spawner".into())
         .spawn(move || {
-            for (driver, stdio, reply) in rx {
-                let _ = reply.send(spawn_worker(&options, &driver, stdio));
+            for (driver, for_app, reply) in rx {
+                let _ = reply.send(spawn_worker(&options, &driver, for_app));
             }
         })
         .expect("cannot start the worker-spawner thread");
@@ -168,7 +174,7 @@ pub fn serve(listener: OwnedFd, config: BrokerConfig) {
 /// The peer is pinned by a pidfd taken at connect time (`SO_PEERPIDFD`), so its pid cannot be
 /// reused between the look and the answer. A genuine application in another network namespace
 /// than its broker is refused too; it can use a broker of its own (`cloister run`).
-fn not_caged(fd: RawFd) -> Result<(), String> {
+fn not_caged(fd: RawFd) -> Result<u32, String> {
     const SO_PEERPIDFD: libc::c_int = 77;
     let mut pidfd: libc::c_int = -1;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -201,7 +207,7 @@ fn not_caged(fd: RawFd) -> Result<(), String> {
             "client (pid {pid}) runs in another network namespace than this broker: a caged driver may not ask the broker for anything"
         ));
     }
-    Ok(())
+    pid.parse().map_err(|_| format!("the client's pid {pid:?} is not a number"))
 }
 
 fn serve_client(
@@ -220,11 +226,19 @@ fn serve_client(
         let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
-    if let Err(reason) = not_caged(client.as_raw_fd()) {
-        let _ = channel::recv::<BrokerRequest>(client);
-        let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
-        return Err(reason);
-    }
+    let app = match not_caged(client.as_raw_fd()) {
+        Ok(pid) => {
+            let app = cloister_crash_reports::Application::of_pid(pid);
+            let name = app.as_ref().map(|a| a.name.as_str()).unwrap_or("?");
+            tracing::info!(client = pid, app = %cloister_crash_reports::escape(name, false), "client connected");
+            app
+        }
+        Err(reason) => {
+            let _ = channel::recv::<BrokerRequest>(client);
+            let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
+            return Err(reason);
+        }
+    };
     let (BrokerRequest::Hello(hello), fds) = channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())? else {
         return Err("the first message must be a hello".into());
     };
@@ -237,23 +251,28 @@ fn serve_client(
     // Every worker started for this client ends when the client's connection closes (it
     // exited, or died), whatever the worker is doing: a per-user broker outlives its clients.
     let mut workers = ClientWorkers::default();
-    grant(client, &config.drivers, spawn, &mut notes, &mut workers, stdio.as_ref())?;
+    let who = Who { stdio: stdio.as_ref(), app: app.as_ref() };
+    grant(client, &config.drivers, spawn, &mut notes, &mut workers, who)?;
     // The connection stays open: the shim asks here for replacements of workers that died.
     loop {
         let request = match channel::recv::<BrokerRequest>(client) {
             Ok((r, _)) => r,
-            Err(IpcError::PeerGone) => return Ok(()),
+            Err(IpcError::PeerGone) => {
+                tracing::info!(client = who.app.map(|a| a.pid), "client left");
+                return Ok(());
+            }
             Err(e) => return Err(e.to_string()),
         };
         match request {
             BrokerRequest::Respawn { driver } => {
+                tracing::info!(client = who.app.map(|a| a.pid), driver = %driver, "replacement worker asked for");
                 let wanted: Vec<Driver> = config.drivers.iter().filter(|d| d.name == driver).cloned().collect();
                 if wanted.is_empty() {
                     let reason = format!("no driver {driver} in this broker");
                     channel::send(client, &BrokerReply::Refused { reason }, &[]).map_err(|e| e.to_string())?;
                     continue;
                 }
-                grant(client, &wanted, spawn, &mut notes, &mut workers, stdio.as_ref())?;
+                grant(client, &wanted, spawn, &mut notes, &mut workers, who)?;
             }
             BrokerRequest::WhyDied { driver } => {
                 let note = notes.iter().rev().find(|(d, _)| *d == driver).map(|(_, n)| n.clone());
@@ -293,6 +312,13 @@ impl Drop for ClientWorkers {
     }
 }
 
+/// The client a worker is granted to: its output and who it is.
+#[derive(Clone, Copy)]
+struct Who<'a> {
+    stdio: Option<&'a AppStdio>,
+    app: Option<&'a cloister_crash_reports::Application>,
+}
+
 /// Starts a worker for each of `drivers` and hands the client its ends of their channels.
 fn grant(
     client: &OwnedFd,
@@ -300,16 +326,20 @@ fn grant(
     spawn: &std::sync::mpsc::Sender<SpawnRequest>,
     notes: &mut Vec<(String, DeathNote)>,
     workers: &mut ClientWorkers,
-    stdio: Option<&AppStdio>,
+    who: Who,
 ) -> Result<(), String> {
     let mut grants = Vec::new();
     let mut fds = Vec::new();
     let mut errors = Vec::new();
     for d in drivers {
         let (tx, rx) = std::sync::mpsc::channel();
-        let stdio =
-            stdio.map(AppStdio::try_clone).transpose().map_err(|e| format!("dup of the application's stdio: {e}"))?;
-        spawn.send((d.clone(), stdio, tx)).map_err(|_| "worker spawner is gone")?;
+        let stdio = who
+            .stdio
+            .map(AppStdio::try_clone)
+            .transpose()
+            .map_err(|e| format!("dup of the application's stdio: {e}"))?;
+        let for_app = ForApp { stdio, app: who.app.cloned() };
+        spawn.send((d.clone(), for_app, tx)).map_err(|_| "worker spawner is gone")?;
         let spawned = rx.recv().map_err(|_| "worker spawner is gone")?;
         match spawned {
             Ok((fd, note, dismissal)) => {
@@ -326,20 +356,68 @@ fn grant(
         .map_err(|e| e.to_string())
 }
 
-/// cloister's own variables a worker needs; the `CLOISTER_FAULT*` ones steer the
-/// fault-injecting test driver (`tests/fault-driver`) and mean nothing to real drivers.
-const WORKER_CLOISTER_VARS: &[&str] = &[
-    "CLOISTER_DEBUG",
-    "CLOISTER_SPIN_US",
-    "CLOISTER_MAX_REPLY_MB",
-    "CLOISTER_STAGING",
-    "CLOISTER_COPY_THREADS",
+/// The `CLOISTER_FAULT*` variables steer the fault-injecting test driver (`tests/fault-driver`)
+/// and mean nothing to real drivers; they pass through as they are. cloister's own settings a
+/// worker reads are given as the values in effect for its driver (`settings::worker_env`).
+/// `RUST_LOG` passes too: the worker logs with it when `CLOISTER_LOG` is unset (see `log`).
+const FAULT_DRIVER_VARS: &[&str] = &[
     "CLOISTER_FAULT",
     "CLOISTER_FAULT_REAL",
     "CLOISTER_FAULT_FILE",
     "CLOISTER_FAULT_PORT",
     "CLOISTER_FAULT_SKIP",
+    "RUST_LOG",
 ];
+
+/// What the settings say of one driver's worker.
+pub struct DriverChoices {
+    /// The profile: a built-in name, or an absolute profile file; `None`: by library name.
+    pub profile: Option<String>,
+    pub require_sandbox: bool,
+}
+
+impl DriverChoices {
+    pub fn of(driver: &Driver) -> Self {
+        use cloister_ipc::settings;
+        // A profile file named in the environment is relative to where cloister started; the
+        // worker runs in its cache folder, so it gets the absolute path.
+        let profile =
+            settings::get("profile", Some(&driver.name)).map(|p| match p.contains('/') || p.ends_with(".toml") {
+                true => std::fs::canonicalize(&p).map_or(p, |a| a.to_string_lossy().into_owned()),
+                false => p,
+            });
+        Self { profile, require_sandbox: settings::get("require_sandbox", Some(&driver.name)).as_deref() == Some("1") }
+    }
+}
+
+/// The environment a driver's worker gets: nothing of the broker's or the application's but
+/// the base variables (`ENV_PASSTHROUGH`), the fault driver's, the settings the worker reads
+/// (with the values in effect for the driver), and the driver's own `pass_env` (from the
+/// broker's environment, which is the application's for `cloister run`) and `env` (set here:
+/// they win). Another driver's variables never reach it; `HOME`, `XDG_CACHE_HOME` and
+/// `TMPDIR`, set after, are the worker's private folders (a file cannot set them).
+pub fn worker_environment(driver: &Driver) -> Vec<(String, std::ffi::OsString)> {
+    let files = cloister_ipc::settings::files();
+    let passed = files.driver_pass_env(&driver.name).into_iter().map(|(name, _)| name);
+    let mut out: Vec<(String, std::ffi::OsString)> = cloister_sandbox_policy::ENV_PASSTHROUGH
+        .iter()
+        .chain(FAULT_DRIVER_VARS)
+        .map(|k| k.to_string())
+        .chain(passed)
+        .filter_map(|k| std::env::var_os(&k).map(|v| (k, v)))
+        .collect();
+    let mut set = |k: String, v: std::ffi::OsString| match out.iter_mut().find(|(n, _)| *n == k) {
+        Some(slot) => slot.1 = v,
+        None => out.push((k, v)),
+    };
+    for (k, v) in cloister_ipc::settings::worker_env(&driver.name) {
+        set(k.to_string(), v.into());
+    }
+    for (k, v, _) in files.driver_env(&driver.name) {
+        set(k, v.into());
+    }
+    out
+}
 
 /// The worker's private, persistent cache directory: its only writable place (the driver's
 /// kernel cache lives there between runs), also its `HOME` and `TMPDIR`. It holds the
@@ -388,7 +466,7 @@ fn worker_tmp(cache: &Path) -> std::io::Result<PathBuf> {
 
 /// Starts a worker for `driver`; returns the shim's end of its channel. A thread waits for the
 /// worker and, if it dies, writes a crash report naming the cause.
-pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppStdio>) -> std::io::Result<Spawned> {
+pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -> std::io::Result<Spawned> {
     let (ours, theirs) = channel::seqpacket_pair().map_err(|e| std::io::Error::other(e.to_string()))?;
     let recorder = FlightRecorder::create().map_err(|e| std::io::Error::other(e.to_string()))?;
     let cache = cache_dir(driver)?;
@@ -397,13 +475,17 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
     let recorder_raw = recorder.region().fd().as_raw_fd();
     let mut cmd = Command::new(&options.worker);
     cmd.arg("--library").arg(&driver.library).arg("--name").arg(&driver.name).arg("--cache").arg(&cache);
-    if let Some(p) = &options.profile {
+    // A learning worker runs observed, not confined: no profile, nothing to require.
+    let choices = match options.learn {
+        Some(_) => DriverChoices { profile: None, require_sandbox: false },
+        None => DriverChoices::of(driver),
+    };
+    if let Some(p) = &choices.profile {
         cmd.arg("--profile").arg(p);
     }
     if options.no_sandbox {
         cmd.arg("--no-sandbox");
-    }
-    if options.require_sandbox {
+    } else if choices.require_sandbox {
         cmd.arg("--require-sandbox");
     }
     if options.learn.is_some() {
@@ -417,16 +499,13 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
     // like a build's `-I.`, resolve in its own cache, and the application's headers come staged.
     cmd.current_dir(&cache);
     cmd.env_clear();
-    for key in cloister_sandbox_policy::ENV_PASSTHROUGH.iter().chain(WORKER_CLOISTER_VARS.iter()) {
-        if let Some(v) = std::env::var_os(key) {
-            cmd.env(key, v);
-        }
-    }
+    cmd.envs(worker_environment(driver));
     cmd.env("HOME", &cache).env("XDG_CACHE_HOME", &cache).env("TMPDIR", &tmp);
     // Every broker read the settings at its start and said what was wrong with them.
     cmd.env(cloister_ipc::settings::ALREADY_SAID, "1");
     // Never the broker's own stdio, which may be the user's terminal.
     cmd.stdin(Stdio::null());
+    let ForApp { stdio, app } = for_app;
     match stdio {
         Some(AppStdio { out, err }) => cmd.stdout(Stdio::from(out)).stderr(Stdio::from(err)),
         None => cmd.stdout(Stdio::null()).stderr(Stdio::null()),
@@ -447,6 +526,13 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
         });
     }
     let mut child = cmd.spawn()?;
+    tracing::info!(
+        worker = child.id(),
+        driver = %driver.name,
+        client = app.as_ref().map(|a| a.pid),
+        probe = options.probe,
+        "worker started"
+    );
     // Opened before the reaper can reap the child, so it names this worker.
     // SAFETY: pidfd_open on our unreaped child's pid; the result is checked.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
@@ -461,7 +547,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
     let verdict = Arc::new(Verdict::default());
     // The worker's own profile, for its spawn limit (a profile file that no longer parses
     // means no spawning: the worker refuses to start with it anyway).
-    let max_processes = match &options.profile {
+    let max_processes = match &choices.profile {
         Some(p) => cloister_sandbox_policy::Profile::load(p).ok(),
         None => Some(cloister_sandbox_policy::Profile::for_library(&driver.library)),
     }
@@ -496,12 +582,12 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
     }
     let driver = driver.clone();
     let profile =
-        options.profile.clone().unwrap_or_else(|| cloister_sandbox_policy::Profile::for_library(&driver.library).name);
+        choices.profile.unwrap_or_else(|| cloister_sandbox_policy::Profile::for_library(&driver.library).name);
     let exited = Arc::new(AtomicBool::new(false));
     let probe = options.probe;
     if options.learn.is_none() {
         let (recorder, exited, deadlines, verdict) =
-            (recorder.clone(), exited.clone(), Deadlines::from_env(), verdict.clone());
+            (recorder.clone(), exited.clone(), Deadlines::for_driver(Some(&driver.name)), verdict.clone());
         std::thread::spawn(move || crate::watchdog::watch(pid, recorder, exited, deadlines, verdict));
     }
     LIVE_WORKERS.fetch_add(1, Ordering::AcqRel);
@@ -512,6 +598,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
         exited.store(true, Ordering::Release);
         let _last = LiveWorker;
         let Ok(status) = status else { return };
+        tracing::info!(worker = pid, driver = %driver.name, %status, "worker ended");
         if dismissed.load(Ordering::Acquire) {
             if !probe {
                 eprintln!(
@@ -521,14 +608,14 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, stdio: Option<AppS
             }
             return;
         }
-        if let Some(cause) = death_cause(status, &verdict) {
+        if let Some(cause) = death_cause(status, &verdict, &driver.name) {
             // A start-up check's worker that refused its driver (not a library, not an ICD, no
             // platform) exits with a status: that is a setup mistake the check says itself. One
             // that crashed, hung or broke the cage is a driver fault, reported as any other.
             let said = if probe && matches!(cause, Cause::Exit { .. }) {
                 cause.describe()
             } else {
-                report_death(&driver, &profile, pid, cause, &recorder)
+                report_death(&driver, &profile, pid, cause, &recorder, app)
             };
             *note_for_reaper.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
         }
@@ -579,10 +666,10 @@ impl Verdict {
 }
 
 /// Why a worker ended, or `None` for a clean exit (its application went away).
-fn death_cause(status: std::process::ExitStatus, verdict: &Verdict) -> Option<Cause> {
+fn death_cause(status: std::process::ExitStatus, verdict: &Verdict, driver: &str) -> Option<Cause> {
     use std::os::unix::process::ExitStatusExt;
     if let Some(&call) = verdict.hung.get() {
-        let deadline_ms = Deadlines::from_env().for_op(call);
+        let deadline_ms = Deadlines::for_driver(Some(driver)).for_op(call);
         return Some(Cause::Hang { call: call.to_string(), deadline_ms });
     }
     if let Some(&trapped) = verdict.trapped.get() {
@@ -603,8 +690,16 @@ fn recorded(c: cloister_ipc::recorder::CallRecord) -> RecordedCall {
 }
 
 /// Writes the report, says so on stderr, and returns what was said (for the application).
-fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder: &FlightRecorder) -> String {
+fn report_death(
+    driver: &Driver,
+    profile: &str,
+    pid: u32,
+    cause: Cause,
+    recorder: &FlightRecorder,
+    application: Option<cloister_crash_reports::Application>,
+) -> String {
     let mut report = CrashReport::new(&driver.name, &driver.library, profile, pid, cause);
+    report.application = application;
     let w = &mut report.worker;
     w.in_flight = recorder.in_flight().into_iter().next().map(recorded);
     w.last_calls = recorder.last_calls(32).into_iter().map(recorded).collect();
@@ -619,7 +714,14 @@ fn report_death(driver: &Driver, profile: &str, pid: u32, cause: Cause, recorder
     if let (Some(call), false) = (&report.worker.in_flight, matches!(report.cause, Cause::Hang { .. })) {
         report.signature = format!("{}:{}", report.signature, call.op);
     }
-    let saved = cloister_crash_reports::crash_dir().map(|dir| report.write(&dir));
+    let saved = cloister_crash_reports::crash_dir().map(|dir| {
+        let written = report.write(&dir);
+        // Old reports go as new ones come (`CLOISTER_CRASH_KEEP`, `CLOISTER_CRASH_KEEP_DAYS`).
+        let keep = cloister_crash_reports::Retention::from_settings();
+        let pruned = cloister_crash_reports::prune(&dir, keep, cloister_crash_reports::now());
+        tracing::debug!(worker = pid, pruned, "crash report written");
+        written
+    });
     let place = match saved {
         Some(Ok(path)) => format!("report: {}", path.display()),
         Some(Err(e)) => format!("the report could not be written: {e}"),

@@ -23,12 +23,21 @@ pub struct SandboxOptions {
 use crate::drivers::{self, Driver};
 
 impl SandboxOptions {
-    /// Checks the options before anything starts. A profile file is made absolute (the worker
-    /// runs in its cache folder, where a relative path means something else) and parsed here, so
-    /// a missing or malformed profile is one message naming the file and line; the `CLOISTER_*`
-    /// settings are read once, so a bad value is said now (`settings::check_all`).
+    /// Checks the options and the configuration before anything starts. A profile file is made
+    /// absolute (the worker runs in its cache folder, where a relative path means something
+    /// else) and parsed here, so a missing or malformed profile is one message naming the file
+    /// and line; so is a malformed configuration file, and every profile it names; the
+    /// `CLOISTER_*` settings are read once, so a bad value is said now (`settings::check_all`).
+    /// The flags become the settings' top layer (`--profile`, `--require-sandbox`).
     pub fn resolve(&self) -> Result<Self, String> {
-        cloister_ipc::settings::check_all();
+        self.resolve_with(true)
+    }
+
+    /// Like `resolve`; without `strict_files`, a malformed configuration file is said once and
+    /// passed over (the defaults are used), as the shim does: the private broker a shim starts
+    /// must serve it whatever the files say.
+    pub fn resolve_with(&self, strict_files: bool) -> Result<Self, String> {
+        use cloister_ipc::settings;
         let mut out = self.clone();
         if let Some(p) = &self.profile {
             if cloister_sandbox_policy::Profile::builtin(p).is_none() {
@@ -36,7 +45,16 @@ impl SandboxOptions {
                 let abs = std::fs::canonicalize(p).map_err(|e| format!("profile {p}: {e}"))?;
                 out.profile = Some(abs.to_string_lossy().into_owned());
             }
+            settings::set_flag("profile", out.profile.as_deref().unwrap_or(p));
         }
+        if self.require_sandbox {
+            settings::set_flag("require_sandbox", "1");
+        }
+        match settings::check_all() {
+            Err(e) if !strict_files => settings::say_once(&format!("{e} (the file is not used)")),
+            other => other?,
+        }
+        check_profiles()?;
         Ok(out)
     }
 
@@ -46,40 +64,87 @@ impl SandboxOptions {
         install: &Install,
         learn: Option<std::sync::Arc<crate::broker::LearnSink>>,
     ) -> WorkerOptions {
-        WorkerOptions {
-            worker: install.worker.clone(),
-            profile: self.profile.clone(),
-            no_sandbox: self.no_sandbox,
-            require_sandbox: self.require_sandbox,
-            learn,
-            probe: false,
-        }
+        WorkerOptions { worker: install.worker.clone(), no_sandbox: self.no_sandbox, learn, probe: false }
     }
 }
 
-/// Where the shim and worker live: beside the `cloister` binary unless overridden.
+/// Every profile the configuration files and `CLOISTER_PROFILE` name must load: a missing or
+/// malformed one stops the run here with one message, as `--profile`'s does.
+fn check_profiles() -> Result<(), String> {
+    use cloister_ipc::config::Source;
+    let files = cloister_ipc::settings::files();
+    let mut named: Vec<(String, Source)> = Vec::new();
+    for f in &files.files {
+        for values in [&f.values].into_iter().chain(f.drivers.values().map(|d| &d.values)) {
+            if let Some((p, line)) = values.get("profile") {
+                named.push((p.clone(), Source::File { path: f.path.clone(), line: *line }));
+            }
+        }
+    }
+    let env = cloister_ipc::settings::resolve("profile", None);
+    if let (Some(p), Source::Env) = (env.value, &env.source) {
+        named.push((p, Source::Env));
+    }
+    for (p, source) in named {
+        if let Err(e) = cloister_sandbox_policy::Profile::load(&p) {
+            let at = match source {
+                Source::Env => "CLOISTER_PROFILE".to_string(),
+                other => other.to_string(),
+            };
+            return Err(format!("{at}: {e}"));
+        }
+    }
+    Ok(())
+}
+
+/// Where the shim and worker live.
 pub struct Install {
     pub shim: PathBuf,
     pub worker: PathBuf,
 }
 
 impl Install {
+    /// Finds the shim and worker, in this order: `CLOISTER_SHIM`/`CLOISTER_WORKER`; beside the
+    /// `cloister` binary (a workspace build); in `../lib/cloister/` from it (`cloister install`,
+    /// a packaged install); the copies embedded in the binary (`cargo install`), unpacked into a
+    /// private folder. If none has both, the error lists every place looked at.
     pub fn locate() -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
         let dir = exe.parent().ok_or("binary has no directory")?.to_path_buf();
-        let shim = std::env::var_os("CLOISTER_SHIM").map(PathBuf::from).unwrap_or_else(|| dir.join("libcloister.so"));
-        let worker =
-            std::env::var_os("CLOISTER_WORKER").map(PathBuf::from).unwrap_or_else(|| dir.join("cloister-worker"));
-        for (what, p) in [("shim", &shim), ("worker", &worker)] {
-            if !p.exists() {
-                return Err(format!(
-                    "{what} not found at {} (build the workspace, or set CLOISTER_{})",
-                    p.display(),
-                    what.to_uppercase()
-                ));
+        let lib = dir.parent().map(|p| p.join("lib/cloister"));
+        let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+        let (shim_var, worker_var) = (var("CLOISTER_SHIM"), var("CLOISTER_WORKER"));
+        let mut looked = Vec::new();
+        for place in std::iter::once(Some(dir)).chain(std::iter::once(lib)).flatten() {
+            let shim = shim_var.clone().unwrap_or_else(|| place.join("libcloister.so"));
+            let worker = worker_var.clone().unwrap_or_else(|| place.join("cloister-worker"));
+            if shim.exists() && worker.exists() {
+                return Ok(Self { shim, worker });
+            }
+            for p in [shim, worker] {
+                if !p.exists() && !looked.contains(&p) {
+                    looked.push(p);
+                }
             }
         }
-        Ok(Self { shim, worker })
+        let unpacked = match crate::embedded::unpack() {
+            Ok(Some((shim, worker))) => Ok((shim_var.unwrap_or(shim), worker_var.unwrap_or(worker))),
+            Ok(None) => Err("this binary carries no embedded copies (a debug build: see broker/build.rs)".to_string()),
+            Err(e) => Err(e),
+        };
+        match unpacked {
+            Ok((shim, worker)) if shim.exists() && worker.exists() => Ok(Self { shim, worker }),
+            Ok((shim, worker)) => Err(format!(
+                "the shim or worker named by CLOISTER_SHIM/CLOISTER_WORKER is missing: {}, {}",
+                shim.display(),
+                worker.display()
+            )),
+            Err(why) => Err(format!(
+                "cannot find cloister's shim (libcloister.so) and worker (cloister-worker); looked for {}; and {why}. \
+                 Build the workspace (`cargo build`), install with `cargo install --path broker`, or set CLOISTER_SHIM and CLOISTER_WORKER",
+                looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            )),
+        }
     }
 }
 
@@ -174,13 +239,13 @@ impl Drop for Cage {
 
 /// The drivers to cage: all registered ones, or the one `--driver` names.
 pub fn choose_drivers(install: &Install, want: Option<&str>) -> Result<Vec<Driver>, String> {
-    let dir = drivers::vendors_dir();
-    let all = drivers::discover(&dir, &install.shim);
+    let all = drivers::discover_all(&install.shim);
+    crate::install::warn_visible_drivers(&install.shim);
     match want {
         Some(w) => Ok(vec![drivers::select(&all, w)?]),
         None if all.is_empty() => Err(format!(
             "no OpenCL drivers registered in {} (install one, e.g. `apt install pocl-opencl-icd`, or pass --driver PATH)",
-            dir.display()
+            drivers::vendors_dirs().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(" or ")
         )),
         None => Ok(all),
     }

@@ -13,9 +13,45 @@ pub struct Driver {
 
 pub const DEFAULT_VENDORS_DIR: &str = "/etc/OpenCL/vendors";
 
-/// The vendor directory cloister reads (not the one it gives the application).
-pub fn vendors_dir() -> PathBuf {
-    std::env::var_os("CLOISTER_VENDORS_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_VENDORS_DIR))
+/// Where `cloister install --system` moves the caged drivers' `.icd` files, so that
+/// applications (whose loader reads `DEFAULT_VENDORS_DIR`) see each driver once, through
+/// cloister, while cloister still finds them.
+pub const HIDDEN_VENDORS_DIR: &str = "/etc/cloister/vendors";
+
+/// The vendor folders cloister reads (not the one it gives the application), first wins: the
+/// `vendors_dir` setting (`CLOISTER_VENDORS_DIR`, the configuration files) alone when set, else
+/// the hidden drivers and then the system registry.
+pub fn vendors_dirs() -> Vec<PathBuf> {
+    match cloister_ipc::settings::get("vendors_dir", None) {
+        Some(dir) => vec![PathBuf::from(dir)],
+        None => vec![PathBuf::from(HIDDEN_VENDORS_DIR), PathBuf::from(DEFAULT_VENDORS_DIR)],
+    }
+}
+
+/// Every driver of `vendors_dirs()`, one per name, sorted by name.
+pub fn discover_all(shim: &Path) -> Vec<Driver> {
+    let mut out: Vec<Driver> = Vec::new();
+    for dir in vendors_dirs() {
+        for d in discover(&dir, shim) {
+            if !out.iter().any(|o| o.name == d.name) {
+                out.push(d);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// The drivers whose `.icd` files an application's loader sees beside cloister's own in the
+/// system registry, where each is then listed twice, once not caged (after a driver package
+/// upgrade or install put its `.icd` back). Empty when cloister is not registered there or
+/// `vendors_dir` is set.
+pub fn visible_beside_cloister(shim: &Path) -> Vec<String> {
+    let dir = Path::new(DEFAULT_VENDORS_DIR);
+    if cloister_ipc::settings::get("vendors_dir", None).is_some() || !dir.join("cloister.icd").exists() {
+        return Vec::new();
+    }
+    discover(dir, shim).into_iter().map(|d| d.name).collect()
 }
 
 /// Every registered driver except cloister's own shim, sorted by name.

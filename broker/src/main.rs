@@ -3,7 +3,11 @@
 mod bench;
 mod broker;
 mod cage;
+mod config_cmd;
 mod drivers;
+mod embedded;
+mod install;
+mod observe;
 mod probe;
 mod watchdog;
 
@@ -42,6 +46,8 @@ enum Cmd {
         no_check: bool,
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
+        #[command(flatten)]
+        observe: observe::ObserveOptions,
         /// The application and its arguments (after `--` when they start with a dash). An option
         /// cloister does not know is an error, never taken for the application.
         #[arg(required = true, trailing_var_arg = true)]
@@ -73,7 +79,9 @@ enum Cmd {
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
-    /// Crash reports: newest first, grouped by signature with counts; `show ID` prints one.
+    /// Crash reports: newest first, grouped by signature with counts; `show ID` prints one,
+    /// `clear` removes them. The newest CLOISTER_CRASH_KEEP (200) reports younger than
+    /// CLOISTER_CRASH_KEEP_DAYS (90) are kept; older ones go when a new one is written.
     Crashes {
         #[command(subcommand)]
         action: Option<CrashesCmd>,
@@ -83,6 +91,15 @@ enum Cmd {
         #[command(subcommand)]
         action: PolicyCmd,
     },
+    /// Cage every OpenCL application of the machine (--system, as root) or of this user (--user),
+    /// without `cloister run`: copies cloister where its pieces find each other, registers it with
+    /// the ICD loader, hides the drivers' own .icd files, installs the broker's systemd user unit.
+    Install(install::InstallArgs),
+    /// Undo exactly what `cloister install` did (its manifest says what).
+    Uninstall(install::UninstallArgs),
+    /// Print every setting's value in effect and where it came from (flag, environment, file
+    /// and line, default), per driver too; `--check FILE` checks a configuration file.
+    Config(config_cmd::ConfigArgs),
     /// Print the coverage table of every OpenCL entry point (Markdown, as in the README).
     Coverage,
     /// Print a shell completion script (e.g. `cloister completions bash > /etc/bash_completion.d/cloister`).
@@ -120,6 +137,11 @@ enum Cmd {
 enum CrashesCmd {
     /// Print one report readably (ID as listed, or `latest`).
     Show { id: String },
+    /// Remove every report (unreadable ones too), or only those older than DAYS.
+    Clear {
+        #[arg(long, value_name = "DAYS")]
+        older_than: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -190,8 +212,14 @@ fn main() -> ExitCode {
     // SAFETY: restoring the default action of a signal.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    cloister_ipc::log::init_program(match cli.command {
+        Cmd::Broker { .. } => "broker",
+        Cmd::Run { .. } => "run",
+        _ => "cli",
+    });
     let result = match cli.command {
-        Cmd::Run { driver, drop_in, no_check, sandbox, app } => {
+        Cmd::Run { driver, drop_in, no_check, sandbox, observe, app } => {
+            observe.export();
             run(driver.as_deref(), drop_in, no_check, &sandbox, &app)
         }
         Cmd::Drivers => list_drivers(),
@@ -213,6 +241,9 @@ fn main() -> ExitCode {
                 .map(|()| ExitCode::SUCCESS)
                 .map_err(|e| format!("cannot write the manual page: {e}"))
         }
+        Cmd::Install(args) => install::install(&args),
+        Cmd::Uninstall(args) => install::uninstall(&args),
+        Cmd::Config(args) => config_cmd::run(args),
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
@@ -232,7 +263,7 @@ fn main() -> ExitCode {
 
 fn list_drivers() -> Result<ExitCode, String> {
     let install = Install::locate()?;
-    for d in drivers::discover(&drivers::vendors_dir(), &install.shim) {
+    for d in drivers::discover_all(&install.shim) {
         println!("{}\t{}", d.name, d.library);
     }
     Ok(ExitCode::SUCCESS)
@@ -345,6 +376,7 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
         // SAFETY: installing an async-signal-safe handler.
         unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
     }
+    tracing::info!(app = ?app, "starting the application");
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -357,6 +389,7 @@ fn run_app(cage: Cage, drop_in: bool, app: &[String]) -> Result<ExitCode, String
     CHILD.store(child.id() as i32, Ordering::SeqCst);
     forward_pending_signals(child.id() as i32);
     let status = child.wait().map_err(|e| e.to_string())?;
+    tracing::info!(%status, "the application ended");
     // The application's workers end with it; let their reapers finish their reports.
     broker::drain_workers(std::time::Duration::from_secs(3));
     drop(cage);
@@ -424,10 +457,15 @@ impl Drop for Load {
 
 fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxOptions) -> Result<ExitCode, String> {
     let install = Install::locate()?;
-    let client = install.worker.with_file_name("cloister-bench-client");
-    if !client.exists() {
-        return Err(format!("benchmark client not found at {}", client.display()));
-    }
+    // Beside the worker (a build tree, a system install), else beside this binary (`cargo
+    // install` puts it there, while the worker is the unpacked embedded copy).
+    let beside_exe = std::env::current_exe().ok().map(|e| e.with_file_name("cloister-bench-client"));
+    let candidates: Vec<std::path::PathBuf> =
+        std::iter::once(install.worker.with_file_name("cloister-bench-client")).chain(beside_exe).collect();
+    let client = candidates.iter().find(|p| p.exists()).cloned().ok_or_else(|| {
+        let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+        format!("benchmark client cloister-bench-client not found (looked at {})", tried.join(", "))
+    })?;
     let sandbox = &sandbox.resolve()?;
     let mut drivers = cage::choose_drivers(&install, driver)?;
     drivers.truncate(1);
@@ -501,31 +539,57 @@ fn info(driver: Option<&str>, sandbox: &cage::SandboxOptions) -> Result<ExitCode
 }
 
 fn crashes(action: Option<CrashesCmd>) -> Result<ExitCode, String> {
-    let dir = cloister_crash_reports::crash_dir().ok_or("no state directory (set HOME or XDG_STATE_HOME)")?;
-    let all = cloister_crash_reports::list(&dir);
+    use cloister_crash_reports as reports;
+    let dir = reports::crash_dir().ok_or("no state directory (set HOME or XDG_STATE_HOME)")?;
+    let (all, corrupt) = reports::scan(&dir);
+    // Report files are data, possibly written by a hostile worker's run: escaped.
+    let e = |t: &str| reports::escape(t, false);
     match action {
         None => {
-            if all.is_empty() {
+            if all.is_empty() && corrupt.is_empty() {
                 println!("no crash reports in {}", dir.display());
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("{:>5}  {:<22}  {:<60}  cause", "count", "latest", "signature");
-            for (signature, count, newest) in cloister_crash_reports::group(&all) {
-                // Report files are data, possibly written by a hostile worker's run: escaped.
-                let e = |t: &str| cloister_crash_reports::escape(t, false);
+            println!("{:>5}  {:<23}  {:<60}  cause", "count", "latest", "signature");
+            for (signature, count, newest) in reports::group(&all) {
                 println!(
-                    "{count:>5}  {:<22}  {:<60}  {}",
-                    e(&newest.id),
+                    "{count:>5}  {:<23}  {:<60}  {}",
+                    reports::human_time(newest.report.time),
                     e(&signature),
                     e(&newest.report.cause.describe())
                 );
+                let app = newest.report.application.as_ref().map(|a| format!(", {}", e(&a.name))).unwrap_or_default();
+                println!("{:>5}  {:<23}  id {}{app}", "", "", e(&newest.id));
             }
-            println!("\n{} reports in {}; `cloister crashes show ID` prints one", all.len(), dir.display());
+            for c in &corrupt {
+                println!("  corrupt: {} ({})", e(&c.path.display().to_string()), e(&c.error));
+            }
+            println!(
+                "\n{} reports{} in {}; `cloister crashes show ID` prints one, `cloister crashes clear` removes them",
+                all.len(),
+                if corrupt.is_empty() { String::new() } else { format!(" and {} unreadable files", corrupt.len()) },
+                dir.display()
+            );
         }
         Some(CrashesCmd::Show { id }) => {
             let found = if id == "latest" { all.first() } else { all.iter().find(|s| s.id == id) };
-            let s = found.ok_or_else(|| format!("no crash report {id} in {}", dir.display()))?;
-            print!("{}", cloister_crash_reports::render(s));
+            if let Some(s) = found {
+                print!("{}", reports::render(s));
+            } else if let Some(c) = corrupt.iter().find(|c| c.id == id) {
+                return Err(format!(
+                    "crash report {} ({}) is corrupt: {}",
+                    e(&id),
+                    e(&c.path.display().to_string()),
+                    e(&c.error)
+                ));
+            } else {
+                return Err(format!("no crash report {} in {}", e(&id), dir.display()));
+            }
+        }
+        Some(CrashesCmd::Clear { older_than }) => {
+            let n = reports::clear(&dir, older_than, reports::now())
+                .map_err(|err| format!("cannot remove reports in {}: {err}", dir.display()))?;
+            println!("removed {n} files from {}", dir.display());
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -539,7 +603,7 @@ fn run_broker(
 ) -> Result<ExitCode, String> {
     use std::os::unix::fs::DirBuilderExt;
     let install = Install::locate()?;
-    let sandbox = &sandbox.resolve()?;
+    let sandbox = &sandbox.resolve_with(!exit_with_parent)?;
     let drivers = cage::choose_drivers(&install, driver)?;
     let path = match socket {
         // A folder the caller named: made private if we create it; if it exists, it is theirs

@@ -33,10 +33,8 @@ enum Failure {
 /// that does not come back is no reason to stop the run); one that hung until the `Initialize`
 /// deadline, or that the cage killed for a forbidden call, is not (it would do it again).
 pub fn check(options: &WorkerOptions, driver: &Driver) -> Result<Checked, String> {
-    let (limit, _) = cloister_ipc::settings::crash_loop();
-    let patience = Duration::from_millis(
-        cloister_ipc::deadlines::Deadlines::from_env().for_op(cloister_ipc::deadlines::INITIALIZE),
-    );
+    let (limit, _) = cloister_ipc::settings::crash_loop(Some(&driver.name));
+    let patience = Duration::from_millis(initialize_ms(driver));
     let started = Instant::now();
     let mut tries = 1;
     loop {
@@ -55,9 +53,9 @@ pub fn check(options: &WorkerOptions, driver: &Driver) -> Result<Checked, String
 
 fn check_once(options: &WorkerOptions, driver: &Driver) -> Result<Checked, Failure> {
     let options = WorkerOptions { probe: true, ..options.clone() };
-    let (sock, note, dismissal) = broker::spawn_worker(&options, driver, None)
+    let (sock, note, dismissal) = broker::spawn_worker(&options, driver, broker::ForApp::default())
         .map_err(|e| Failure::Refused(format!("cannot start its worker: {e}")))?;
-    let greeted = greet(&sock);
+    let greeted = greet(&sock, initialize_ms(driver) + 2000);
     drop(sock);
     if greeted.is_err() {
         // The worker died or refused: its reaper says why (the cage's verdict, a signal, an
@@ -86,10 +84,14 @@ fn check_once(options: &WorkerOptions, driver: &Driver) -> Result<Checked, Failu
     }
 }
 
-/// Says hello and waits for the welcome (within the `Initialize` deadline): the cage's layers.
-fn greet(sock: &OwnedFd) -> Result<Vec<String>, String> {
+/// The driver's `Initialize` deadline, in ms.
+fn initialize_ms(driver: &Driver) -> u64 {
+    cloister_ipc::deadlines::Deadlines::for_driver(Some(&driver.name)).for_op(cloister_ipc::deadlines::INITIALIZE)
+}
+
+/// Says hello and waits for the welcome (within `limit` ms): the cage's layers.
+fn greet(sock: &OwnedFd, limit: u64) -> Result<Vec<String>, String> {
     channel::send(sock, &ShimMessage::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
-    let limit = cloister_ipc::deadlines::Deadlines::from_env().for_op(cloister_ipc::deadlines::INITIALIZE) + 2000;
     if !channel::readable_within(sock, Duration::from_millis(limit)) {
         return Err(format!("its worker did not answer within {limit} ms"));
     }

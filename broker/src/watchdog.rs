@@ -28,6 +28,7 @@ pub fn watch(
             .find(|c| now.saturating_sub(c.start_ns) / 1_000_000 > deadlines.for_op(c.op));
         if let Some(call) = hung {
             verdict.hung(call.op);
+            tracing::warn!(worker = pid, call = call.op, lane = call.lane, "call past its deadline: worker killed");
             // SAFETY: killing our own child, not yet reaped (the reaper sets `exited` first).
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             return;

@@ -1,6 +1,5 @@
-//! Crash reports: what the broker writes when a worker dies, and where it keeps them.
-//! (The flight recorder and the writer arrive with the crash-resilience work; the model and the
-//! storage location are fixed here so the CLI and tests share them.)
+//! Crash reports: what the broker writes when a worker dies, where it keeps them, and how many
+//! it keeps. The model and the storage are here so the broker, the CLI and the tests share them.
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +41,40 @@ pub struct CrashReport {
     /// this is evidence, and text from here is printed with control characters escaped.
     #[serde(rename = "reported_by_the_worker_untrusted", default)]
     pub worker: WorkerReported,
+    /// The application the worker served, as the broker saw it in `/proc` when it connected
+    /// (its own text: printed escaped). Absent for a start-up check's worker, and in reports
+    /// written before cloister recorded it.
+    #[serde(default)]
+    pub application: Option<Application>,
+    /// The cloister that wrote the report.
+    #[serde(default)]
+    pub cloister_version: String,
+    /// The file the driver's library name resolved to when the broker read it (on most systems
+    /// its name carries the driver's version: `libpocl.so.2.11.0`).
+    #[serde(default)]
+    pub library_file: Option<String>,
+}
+
+/// An application as its broker saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Application {
+    pub pid: u32,
+    /// The executable's name (`/proc/PID/comm`).
+    pub name: String,
+    /// Its command line, one entry per argument (`/proc/PID/cmdline`), at most 4 KiB in all.
+    pub cmdline: Vec<String>,
+}
+
+impl Application {
+    /// The application with process id `pid`, read from `/proc` (`None` if it is gone).
+    pub fn of_pid(pid: u32) -> Option<Self> {
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim_end().to_string();
+        let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let raw = &raw[..raw.len().min(4096)];
+        let cmdline =
+            raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        Some(Self { pid, name, cmdline })
+    }
 }
 
 /// The flight recorder's account, written by the worker (untrusted).
@@ -150,7 +183,7 @@ pub fn signal_name(sig: i32) -> &'static str {
 
 impl CrashReport {
     pub fn new(driver: &str, library: &str, profile: &str, pid: u32, cause: Cause) -> Self {
-        let time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let time = now();
         let signature = format!("{driver}:{}", cause.signature_part());
         Self {
             time,
@@ -161,6 +194,9 @@ impl CrashReport {
             cause,
             signature,
             worker: WorkerReported::default(),
+            application: None,
+            cloister_version: env!("CARGO_PKG_VERSION").to_string(),
+            library_file: std::fs::canonicalize(library).ok().map(|p| p.display().to_string()),
         }
     }
 
@@ -176,10 +212,18 @@ impl CrashReport {
         let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
         let tmp = path.with_extension("json.tmp");
         let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-        f.write_all(&json)?;
-        drop(f);
-        std::fs::rename(&tmp, &path)?;
+        let written = (|| {
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+            f.write_all(&json)?;
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(&tmp, &path)
+        })();
+        // A full disk (or any other failure) leaves no half-written file behind.
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         Ok(path)
     }
 }
@@ -227,21 +271,126 @@ pub struct Stored {
     pub report: CrashReport,
 }
 
-/// Every readable report in `dir`, newest first. Unreadable files are skipped, not fatal.
+/// A `.json` file in the reports' folder that is not a readable report.
+#[derive(Debug, Clone)]
+pub struct Corrupt {
+    pub id: String,
+    pub path: PathBuf,
+    /// Why it could not be read, for people.
+    pub error: String,
+}
+
+/// Every report in `dir`: the readable ones newest first, and the files that are not reports.
+pub fn scan(dir: &Path) -> (Vec<Stored>, Vec<Corrupt>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return (Vec::new(), Vec::new()) };
+    let mut good = Vec::new();
+    let mut bad = Vec::new();
+    for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let id = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let read = std::fs::read(&path).map_err(|e| e.to_string());
+        match read.and_then(|b| serde_json::from_slice::<CrashReport>(&b).map_err(|e| e.to_string())) {
+            Ok(report) => good.push(Stored { id, path, report }),
+            Err(error) => bad.push(Corrupt { id, path, error }),
+        }
+    }
+    good.sort_by(|a: &Stored, b: &Stored| (b.report.time, &b.id).cmp(&(a.report.time, &a.id)));
+    bad.sort_by(|a, b| a.id.cmp(&b.id));
+    (good, bad)
+}
+
+/// Every readable report in `dir`, newest first. Unreadable files are left out (`scan` names
+/// them).
 pub fn list(dir: &Path) -> Vec<Stored> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut out: Vec<Stored> = entries
+    scan(dir).0
+}
+
+/// How many reports to keep: the newest `last`, and none older than `days` (0: no age limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub last: usize,
+    pub days: u64,
+}
+
+impl Retention {
+    /// The `crash_keep` (default 200 reports) and `crash_keep_days` (default 90) settings.
+    pub fn from_settings() -> Self {
+        use cloister_ipc::settings::number;
+        Retention { last: number("crash_keep", None) as usize, days: number("crash_keep_days", None) }
+    }
+}
+
+/// Removes the reports `keep` does not keep, and half-written `.json.tmp` files older than a
+/// minute (a writer that died mid-write); returns how many files went. Corrupt `.json` files
+/// are left for `clear`: they may be someone's evidence.
+pub fn prune(dir: &Path, keep: Retention, now: u64) -> usize {
+    let mut removed = 0;
+    let (all, _) = scan(dir);
+    let cutoff = (keep.days > 0).then(|| now.saturating_sub(keep.days * 86_400));
+    for (i, s) in all.iter().enumerate() {
+        if (i >= keep.last || cutoff.is_some_and(|c| s.report.time < c)) && std::fs::remove_file(&s.path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed + remove_stale_tmp(dir, std::time::Duration::from_secs(60))
+}
+
+fn remove_stale_tmp(dir: &Path, age: std::time::Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
         .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .filter_map(|path| {
-            let report = serde_json::from_slice::<CrashReport>(&std::fs::read(&path).ok()?).ok()?;
-            let id = path.file_stem()?.to_string_lossy().into_owned();
-            Some(Stored { id, path, report })
-        })
-        .collect();
-    out.sort_by(|a, b| (b.report.time, &b.id).cmp(&(a.report.time, &a.id)));
-    out
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json.tmp"))
+        .filter(|e| e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|a| a >= age)))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
+/// Removes every report in `dir` (corrupt ones and leftovers too), or with `older_than_days`
+/// only the readable reports older than that; returns how many files went.
+pub fn clear(dir: &Path, older_than_days: Option<u64>, now: u64) -> std::io::Result<usize> {
+    let (good, bad) = scan(dir);
+    let mut removed = 0;
+    match older_than_days {
+        Some(days) => {
+            let cutoff = now.saturating_sub(days * 86_400);
+            for s in good.iter().filter(|s| s.report.time < cutoff) {
+                std::fs::remove_file(&s.path)?;
+                removed += 1;
+            }
+        }
+        None => {
+            for p in good.iter().map(|s| &s.path).chain(bad.iter().map(|c| &c.path)) {
+                std::fs::remove_file(p)?;
+                removed += 1;
+            }
+            removed += remove_stale_tmp(dir, std::time::Duration::ZERO);
+        }
+    }
+    Ok(removed)
+}
+
+/// Seconds since the Unix epoch now.
+pub fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// `secs` since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC` (the civil-from-days algorithm of
+/// Howard Hinnant's date library; no time-zone database is read).
+pub fn human_time(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// Reports grouped by signature: (signature, count, newest report), newest group first.
@@ -261,16 +410,33 @@ pub fn render(s: &Stored) -> String {
     let r = &s.report;
     let e = |t: &str| escape(t, false);
     let mut out = format!(
-        "crash {}\n  driver:    {} ({})\n  profile:   {}\n  worker:    pid {}\n  time:      {} (Unix seconds)\n  cause:     {}\n  signature: {}\n",
+        "crash {}\n  time:      {} ({})\n  driver:    {} ({})\n",
         e(&s.id),
+        human_time(r.time),
+        r.time,
         e(&r.driver),
         e(&r.library),
+    );
+    if let Some(file) = &r.library_file {
+        out.push_str(&format!("  library:   {}\n", e(file)));
+    }
+    if let Some(app) = &r.application {
+        out.push_str(&format!("  application: {} (pid {})\n", e(&app.name), app.pid));
+        if !app.cmdline.is_empty() {
+            let words: Vec<String> = app.cmdline.iter().map(|a| e(a)).collect();
+            out.push_str(&format!("  command:   {}\n", words.join(" ")));
+        }
+    }
+    out.push_str(&format!(
+        "  profile:   {}\n  worker:    pid {}\n  cause:     {}\n  signature: {}\n",
         e(&r.profile),
         r.pid,
-        r.time,
         e(&r.cause.describe()),
         e(&r.signature)
-    );
+    ));
+    if !r.cloister_version.is_empty() {
+        out.push_str(&format!("  cloister:  {}\n", e(&r.cloister_version)));
+    }
     let w = &r.worker;
     out.push_str("  reported by the worker (untrusted):\n");
     if let Some(d) = &w.device {
@@ -321,6 +487,7 @@ mod escape_tests {
         r.worker.device = Some(hostile.into());
         r.worker.program_source = Some(format!("ok\n{hostile}"));
         r.worker.build_options = Some(hostile.into());
+        r.application = Some(Application { pid: 7, name: hostile.into(), cmdline: vec![hostile.into(), "-x".into()] });
         let text = render(&Stored { id: "x".into(), path: "/r.json".into(), report: r });
         assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
         assert!(text.contains("reported by the worker (untrusted)"), "{text}");
@@ -357,5 +524,77 @@ mod listing_tests {
         assert_eq!(mode(&dir), 0o700, "the reports' folder is private");
         assert_eq!(mode(&all[0].path), 0o600, "a report is private");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod retention_tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cloister-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn report_at(time: u64, pid: u32) -> CrashReport {
+        let mut r = CrashReport::new("pocl", "libpocl.so", "pocl", pid, Cause::Exit { status: 1 });
+        r.time = time;
+        r
+    }
+
+    #[test]
+    fn human_dates_are_utc_calendar_dates() {
+        assert_eq!(human_time(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(human_time(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(human_time(1_795_459_723), "2026-11-23 18:48:43 UTC");
+        assert_eq!(human_time(4_107_542_399), "2100-02-28 23:59:59 UTC");
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_and_the_young() {
+        let d = dir("prune");
+        let day = 86_400;
+        let now = 1000 * day;
+        for (i, age) in [1u64, 2, 3, 50, 100].iter().enumerate() {
+            report_at(now - age * day, i as u32).write(&d).unwrap();
+        }
+        // The newest three of the young ones.
+        assert_eq!(prune(&d, Retention { last: 3, days: 0 }, now), 2);
+        assert_eq!(list(&d).iter().map(|s| s.report.pid).collect::<Vec<_>>(), vec![0, 1, 2]);
+        // Then by age: two days and younger.
+        assert_eq!(prune(&d, Retention { last: 10, days: 2 }, now), 1);
+        assert_eq!(list(&d).len(), 2);
+        // Nothing more to do: an off-by-one keeps the two-day-old report.
+        assert_eq!(prune(&d, Retention { last: 2, days: 2 }, now), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn corrupt_files_are_named_and_cleared() {
+        let d = dir("corrupt");
+        report_at(10, 1).write(&d).unwrap();
+        report_at(20, 2).write(&d).unwrap();
+        std::fs::write(d.join("30-3.json"), "{ not json").unwrap();
+        std::fs::write(d.join("40-4.json.tmp"), "half").unwrap();
+        let (good, bad) = scan(&d);
+        assert_eq!(good.len(), 2);
+        assert_eq!(bad.len(), 1);
+        assert_eq!(bad[0].id, "30-3");
+        assert!(!bad[0].error.is_empty());
+        // Pruning leaves the corrupt file and a young leftover alone.
+        assert_eq!(prune(&d, Retention { last: 10, days: 0 }, 100), 0);
+        assert_eq!(clear(&d, Some(1), 86_400 + 15).unwrap(), 1, "only the report older than a day");
+        assert_eq!(clear(&d, None, 0).unwrap(), 3, "the rest, the corrupt file and the leftover");
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_application_is_read_from_proc() {
+        let me = Application::of_pid(std::process::id()).unwrap();
+        assert!(!me.name.is_empty());
+        assert!(!me.cmdline.is_empty());
+        assert!(Application::of_pid(u32::MAX).is_none());
     }
 }

@@ -97,6 +97,7 @@ pub const CL_DEVICE_TYPE_ALL: cl_bitfield = 0xFFFF_FFFF;
 pub const CL_DEVICE_TYPE: cl_uint = 0x1000;
 pub const CL_DEVICE_AVAILABLE: cl_uint = 0x1027;
 pub const CL_DEVICE_NAME: cl_uint = 0x102B;
+pub const CL_DRIVER_VERSION: cl_uint = 0x102D;
 pub const CL_DEVICE_HOST_UNIFIED_MEMORY: cl_uint = 0x1035;
 pub const CL_DEVICE_PLATFORM: cl_uint = 0x1031;
 pub const CL_DEVICE_PARENT_DEVICE: cl_uint = 0x1042;
@@ -159,6 +160,8 @@ pub const CL_KERNEL_PROGRAM: cl_uint = 0x1194;
 // Events.
 pub const CL_EVENT_COMMAND_QUEUE: cl_uint = 0x11D0;
 pub const CL_EVENT_COMMAND_TYPE: cl_uint = 0x11D1;
+pub const CL_COMMAND_MAP_BUFFER: cl_uint = 0x11FB;
+pub const CL_COMMAND_UNMAP_MEM_OBJECT: cl_uint = 0x11FD;
 pub const CL_EVENT_REFERENCE_COUNT: cl_uint = 0x11D2;
 pub const CL_EVENT_COMMAND_EXECUTION_STATUS: cl_uint = 0x11D3;
 pub const CL_EVENT_CONTEXT: cl_uint = 0x11D4;

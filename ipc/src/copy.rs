@@ -17,10 +17,7 @@ pub const PARALLEL_MIN: usize = 2 << 20;
 /// may run on, at most 4 (the other half is the driver's, and the application's own).
 pub fn threads() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        crate::settings::number("CLOISTER_COPY_THREADS", (cores / 2).clamp(1, 4), 1..=64)
-    })
+    *N.get_or_init(|| crate::settings::number("copy_threads", None).max(1) as usize)
 }
 
 /// Copies `len` bytes from `src` to `dst`, on several threads when it is large.

@@ -78,7 +78,7 @@ pub fn recorded_name(req: &Request) -> &'static str {
 /// The class of each step. Anything not named here is `Other`.
 pub fn class_of(op: &str) -> Class {
     match op {
-        "GetInfo" | "GetDeviceIds" | "GetSupportedImageFormats" | "GetTimers" => Class::Info,
+        "GetInfo" | "GetDeviceIds" | "GetSupportedImageFormats" | "GetTimers" | "EventStatuses" => Class::Info,
         "BuildProgram"
         | "CompileProgram"
         | "LinkProgram"
@@ -118,15 +118,15 @@ impl Default for Deadlines {
 }
 
 impl Deadlines {
-    pub fn from_env() -> Self {
-        let d = Self::default();
-        // At least 1 ms, at most a day: a deadline of 0 or a negative one is a typo.
-        let get = |name: &str, default: u64| crate::settings::number(name, default, 1..=86_400_000);
+    /// The deadlines in effect for `driver` (a driver's section of the configuration may set its
+    /// own), or for every driver; each 1 ms to a day (the settings table checks it).
+    pub fn for_driver(driver: Option<&str>) -> Self {
+        let get = |key: &str| crate::settings::number(key, driver);
         Self {
-            info_ms: get("CLOISTER_DEADLINE_INFO_MS", d.info_ms),
-            build_ms: get("CLOISTER_DEADLINE_BUILD_MS", d.build_ms),
-            wait_ms: get("CLOISTER_DEADLINE_WAIT_MS", d.wait_ms),
-            other_ms: get("CLOISTER_DEADLINE_OTHER_MS", d.other_ms),
+            info_ms: get("deadline_info_ms"),
+            build_ms: get("deadline_build_ms"),
+            wait_ms: get("deadline_wait_ms"),
+            other_ms: get("deadline_other_ms"),
         }
     }
 
@@ -220,6 +220,7 @@ mod tests {
             ("FinalizeCommandBuffer", Other),
             ("RecordCommand", Other),
             ("EnqueueCommandBuffer", Other),
+            ("EventStatuses", Info),
             (INITIALIZE, Other),
             (PROGRAM_BINARY_SIZES, Build),
         ];

@@ -79,7 +79,7 @@ struct Header {
 /// `CLOISTER_SPIN_US`: the longest a wait spins before it sleeps (default 50 µs; 0 never spins).
 pub fn spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| Duration::from_micros(crate::settings::number("CLOISTER_SPIN_US", 50, 0..=1_000_000)))
+    *SPIN.get_or_init(|| Duration::from_micros(crate::settings::number("spin_us", None)))
 }
 
 /// The number of runnable threads on the machine now: `/proc/loadavg`'s fourth field

@@ -1,17 +1,26 @@
-//! `CLOISTER_*` settings read from the environment. A value that does not parse, or is out of
-//! range, is not silently ignored: the process says once, on stderr, what was wrong and which
-//! value it uses instead (`CLOISTER_SPIN_US=abc` used to mean "50" without a word).
+//! The settings in effect in this process: each from a flag, its `CLOISTER_*` variable, the
+//! user's or the system's configuration file, or its default (see `config`, which holds the
+//! table and the layers). A value that does not parse, or is out of range, is not silently
+//! ignored: the process says once, on stderr, what was wrong and which value it uses instead
+//! (`CLOISTER_SPIN_US=abc` used to mean "50" without a word).
 
-use std::collections::HashSet;
-use std::fmt::Display;
-use std::str::FromStr;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 
-/// Set by `cloister run` in the application's environment: cloister has read the same variables
-/// and said what was wrong, so the shim inside the application does not say it again.
+use crate::config::{setting, Files, Resolved};
+
+/// Set by `cloister run` in the application's environment, and by the broker in each worker's:
+/// cloister has read the same settings and said what was wrong, so the shim inside the
+/// application and the workers do not say it again.
 pub const ALREADY_SAID: &str = "CLOISTER_SETTINGS_SAID";
 
-/// Says `message` about `name` on stderr, once per process and variable.
+/// Says `message` on stderr, once per process (and not at all where cloister said it before).
+pub fn say_once(message: &str) {
+    warn_once(message, message);
+}
+
+/// Says `message` about `name` on stderr, once per process and name.
 fn warn_once(name: &str, message: &str) {
     if std::env::var_os(ALREADY_SAID).is_some() {
         return;
@@ -23,123 +32,132 @@ fn warn_once(name: &str, message: &str) {
     }
 }
 
-/// The value of `name` checked by `parse`; unset or empty gives `default`, a bad value gives
-/// `default` and one warning naming `expected`.
-pub fn parsed<T: Display + Clone>(name: &str, default: T, expected: &str, parse: impl Fn(&str) -> Option<T>) -> T {
-    match std::env::var(name) {
-        Ok(v) if v.trim().is_empty() => default,
-        Ok(v) => parse(v.trim()).unwrap_or_else(|| {
-            warn_once(name, &format!("{name}={v:?} is not {expected}; using {default}"));
-            default
-        }),
-        Err(std::env::VarError::NotPresent) => default,
-        Err(std::env::VarError::NotUnicode(_)) => {
-            warn_once(name, &format!("{name} is not valid UTF-8; using {default}"));
-            default
-        }
+static ENVIRONMENT_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// The worker reads its settings from the environment only: the broker puts there the value in
+/// effect for its driver, and a file under the worker's `HOME` (its own, driver-writable cache)
+/// must not steer it. Called before any setting is read.
+pub fn environment_only() {
+    ENVIRONMENT_ONLY.store(true, Ordering::Release);
+}
+
+static FLAGS: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+
+/// A command-line flag's value for the setting `key`: above every other layer. Set before the
+/// settings are used (`cloister` sets its flags first thing).
+pub fn set_flag(key: &str, value: &str) {
+    FLAGS.lock().unwrap_or_else(|e| e.into_inner()).insert(setting(key).key.to_string(), value.to_string());
+}
+
+/// The configuration files, read once per process.
+pub fn files() -> &'static Files {
+    static FILES: OnceLock<Files> = OnceLock::new();
+    FILES.get_or_init(|| if ENVIRONMENT_ONLY.load(Ordering::Acquire) { Files::default() } else { Files::read() })
+}
+
+/// Says once what is wrong with the files (a process that cannot stop, like the shim, goes on
+/// without the malformed ones: with the defaults).
+fn say_file_problems() {
+    let f = files();
+    for w in &f.warnings {
+        say_once(w);
+    }
+    for e in &f.errors {
+        say_once(&format!("{e} (the file is not used)"));
     }
 }
 
-/// A number within `range`.
-pub fn number<T>(name: &str, default: T, range: std::ops::RangeInclusive<T>) -> T
-where
-    T: FromStr + Display + Clone + PartialOrd,
-{
-    let expected = format!("a whole number from {} to {}", range.start(), range.end());
-    parsed(name, default, &expected, |v| v.parse::<T>().ok().filter(|n| range.contains(n)))
+/// The value of setting `key` for `driver` (or all drivers), and where it came from; nothing said.
+pub fn resolve(key: &str, driver: Option<&str>) -> Resolved {
+    let flags = FLAGS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    files().resolve(setting(key), driver, &flags, &|name| std::env::var_os(name))
 }
 
-/// One of `choices` (the default must be one of them).
-pub fn choice(name: &str, default: &'static str, choices: &[&'static str]) -> &'static str {
-    let expected = format!("one of {}", choices.join(", "));
-    parsed(name, default, &expected, |v| choices.iter().copied().find(|c| *c == v))
-}
-
-/// `CLOISTER_CRASH_LOOP=K/T`: K crashes within T seconds stop the restarts (default 3/60).
-pub fn crash_loop() -> (usize, u64) {
-    #[derive(Clone, Copy)]
-    struct CrashLoop(usize, u64);
-    impl Display for CrashLoop {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "{}/{}", self.0, self.1)
-        }
+/// The value of setting `key` for `driver` (or all drivers), checked; a bad value is said once.
+pub fn get(key: &str, driver: Option<&str>) -> Option<String> {
+    say_file_problems();
+    let r = resolve(key, driver);
+    if let Some(p) = &r.problem {
+        warn_once(setting(key).env, p);
     }
-    let expected = "K/T (K crashes, 1 or more, within T seconds, 1 or more)";
-    let c = parsed("CLOISTER_CRASH_LOOP", CrashLoop(3, 60), expected, |v| {
-        let (k, t) = v.split_once('/')?;
-        let (k, t) = (k.trim().parse().ok()?, t.trim().parse().ok()?);
-        (k >= 1 && t >= 1).then_some(CrashLoop(k, t))
-    });
-    (c.0, c.1)
+    r.value
 }
 
-/// `CLOISTER_STAGING`: how the worker stages transfers (see the worker's `staging`).
-pub fn staging() -> &'static str {
-    choice("CLOISTER_STAGING", "auto", &["auto", "plain", "pinned"])
+/// A number setting (its value is checked against its range; every number setting has a default).
+pub fn number(key: &str, driver: Option<&str>) -> u64 {
+    get(key, driver).and_then(|v| v.parse().ok()).unwrap_or_default()
 }
 
-/// `CLOISTER_SYNC=1`: strict mode, every enqueue waits for its reply (see the shim's `Conn::post`).
+/// An on/off setting.
+pub fn switch(key: &str) -> bool {
+    get(key, None).as_deref() == Some("1")
+}
+
+/// `crash_loop = "K/T"`: K crashes within T seconds stop the restarts (default 3/60).
+pub fn crash_loop(driver: Option<&str>) -> (usize, u64) {
+    let v = get("crash_loop", driver).unwrap_or_default();
+    let (k, t) = v.split_once('/').unwrap_or(("3", "60"));
+    (k.parse().unwrap_or(3), t.parse().unwrap_or(60))
+}
+
+/// `staging`: how the worker stages transfers (see the worker's `staging`).
+pub fn staging() -> String {
+    get("staging", None).unwrap_or_default()
+}
+
+/// `sync = 1`: strict mode, every enqueue waits for its reply (see the shim's `Conn::post`).
 pub fn sync_mode() -> bool {
-    number("CLOISTER_SYNC", 0u8, 0..=1) == 1
+    switch("sync")
 }
 
-/// `CLOISTER_ZERO_COPY`: whether buffers of host-unified devices share their memory (`1`, the
-/// default) or are staged like any other (`0`).
+/// `zero_copy`: whether buffers of host-unified devices share their memory (`1`, the default)
+/// or are staged like any other (`0`).
 pub fn zero_copy() -> bool {
-    choice("CLOISTER_ZERO_COPY", "1", &["0", "1"]) == "1"
+    switch("zero_copy")
 }
 
-/// `CLOISTER_RECOVERY`: what the shim does when a worker dies. `replay` rebuilds the
-/// application's objects and memory contents in the replacement worker and reruns what was
-/// lost; `report` (the default) makes the lost objects answer `CL_DEVICE_NOT_AVAILABLE`.
-pub fn recovery() -> &'static str {
-    choice("CLOISTER_RECOVERY", "report", &["report", "replay"])
+/// `recovery`: what the shim does when a worker dies: `replay` rebuilds the application's
+/// objects and memory contents in the replacement and reruns what was lost; `report` (the
+/// default) makes the lost objects answer `CL_DEVICE_NOT_AVAILABLE`.
+pub fn recovery() -> String {
+    get("recovery", None).unwrap_or_default()
 }
 
-/// `CLOISTER_RECOVERY_BUDGET_MB`: how much memory (MiB) replay mode may keep per worker for
-/// known buffer contents and the journal of commands since (default 256).
+/// `recovery_budget_mb`: how much memory (MiB) replay mode may keep per worker for known buffer
+/// contents and the journal of commands since.
 pub fn recovery_budget_mb() -> u64 {
-    number("CLOISTER_RECOVERY_BUDGET_MB", 256u64, 0..=1 << 20)
+    number("recovery_budget_mb", None)
 }
 
-/// Reads every setting once, so that `cloister run` says what is wrong before the application
-/// starts (the application's shim and the workers then stay quiet about it).
-pub fn check_all() {
-    crate::deadlines::Deadlines::from_env();
-    crash_loop();
-    staging();
-    zero_copy();
-    crate::copy::threads();
-    crate::lane::spin_budget();
-    sync_mode();
-    recovery();
-    recovery_budget_mb();
+/// `debug = 1`: the worker says what its cage is.
+pub fn debug() -> bool {
+    switch("debug")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// `quiet = 1`: the shim says nothing.
+pub fn quiet() -> bool {
+    switch("quiet")
+}
 
-    // Each test uses its own variable: tests run in parallel threads of one process.
-    #[test]
-    fn good_values_are_used_and_bad_ones_fall_back() {
-        std::env::set_var("CLOISTER_TEST_SETTING_A", "250");
-        assert_eq!(number("CLOISTER_TEST_SETTING_A", 10u64, 0..=1000), 250);
-        std::env::set_var("CLOISTER_TEST_SETTING_A", "-5");
-        assert_eq!(number("CLOISTER_TEST_SETTING_A", 10u64, 0..=1000), 10);
-        std::env::set_var("CLOISTER_TEST_SETTING_A", "5000");
-        assert_eq!(number("CLOISTER_TEST_SETTING_A", 10u64, 0..=1000), 10);
-        std::env::set_var("CLOISTER_TEST_SETTING_A", "");
-        assert_eq!(number("CLOISTER_TEST_SETTING_A", 10u64, 0..=1000), 10);
-        std::env::remove_var("CLOISTER_TEST_SETTING_A");
-        assert_eq!(number("CLOISTER_TEST_SETTING_A", 10u64, 0..=1000), 10);
-    }
+/// The settings a worker reads, with the values in effect for `driver`: the broker gives them
+/// to the worker, which reads no file.
+pub fn worker_env(driver: &str) -> Vec<(&'static str, String)> {
+    crate::config::SETTINGS
+        .iter()
+        .filter(|s| s.worker)
+        .filter_map(|s| get(s.key, Some(driver)).map(|v| (s.env, v)))
+        .collect()
+}
 
-    #[test]
-    fn choices_are_matched_exactly() {
-        std::env::set_var("CLOISTER_TEST_SETTING_B", "pinned");
-        assert_eq!(choice("CLOISTER_TEST_SETTING_B", "auto", &["auto", "plain", "pinned"]), "pinned");
-        std::env::set_var("CLOISTER_TEST_SETTING_B", "Pinned!");
-        assert_eq!(choice("CLOISTER_TEST_SETTING_B", "auto", &["auto", "plain", "pinned"]), "auto");
+/// Checks the configuration files and reads every setting once, so that `cloister run` says
+/// what is wrong before the application starts (the application's shim and the workers then
+/// stay quiet about it). A malformed file is the error: `FILE:LINE: reason`.
+pub fn check_all() -> Result<(), String> {
+    if let Some(e) = files().errors.first() {
+        return Err(e.clone());
     }
+    for s in crate::config::SETTINGS {
+        get(s.key, None);
+    }
+    Ok(())
 }

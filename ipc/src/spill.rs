@@ -33,11 +33,9 @@ const DEFAULT_MAX_REPLY: u64 = 1 << 30;
 /// misbehaving.
 pub fn max_reply() -> u64 {
     static MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("CLOISTER_MAX_REPLY_MB")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(DEFAULT_MAX_REPLY, |mb| mb.saturating_mul(1 << 20))
+    *MAX.get_or_init(|| match crate::settings::number("max_reply_mb", None) {
+        0 => DEFAULT_MAX_REPLY,
+        mb => mb.saturating_mul(1 << 20),
     })
 }
 

@@ -382,6 +382,11 @@ pub trait Call: Serialize {
     fn into_request(self) -> Request;
 }
 
+/// The worker's side of one call.
+pub trait Serve<C: Call> {
+    fn serve(&self, req: C) -> C::Reply;
+}
+
 macro_rules! wire_calls {
     ($( $(#[$doc:meta])* $name:ident($method:ident) { $($field:ident : $fty:ty),* $(,)? } -> $reply:ty; )*) => {
         $(
@@ -423,14 +428,15 @@ macro_rules! wire_calls {
         /// Every call's name, by `op_index`.
         pub const OP_NAMES: &[&str] = &[$(stringify!($name)),*];
 
-        /// What the worker implements: one method per call.
-        pub trait Handler {
-            $( fn $method(&self, req: $name) -> $reply; )*
-        }
+        /// What the worker implements: every call, each served (`Serve<Call>`) in the module of
+        /// its API object, as the shim's entry points are.
+        pub trait Handler: $(Serve<$name> +)* {}
+
+        impl<T: ?Sized $(+ Serve<$name>)*> Handler for T {}
 
         /// Runs `req` on `handler` and encodes the typed reply.
         pub fn dispatch<H: Handler + ?Sized>(handler: &H, req: Request) -> Result<Vec<u8>, postcard::Error> {
-            match req { $(Request::$name(r) => postcard::to_allocvec(&handler.$method(r))),* }
+            match req { $(Request::$name(r) => postcard::to_allocvec(&Serve::<$name>::serve(handler, r))),* }
         }
     };
 }
@@ -605,6 +611,9 @@ wire_calls! {
         buffer: ObjectId, queue: Option<ObjectId>, command: RecordedCommand, wait: Vec<u32>,
     } -> SyncPointReply;
     EnqueueCommandBuffer(enqueue_command_buffer) { queues: Vec<ObjectId>, buffer: ObjectId, sync: EnqueueSync } -> i32;
+    /// The execution status of each event (`CL_INVALID_EVENT` for an id the worker does not
+    /// hold), in order: the shim settles its non-blocking transfers with one call, not one each.
+    EventStatuses(event_statuses) { events: Vec<ObjectId> } -> StatusesReply;
 }
 
 /// A borrowed byte string, encoded as postcard encodes bytes (its length, then the bytes, in one
@@ -659,6 +668,11 @@ impl Request {
             // Only a non-blocking one from a segment: the lane's bulk area is reused by the next
             // call, and a blocking write must not return before the data is in the buffer.
             Request::EnqueueWriteBuffer(r) if !r.blocking && matches!(r.data, DataRef::Segment { .. }) => {
+                Some((r.queue, &r.sync))
+            }
+            // A non-blocking read into a segment of its own: the shim copies out of it only once
+            // the event says complete (a rejected read's event fails instead: `late_failure`).
+            Request::EnqueueReadBuffer(r) if !r.blocking && matches!(r.into, DataRef::Segment { .. }) => {
                 Some((r.queue, &r.sync))
             }
             _ => None,

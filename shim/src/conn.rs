@@ -35,6 +35,8 @@ pub enum Callback {
 pub struct Conn {
     serial: u64,
     pub driver: String,
+    /// The hang deadlines in effect for this driver (the shim waits a grace longer).
+    deadlines: cloister_ipc::deadlines::Deadlines,
     /// The sandbox profile the worker runs under, and the state of each of its layers.
     pub profile: String,
     pub layers: Vec<String>,
@@ -84,6 +86,8 @@ struct LaneSlot {
     lane: Arc<Lane>,
     /// The connection's death flag: a dead worker's lanes are dropped on the thread's next call.
     dead: Arc<AtomicBool>,
+    /// How long the ring may take to drain when the thread goes (the driver's `other` deadline).
+    drain_ms: u64,
 }
 
 impl Drop for LaneSlot {
@@ -92,7 +96,7 @@ impl Drop for LaneSlot {
     fn drop(&mut self) {
         let dead = &self.dead;
         if !dead.load(Ordering::Acquire) {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadlines().other_ms);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(self.drain_ms);
             let _ = self.lane.wait_drained(&|| !dead.load(Ordering::Acquire) && std::time::Instant::now() < deadline);
         }
         self.lane.close();
@@ -116,8 +120,8 @@ struct Deadline {
 }
 
 impl Deadline {
-    fn for_op(name: &'static str) -> Self {
-        let ms = deadlines().for_op(name) + SHIM_GRACE_MS;
+    fn for_op(conn: &Conn, name: &'static str) -> Self {
+        let ms = conn.deadlines.for_op(name) + SHIM_GRACE_MS;
         let at = std::time::Instant::now() + std::time::Duration::from_millis(ms);
         Deadline { name, ms, at, passed: std::cell::Cell::new(false) }
     }
@@ -149,11 +153,6 @@ pub trait DeathWatcher: Send + Sync {
 pub struct Segment {
     pub id: u64,
     pub region: SharedRegion,
-}
-
-fn deadlines() -> &'static cloister_ipc::deadlines::Deadlines {
-    static D: OnceLock<cloister_ipc::deadlines::Deadlines> = OnceLock::new();
-    D.get_or_init(cloister_ipc::deadlines::Deadlines::from_env)
 }
 
 /// The notifier thread's name (callbacks run on it).
@@ -237,7 +236,9 @@ impl Conn {
         // The worker loads and enumerates its driver before it answers: a driver that hangs
         // there is killed by the broker's watchdog at the deadline of `Initialize`; this is the
         // backstop for a worker the watchdog cannot see.
-        let deadline_ms = deadlines().for_op(cloister_ipc::deadlines::INITIALIZE) + SHIM_GRACE_MS;
+        // The driver's own deadlines, when its section of the configuration sets them.
+        let deadlines = cloister_ipc::deadlines::Deadlines::for_driver(Some(driver));
+        let deadline_ms = deadlines.for_op(cloister_ipc::deadlines::INITIALIZE) + SHIM_GRACE_MS;
         if !channel::readable_within(&sock, std::time::Duration::from_millis(deadline_ms)) {
             return Err(format!("the worker for {driver} did not answer its welcome within {deadline_ms} ms"));
         }
@@ -256,6 +257,7 @@ impl Conn {
         let conn = Arc::new(Conn {
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             driver: driver.to_string(),
+            deadlines,
             profile,
             layers,
             sock,
@@ -415,7 +417,7 @@ impl Conn {
             lanes.retain(|l| l.strong_count() > 0);
             lanes.push(Arc::downgrade(&lane));
         }
-        let slot = Rc::new(LaneSlot { lane, dead: self.dead.clone() });
+        let slot = Rc::new(LaneSlot { lane, dead: self.dead.clone(), drain_ms: self.deadlines.other_ms });
         LANES.try_with(|l| l.borrow_mut().insert(self.serial, slot.clone())).map_err(|_| CL_OUT_OF_RESOURCES)?;
         Ok(slot)
     }
@@ -463,7 +465,7 @@ impl Conn {
         let slot = self.open_lane()?;
         let bytes = cloister_ipc::encode_request_value(&request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         self.after_other_lanes(&slot.lane, request.op_name())?;
-        let deadline = Deadline::for_op(request.op_name());
+        let deadline = Deadline::for_op(self, request.op_name());
         match slot.lane.post(&bytes, &|| deadline.alive(self)) {
             Ok(()) => {
                 self.note_poster(&slot.lane);
@@ -519,7 +521,7 @@ impl Conn {
     /// watchdog sees, or hostile) is given up on then, like one that died.
     fn round_trip(&self, lane: &Lane, frame: &[u8], name: &'static str) -> Result<Vec<u8>, cl_int> {
         lane.post_request(frame).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        let deadline = Deadline::for_op(name);
+        let deadline = Deadline::for_op(self, name);
         lane.wait_reply(&|| deadline.alive(self)).map_err(|_| self.gave_up(&deadline))
     }
 
@@ -571,7 +573,7 @@ impl Conn {
             lanes.iter().filter_map(Weak::upgrade).filter(|l| !std::ptr::eq(&**l, mine) && !l.is_drained()).collect()
         };
         for lane in others {
-            let deadline = Deadline::for_op(name);
+            let deadline = Deadline::for_op(self, name);
             lane.wait_drained(&|| deadline.alive(self)).map_err(|_| self.gave_up(&deadline))?;
         }
         Ok(())
@@ -686,7 +688,7 @@ impl Conn {
     /// deadline, like a build that never returns: the worker is cut off, and its death runs
     /// the callback (the application's build then reads as failed).
     pub fn await_build_callback(&self, token: u64) {
-        let deadline_ms = deadlines().build_ms + SHIM_GRACE_MS;
+        let deadline_ms = self.deadlines.build_ms + SHIM_GRACE_MS;
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(deadline_ms);
         let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
         while cbs.contains_key(&token) && !self.is_dead() {

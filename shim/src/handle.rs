@@ -361,6 +361,18 @@ fn registry() -> &'static RwLock<FastMap<usize, Arc<Object>>> {
     REG.get_or_init(Default::default)
 }
 
+/// Every live handle the application is responsible for releasing, with its kind (platforms
+/// and root devices are not reference counted): for `--leaks` at exit.
+pub fn live_handles() -> Vec<(usize, Kind)> {
+    let r = registry().read().unwrap_or_else(|e| e.into_inner());
+    r.iter()
+        .filter(|(_, o)| {
+            !(o.kind == Kind::Platform || (o.kind == Kind::Device && o.id & cloister_ipc::WORKER_ID_BIT != 0))
+        })
+        .map(|(h, o)| (*h, o.kind))
+        .collect()
+}
+
 /// Creates a handle for a new object and registers it.
 pub fn new_handle(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> *mut c_void {
     let h = Box::into_raw(Box::new(Handle { dispatch: &crate::DISPATCH }));

@@ -15,6 +15,7 @@ pub mod fuzzing;
 mod handle;
 mod includes;
 mod info;
+mod intercept;
 mod pending;
 mod recovery;
 mod runtime;
@@ -34,6 +35,10 @@ trait EntryReturn {
     fn with_code(code: cl_int) -> Self;
     /// Whether the call failed in a way a worker's death explains (see `recovery::retrying`).
     fn failed(&self) -> bool;
+    /// The error code this return value is, for the call log (a creation's is in errcode_ret).
+    fn status(&self) -> Option<cl_int> {
+        None
+    }
 }
 
 impl EntryReturn for cl_int {
@@ -42,6 +47,9 @@ impl EntryReturn for cl_int {
     }
     fn failed(&self) -> bool {
         *self == conn::FAULT
+    }
+    fn status(&self) -> Option<cl_int> {
+        Some(*self)
     }
 }
 
@@ -71,8 +79,53 @@ macro_rules! set_errcode {
     };
 }
 
+/// An entry point's body: the call itself (`@call`), observed by `intercept` when any of its
+/// features is on. With all of them off that costs one relaxed atomic load.
 macro_rules! entry_body {
-    (forwarded, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {
+    ($status:ident, $name:ident, ($($arg:ident : $ty:ty),*), $ret:ty, $err:ident) => {{
+        let on = crate::intercept::state();
+        if on == 0 {
+            entry_body!(@call $status, $name, ($($arg),*), $ret, $err)
+        } else {
+            // Out of line, so the common path stays as small as without the hook.
+            #[cold]
+            #[inline(never)]
+            unsafe fn observed(on: u8, $($arg: $ty),*) -> $ret {
+                let on = crate::intercept::settled(on);
+                if on == 0 {
+                    return entry_body!(@call $status, $name, ($($arg),*), $ret, $err);
+                }
+                let call = crate::intercept::Call::begin(on, stringify!($name));
+                // The arguments as the application passed them (out-parameters are read after).
+                let args = [$( crate::intercept::Arg {
+                    name: stringify!($arg),
+                    ty: stringify!($ty),
+                    raw: crate::intercept::AsRaw::raw(&$arg),
+                } ),*];
+                // Without the application's errcode_ret the log would not know a creation's error.
+                let mut own_errcode: cl_int = CL_SUCCESS;
+                entry_body!(@own_errcode $err, own_errcode);
+                // Without the application's event the trace could not time a command.
+                #[allow(unused_mut)]
+                let mut own_event: *mut c_void = std::ptr::null_mut();
+                $( let $arg = crate::intercept::device::own_event(on, stringify!($arg), $arg, &mut own_event); )*
+                let r = entry_body!(@call $status, $name, ($($arg),*), $ret, $err);
+                let status = <$ret as EntryReturn>::status(&r).or(entry_body!(@errcode $err));
+                call.end(stringify!($name), stringify!($ret), crate::intercept::AsRaw::raw(&r), status, &args, own_event);
+                r
+            }
+            // SAFETY: the same arguments, under the same contract.
+            unsafe { observed(on, $($arg),*) }
+        }
+    }};
+    (@own_errcode none, $own:ident) => { let _ = &mut $own; };
+    (@own_errcode $err:ident, $own:ident) => {
+        let $err = if $err.is_null() { &mut $own as *mut cl_int } else { $err };
+    };
+    (@errcode none) => { None };
+    // SAFETY: errcode_ret is the application's (valid per the API) or our own.
+    (@errcode $err:ident) => { Some(unsafe { *$err }) };
+    (@call forwarded, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             recovery::retrying(<$ret as EntryReturn>::failed, || unsafe { api::$name($($arg),*) })
         })) {
@@ -83,7 +136,7 @@ macro_rules! entry_body {
             }
         }
     };
-    (unimplemented, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {{
+    (@call unimplemented, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {{
         $( let _ = $arg; )*
         set_errcode!($err, CL_INVALID_OPERATION);
         <$ret as EntryReturn>::with_code(CL_INVALID_OPERATION)
@@ -121,7 +174,7 @@ macro_rules! define_entry_points {
     (@guarded windows, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty, $err:ident) => {};
     (@guarded $status:ident, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty, $err:ident) => {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            entry_body!($status, $name, ($($arg),*), $ret, $err)
+            entry_body!($status, $name, ($($arg : $ty),*), $ret, $err)
         }
     };
     (@export windows, $name:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {};
@@ -144,7 +197,7 @@ macro_rules! define_extension_entry_points {
             use super::*;
             $(
                 pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-                    entry_body!(forwarded, $name, ($($arg),*), $ret, $err)
+                    entry_body!(forwarded, $name, ($($arg : $ty),*), $ret, $err)
                 }
             )*
         }

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
-use cloister_ipc::{FillMapping, GetInfo, InfoTarget, ObjectId, Release};
+use cloister_ipc::{EventStatuses, FillMapping, ObjectId, Release};
 
 use crate::conn::{Conn, Segment};
 use crate::handle::{self, Kind};
@@ -123,8 +123,9 @@ impl Pending {
     }
 
     /// Drops a non-blocking map's pending fill: the application unmapped it (the worker fills
-    /// the segment itself before writing it back).
-    pub fn forget_map(&self, conn: &Conn, segment_id: u64) {
+    /// the segment itself before writing it back). Says whether there was one (the map may
+    /// still be under way).
+    pub fn forget_map(&self, conn: &Conn, segment_id: u64) -> bool {
         let _one = self.settling.lock().unwrap_or_else(|e| e.into_inner());
         let _here = SettlingHere::enter();
         let taken: Vec<PendingOp> = {
@@ -135,9 +136,11 @@ impl Pending {
             *ops = rest;
             taken
         };
+        let found = !taken.is_empty();
         for op in taken {
             complete(conn, op, CL_QUEUED);
         }
+        found
     }
 
     pub fn is_empty(&self) -> bool {
@@ -145,18 +148,19 @@ impl Pending {
     }
 }
 
-fn event_status(conn: &Conn, event: ObjectId) -> cl_int {
-    match conn.call(GetInfo {
-        target: InfoTarget::Event,
-        object: event,
-        aux: 0,
-        param: CL_EVENT_COMMAND_EXECUTION_STATUS,
-    }) {
-        Ok(r) if r.status == CL_SUCCESS && r.value.len() == 4 => {
-            i32::from_ne_bytes([r.value[0], r.value[1], r.value[2], r.value[3]])
+/// The execution status of each of `events`, asked in one call. A worker that answers with
+/// another count than it was asked for is cut off; a worker that cannot answer makes them all
+/// `CL_DEVICE_NOT_AVAILABLE`.
+fn event_statuses(conn: &Conn, events: Vec<ObjectId>) -> Vec<cl_int> {
+    let n = events.len();
+    match conn.call(EventStatuses { events }) {
+        Ok(r) if r.status == CL_SUCCESS && r.statuses.len() == n => r.statuses,
+        Ok(r) if r.status == CL_SUCCESS => {
+            let what = format!("{} statuses for {n} events", r.statuses.len());
+            vec![conn.reject("EventStatuses", &what); n]
         }
-        Ok(r) if r.status != CL_SUCCESS => r.status,
-        _ => CL_DEVICE_NOT_AVAILABLE,
+        Ok(r) => vec![r.status; n],
+        Err(e) => vec![e; n],
     }
 }
 
@@ -176,8 +180,11 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
         *ops = rest;
         mine
     };
-    for op in mine {
-        let status = event_status(conn, op.event);
+    if mine.is_empty() {
+        return;
+    }
+    let statuses = event_statuses(conn, mine.iter().map(|op| op.event).collect());
+    for (op, status) in mine.into_iter().zip(statuses) {
         if status > CL_COMPLETE && !conn.is_dead() {
             pending.push(op);
             continue;

@@ -47,7 +47,8 @@ impl Runtime {
 }
 
 pub fn warn(msg: &str) {
-    if std::env::var_os("CLOISTER_QUIET").is_none() {
+    cloister_ipc::log::in_shim(|| tracing::warn!("{msg}"));
+    if !cloister_ipc::settings::quiet() {
         eprintln!("cloister: {msg}");
     }
 }
@@ -85,9 +86,10 @@ pub fn await_restarts() -> bool {
     waited
 }
 
-/// `CLOISTER_CRASH_LOOP=K/T`: K crashes within T seconds stop the restarts (default 3/60).
-fn crash_loop_limit() -> (usize, Duration) {
-    let (k, t) = cloister_ipc::settings::crash_loop();
+/// `CLOISTER_CRASH_LOOP=K/T` (or the driver's `crash_loop` in the configuration): K crashes
+/// within T seconds stop the restarts (default 3/60).
+fn crash_loop_limit(driver: &str) -> (usize, Duration) {
+    let (k, t) = cloister_ipc::settings::crash_loop(Some(driver));
     (k, Duration::from_secs(t))
 }
 
@@ -115,7 +117,7 @@ impl DeathWatcher for Restarter {
         if slot.given_up.load(std::sync::atomic::Ordering::Acquire) {
             return finish();
         }
-        let (k, window) = crash_loop_limit();
+        let (k, window) = crash_loop_limit(&slot.driver);
         let looping = {
             let mut crashes = slot.crashes.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
@@ -134,6 +136,7 @@ impl DeathWatcher for Restarter {
             ));
             return finish();
         }
+        cloister_ipc::log::in_shim(|| tracing::info!(driver = %slot.driver, "worker died: asking for a replacement"));
         let replacement = match crate::recovery::on() {
             true => respawn_and_rebuild(&slot.driver, dead),
             false => respawn(&slot.driver, dead),
@@ -310,6 +313,8 @@ fn start_private_broker() -> Result<(OwnedFd, String), String> {
         .args(["broker", "--exit-with-parent", "--socket"])
         .arg(&path)
         .env_remove("OCL_ICD_VENDORS")
+        // This process has read the same settings and said what was wrong with them.
+        .env(cloister_ipc::settings::ALREADY_SAID, "1")
         .stdin(std::process::Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start a private broker ({}): {e}", bin.display()))?;
@@ -332,24 +337,31 @@ fn start_private_broker() -> Result<(OwnedFd, String), String> {
 }
 
 fn connect() -> Result<Runtime, String> {
-    let (sock, broker_path) = match std::env::var("CLOISTER_SOCKET") {
-        Ok(path) => {
+    // `shared`: a broker that outlives us, found again at `path` if it restarts (`reconnect`).
+    let (sock, path, shared) = match cloister_ipc::settings::get("socket", None) {
+        Some(path) => {
             let sock = connect_seqpacket(&path).map_err(|e| format!("cannot reach the broker at {path}: {e}"))?;
             // Nothing (not even the hello with our stdio) goes to another user's process.
             private::check_peer_is_us(sock.as_raw_fd(), std::path::Path::new(&path))?;
-            (sock, Some(path))
+            (sock, path, true)
         }
-        Err(_) => match user_broker() {
-            Some((sock, path)) => (sock, Some(path)),
+        None => match user_broker() {
+            Some((sock, path)) => (sock, path, true),
             // A private broker exits with this process: there is nothing to find again.
-            None => (start_private_broker()?.0, None),
+            None => {
+                let (sock, path) = start_private_broker()?;
+                (sock, path, false)
+            }
         },
     };
+    cloister_ipc::log::in_shim(|| tracing::info!(broker = %path, "connected to the broker"));
+    let broker_path = shared.then_some(path);
     let (grants, fds) = hello(&sock)?;
     let mut slots = Vec::new();
     for (grant, fd) in grants.iter().zip(fds) {
         match connect_with_retries(&sock, fd, &grant.driver) {
             Ok(c) => {
+                cloister_ipc::log::in_shim(|| tracing::info!(driver = %grant.driver, "worker ready"));
                 let slot = Arc::new(DriverSlot {
                     driver: grant.driver.clone(),
                     current: RwLock::new(c.clone()),
@@ -391,11 +403,11 @@ fn user_broker() -> Option<(OwnedFd, String)> {
 /// Greets a new worker; one that dies before its welcome (a driver crashing while it
 /// enumerates) is replaced, up to the crash-loop limit, so the application never sees it.
 fn connect_with_retries(broker: &OwnedFd, fd: OwnedFd, driver: &str) -> Result<Arc<Conn>, String> {
-    let (limit, _) = crash_loop_limit();
+    let (limit, _) = crash_loop_limit(driver);
     // Retries are for drivers that crash while they start; one that hangs there until the
     // watchdog's deadline would hang again, and the application would wait that long each time.
     let patience = Duration::from_millis(
-        cloister_ipc::deadlines::Deadlines::from_env().for_op(cloister_ipc::deadlines::INITIALIZE),
+        cloister_ipc::deadlines::Deadlines::for_driver(Some(driver)).for_op(cloister_ipc::deadlines::INITIALIZE),
     );
     let started = Instant::now();
     let mut fd = fd;

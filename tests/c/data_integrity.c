@@ -125,7 +125,17 @@ static void transfers(size_t n) {
   CHECK(err);
   CHECK(clWaitForEvents(1, &mapped));
   same(all, ref, n, "non-blocking read map after a kernel", n);
-  CHECK(clEnqueueUnmapMemObject(q, m, all, 0, NULL, NULL));
+  /* Whatever runs a map or an unmap (a read or write by DMA on a discrete GPU, caged), its
+     event says what the application enqueued. */
+  cl_command_type type = 0;
+  CHECK(clGetEventInfo(mapped, CL_EVENT_COMMAND_TYPE, sizeof type, &type, NULL));
+  EXPECT(type == CL_COMMAND_MAP_BUFFER, "a map's event has command type 0x%x", (unsigned)type);
+  cl_event unmapped;
+  CHECK(clEnqueueUnmapMemObject(q, m, all, 0, NULL, &unmapped));
+  CHECK(clGetEventInfo(unmapped, CL_EVENT_COMMAND_TYPE, sizeof type, &type, NULL));
+  EXPECT(type == CL_COMMAND_UNMAP_MEM_OBJECT, "an unmap's event has command type 0x%x", (unsigned)type);
+  CHECK(clWaitForEvents(1, &unmapped));
+  CHECK(clReleaseEvent(unmapped));
   CHECK(clReleaseEvent(mapped));
   /* A kernel then a blocking map, with no finish between. */
   run_add1(m, n);

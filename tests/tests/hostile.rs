@@ -19,7 +19,7 @@ fn hostile(mode: &str) {
             ("CLOISTER_WORKER", worker),
             ("CLOISTER_FAULT", &fault),
             ("CLOISTER_DEADLINE_INFO_MS", "1500"),
-            ("CLOISTER_QUIET", ""),
+            ("CLOISTER_QUIET", "1"),
         ],
     );
     let t = text(&out);

@@ -20,7 +20,7 @@ fn run(worker_mode: &str, mode: &str) -> String {
         &[],
         std::path::Path::new("/usr/bin/timeout"),
         &["-s", "KILL", "60", &exe, mode],
-        &[("CLOISTER_WORKER", worker), ("CLOISTER_FAULT", &fault), ("CLOISTER_QUIET", "")],
+        &[("CLOISTER_WORKER", worker), ("CLOISTER_FAULT", &fault), ("CLOISTER_QUIET", "1")],
     );
     let t = text(&out);
     assert!(out.status.success(), "{mode}: the application failed or died ({:?}):\n{t}", out.status);
@@ -54,6 +54,12 @@ fn use_host_ptr_copies_stay_within_the_buffer() {
 fn zero_copy_addresses_come_from_the_shim() {
     let t = run("zero-copy", "zero-copy");
     assert!(t.contains("ok map\n") && t.contains("ok sub-buffer\n"), "{t}");
+}
+
+#[test]
+fn a_short_status_answer_is_a_fault() {
+    let t = run("few-statuses", "few-statuses");
+    assert!(t.contains("ok nothing was copied into the application's memory"), "{t}");
 }
 
 #[test]

@@ -4,7 +4,6 @@
 //! the driver by path, answers the shim's hello with the platforms and devices it found, and
 //! serves each lane on its own thread, so the driver sees the application's threading.
 
-mod command_buffer;
 mod driver;
 mod handler;
 mod includes;
@@ -161,6 +160,8 @@ fn enter_cage(args: &Args) -> Result<CageState, String> {
 }
 
 fn main() -> ExitCode {
+    // The broker gave this worker the settings in effect for its driver; no file is read here.
+    cloister_ipc::settings::environment_only();
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -169,6 +170,8 @@ fn main() -> ExitCode {
         }
     };
     never_hold_a_terminal();
+    cloister_ipc::log::init_program("worker");
+    tracing::info!(driver = %args.name, library = %args.library, "worker starting");
     // First, while single-threaded: nothing the driver starts may outlive this worker.
     let pid_namespace = cloister_sandbox_policy::process::pid_namespace();
     // SAFETY: the broker passes the channel as fd 3; we take ownership once.
@@ -185,10 +188,19 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if std::env::var_os("CLOISTER_DEBUG").is_some() {
+    for l in &cage.layers {
+        tracing::debug!(driver = %args.name, layer = %l, "cage layer");
+    }
+    if cloister_ipc::settings::debug() {
         for l in &cage.layers {
             say!("cloister-worker[{}]: {l}", args.name);
         }
+        // What the driver sees of the environment (names only): what the broker passes and
+        // the driver's `env` and `pass_env` in the configuration, nothing else of the
+        // application's.
+        let mut names: Vec<String> = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+        names.sort();
+        say!("cloister-worker[{}]: environment: {}", args.name, names.join(" "));
     }
     match serve(&args, &cage, sock) {
         Ok(()) => ExitCode::SUCCESS,
@@ -263,6 +275,7 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
             return Err(reason);
         }
     };
+    tracing::info!(driver = %args.name, platforms = platforms.len(), devices = devices.len(), "driver loaded");
     let welcome = WorkerMessage::Welcome {
         version: PROTOCOL_VERSION,
         driver: args.name.clone(),
@@ -291,6 +304,7 @@ fn serve(args: &Args, cage: &CageState, sock: OwnedFd) -> Result<(), String> {
                 let lane_obj = Lane::from_region(region).map_err(|e| e.to_string())?;
                 let w = worker.clone();
                 next_lane = next_lane.max(lane);
+                tracing::debug!(lane, "lane opened");
                 std::thread::Builder::new()
                     .name(format!("lane-{lane}"))
                     .spawn(move || serve_lane(&w, &lane_obj, lane as u32))
@@ -346,18 +360,22 @@ fn enumerate(worker: &Worker, d: &driver::Driver) -> (Vec<u64>, Vec<Enumerated>)
     (platforms, devices)
 }
 
-/// A device's name, for the flight recorder.
+/// A device's name and its driver's version (`CL_DRIVER_VERSION`), for the flight recorder.
 fn device_name(dev: usize) -> String {
     // SAFETY: dev is a live device handle from the driver.
     let Some(info) = (unsafe { driver::dispatch(dev) }).clGetDeviceInfo else { return String::new() };
-    let mut buf = [0u8; 256];
-    // SAFETY: buf holds 256 writable bytes, as passed.
-    let rc = unsafe { info(dev as _, CL_DEVICE_NAME, buf.len(), buf.as_mut_ptr().cast(), std::ptr::null_mut()) };
-    if rc != CL_SUCCESS {
-        return String::new();
+    let text = |param| {
+        let mut buf = [0u8; 128];
+        // SAFETY: buf holds 128 writable bytes, as passed.
+        let rc = unsafe { info(dev as _, param, buf.len(), buf.as_mut_ptr().cast(), std::ptr::null_mut()) };
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        (rc == CL_SUCCESS).then(|| String::from_utf8_lossy(&buf[..end]).into_owned())
+    };
+    match (text(CL_DEVICE_NAME), text(CL_DRIVER_VERSION)) {
+        (Some(name), Some(version)) => format!("{name} (driver {version})"),
+        (Some(name), None) => name,
+        _ => String::new(),
     }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// The flight recorder the broker reads (absent when the worker runs without a broker).

@@ -31,7 +31,7 @@ pub enum Mode {
 
 impl Mode {
     pub fn from_env() -> Mode {
-        match cloister_ipc::settings::staging() {
+        match cloister_ipc::settings::staging().as_str() {
             "plain" => Mode::Plain,
             "pinned" => Mode::Pinned,
             _ => Mode::Auto,
@@ -63,7 +63,7 @@ pub struct Staging {
 
 impl Default for Staging {
     fn default() -> Self {
-        Self { mode: Mode::from_env(), debug: std::env::var_os("CLOISTER_DEBUG").is_some(), state: Mutex::default() }
+        Self { mode: Mode::from_env(), debug: cloister_ipc::settings::debug(), state: Mutex::default() }
     }
 }
 
@@ -119,6 +119,18 @@ impl Staging {
                 0
             }
         });
+    }
+
+    /// Whether transfers on `queue` go through pinned shared memory (a discrete device, or
+    /// `CLOISTER_STAGING=pinned`): then a map is served by a read into its segment and an unmap
+    /// by a write from it, DMA both ways, with no driver mapping and no copy in between.
+    pub fn pins_for(&self, queue: usize) -> bool {
+        if self.mode == Mode::Plain {
+            return false;
+        }
+        let mut state = self.state();
+        let mode = self.mode;
+        state.queues.entry(queue).or_insert_with(|| pin_context(queue, mode)).is_some()
     }
 
     /// Before `base`'s region is unmapped: releases its buffers in every context.

@@ -157,12 +157,14 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32>>(
     make: impl FnOnce(u64, EnqueueSync) -> C,
 ) -> Result<cl_int, cl_int> {
     let (own, event_id) = with_own_event(q, sync);
-    // A write's data is in the segment already: it can be posted (`Conn::post` decides which
-    // requests may). A read must learn whether it was accepted before it is tracked.
+    // A write's data is in the segment already, and a read is copied out of it only once its
+    // event says complete (a read the driver refuses gets a failed event, and its error comes
+    // late): both can be posted (`Conn::post` decides which requests may). A map's fill is a
+    // call of its own.
     let req = make(segment.id, own);
     let rc = match transfer {
-        Transfer::Write => q.conn.post(req),
-        _ => q.conn.call(req),
+        Transfer::Write | Transfer::Read { .. } => q.conn.post(req),
+        Transfer::Map { .. } => q.conn.call(req),
     };
     if rc != Ok(CL_SUCCESS) {
         q.conn.release_segment(segment);
@@ -516,7 +518,7 @@ pub unsafe fn clEnqueueUnmapMemObject(
             rec
         };
         // A non-blocking map not yet seen complete needs no filling any more.
-        q.conn.pending().forget_map(&q.conn, record.id);
+        let unsettled_map = q.conn.pending().forget_map(&q.conn, record.id);
         if crate::recovery::on() && record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
             q.conn.journal.lose(m.id);
         }
@@ -526,9 +528,21 @@ pub unsafe fn clEnqueueUnmapMemObject(
             // holds the packed rows.
             unsafe { m.pack_into(segment.region.as_ptr()) };
         }
+        let segment = match record.segment {
+            Some(segment) if write_back || unsettled_map => {
+                // The driver may still copy out of the segment (a write-back by DMA on a
+                // discrete device) or into it (a map not yet complete) after the call returns:
+                // the segment goes back to the pool once the unmap's event is complete.
+                let make =
+                    |_, sync| EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.id, write_back, sync };
+                // SAFETY: event per API contract.
+                return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, make) };
+            }
+            other => other,
+        };
         let rc = unmap(&q, &m, record.id, write_back, sync.clone());
         // The worker keeps the segment mapped: it goes back to the pool for the next map.
-        if let Some(segment) = record.segment {
+        if let Some(segment) = segment {
             q.conn.release_segment(segment);
         }
         // SAFETY: event per API contract.
@@ -538,17 +552,12 @@ pub unsafe fn clEnqueueUnmapMemObject(
 }
 
 /// Has the worker unmap mapping `id` of `m` (copying its view back first if `write_back` and
-/// the view is not the driver's own mapping).
+/// the view is not the driver's own mapping). Posted: the view is a zero-copy buffer's own
+/// memory, which is never pooled, and anything a later call does with it comes after the unmap
+/// in the worker (the same lane, or `Conn::after_other_lanes`). A segment's unmap goes through
+/// `enqueue_pending` instead, which keeps the segment until the unmap is complete.
 fn unmap(q: &Object, m: &Object, id: u64, write_back: bool, sync: EnqueueSync) -> Result<cl_int, cl_int> {
-    let req = EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: id, write_back, sync };
-    // Without a write-back the worker does not touch the segment, so the unmap can be posted
-    // and the segment pooled at once; a write-back waits, as the next user of the pooled
-    // segment may overwrite it before the worker has copied it back.
-    if write_back {
-        q.conn.call(req)
-    } else {
-        q.conn.post(req)
-    }
+    q.conn.post(EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: id, write_back, sync })
 }
 
 /// Non-blocking transfers larger than this run as blocking ones (pipelined), which OpenCL

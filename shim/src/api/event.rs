@@ -40,7 +40,13 @@ fn event_answers(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl
     Some(v)
 }
 
-forward_info!(clGetEventProfilingInfo, cl_event, Kind::Event, InfoTarget::EventProfiling);
+forward_info!(
+    clGetEventProfilingInfo,
+    cl_event,
+    Kind::Event,
+    InfoTarget::EventProfiling,
+    crate::intercept::device::profiling_answers
+);
 
 pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -> cl_event {
     let r = lookup(context, Kind::Context).and_then(|ctx| {

@@ -42,6 +42,9 @@ pub unsafe fn clCreateProgramWithSource(
             };
             sources.push(bytes);
         }
+        if let Some(injected) = crate::intercept::program::at_source_creation(context, &mut sources) {
+            return injected;
+        }
         // The driver cannot open the application's files by absolute path (the cage forbids
         // it): it gets those includes relative to the root of the staged headers, and the
         // application's own text is kept (taken before the first rewrite) for its queries.
@@ -95,13 +98,16 @@ pub unsafe fn clBuildProgram(
                 program: program as usize,
             }))
         };
-        let (options, includes) = with_includes(&p, options);
+        let app_options = crate::intercept::program::build_options(options);
+        let (options, includes) = with_includes(&p, app_options.clone());
         let req = BuildProgram { program: p.id, devices, options, includes, notify };
         if crate::recovery::on() {
             p.conn.journal.built(req.clone());
         }
         let reply = p.conn.call(req);
-        finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)))
+        let built = finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)));
+        crate::intercept::program::after_build(program, app_options.as_deref());
+        built
     })();
     r.unwrap_or_else(|e| e)
 }

@@ -27,11 +27,13 @@ pub unsafe fn clCreateCommandQueue(
     properties: cl_bitfield,
     errcode_ret: *mut cl_int,
 ) -> cl_command_queue {
+    let (properties, traced) = crate::intercept::device::add_profiling(properties);
     let r = context_and_device(context, device).and_then(|(ctx, dev)| {
         create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
             crate::recovery::recorded(&ctx.conn, CreateCommandQueue { id, context: ctx.id, device: dev, properties })
         })
     });
+    let r = crate::intercept::device::queue_created(r, traced);
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
 }
@@ -64,16 +66,24 @@ pub unsafe fn clCreateCommandQueueWithProperties(
             }
             Some(v)
         };
-        create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
+        let (props, traced) = crate::intercept::device::add_profiling_list(props);
+        let r = create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
             let req = CreateCommandQueueWithProperties { id, context: ctx.id, device: dev, properties: props };
             crate::recovery::recorded(&ctx.conn, req)
-        })
+        });
+        crate::intercept::device::queue_created(r, traced)
     });
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
 }
 
-forward_info!(clGetCommandQueueInfo, cl_command_queue, Kind::Queue, InfoTarget::CommandQueue);
+forward_info!(
+    clGetCommandQueueInfo,
+    cl_command_queue,
+    Kind::Queue,
+    InfoTarget::CommandQueue,
+    crate::intercept::device::queue_answers
+);
 
 fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
     let q = match lookup(queue, Kind::Queue) {

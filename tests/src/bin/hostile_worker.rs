@@ -12,7 +12,8 @@
 //! the driver accepts out-of-range transfers the shim itself must refuse), die-on-finish
 //! (exits at the first `clFinish`, for the callback lifetime tests of class 3), zero-copy (a
 //! host-unified device that accepts everything and scribbles over every shared segment it gets,
-//! zero-copy buffers' memory included).
+//! zero-copy buffers' memory included), few-statuses (answers a status query for N events with
+//! fewer statuses).
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
@@ -22,11 +23,19 @@ use cloister_ipc::shm::SharedRegion;
 use cloister_ipc::spill;
 use cloister_ipc::{
     channel, BinariesReply, BuildReply, Enumerated, IdsReply, InfoReply, KernelReply, KernelsReply, MapImageReply,
-    Request, ShimMessage, WorkerMessage, WORKER_ID_BIT,
+    Request, ShimMessage, StatusesReply, WorkerMessage, WORKER_ID_BIT,
 };
 
-const SCRIPTED: &[&str] =
-    &["long-binary", "huge-num-args", "wide-pitch", "huge-welcome", "accept-all", "die-on-finish", "zero-copy"];
+const SCRIPTED: &[&str] = &[
+    "long-binary",
+    "huge-num-args",
+    "wide-pitch",
+    "huge-welcome",
+    "accept-all",
+    "die-on-finish",
+    "zero-copy",
+    "few-statuses",
+];
 
 /// The size every binary is said to have (`CL_PROGRAM_BINARY_SIZES`).
 const TOLD_BINARY: usize = 16;
@@ -122,6 +131,10 @@ fn scripted(mode: &str, req: Request) -> Vec<u8> {
             enc!(MapImageReply { status: 0, row_pitch, slice_pitch: 0 })
         }
         Request::FlushOrFinish(r) if r.finish && mode == "die-on-finish" => std::process::exit(7),
+        Request::EventStatuses(r) => {
+            let n = if mode == "few-statuses" { r.events.len() / 2 } else { r.events.len() };
+            enc!(StatusesReply { status: 0, statuses: vec![CL_COMPLETE; n] })
+        }
         // Every other call answers a plain CL_SUCCESS.
         _ => enc!(0i32),
     }

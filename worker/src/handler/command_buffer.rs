@@ -15,7 +15,7 @@ use cloister_ipc::cl::*;
 use cloister_ipc::dispatch::ExtensionFns;
 use cloister_ipc::*;
 
-use crate::handler::{info_call, opt_ptr, sizes, terminated, LaneServer};
+use super::{info_call, opt_ptr, sizes, terminated, LaneServer};
 use crate::objects::Kind;
 
 static FNS: OnceLock<ExtensionFns> = OnceLock::new();
@@ -30,7 +30,7 @@ pub fn fns() -> Option<&'static ExtensionFns> {
 #[macro_export]
 macro_rules! ext_fn {
     ($name:ident) => {
-        match $crate::command_buffer::fns().and_then(|f| f.$name) {
+        match $crate::handler::command_buffer::fns().and_then(|f| f.$name) {
             Some(f) => f,
             None => return cloister_ipc::cl::CL_INVALID_OPERATION.into(),
         }
@@ -208,4 +208,28 @@ pub fn record(s: &LaneServer, r: RecordCommand) -> Result<SyncPointReply, cl_int
         }
     };
     Ok(SyncPointReply { status, sync_point: sp })
+}
+
+impl Serve<CreateCommandBuffer> for LaneServer<'_> {
+    fn serve(&self, r: CreateCommandBuffer) -> i32 {
+        create(self, r).unwrap_or_else(|e| e)
+    }
+}
+
+impl Serve<FinalizeCommandBuffer> for LaneServer<'_> {
+    fn serve(&self, r: FinalizeCommandBuffer) -> i32 {
+        finalize(self, r).unwrap_or_else(|e| e)
+    }
+}
+
+impl Serve<RecordCommand> for LaneServer<'_> {
+    fn serve(&self, r: RecordCommand) -> SyncPointReply {
+        record(self, r).unwrap_or_else(SyncPointReply::from)
+    }
+}
+
+impl Serve<EnqueueCommandBuffer> for LaneServer<'_> {
+    fn serve(&self, r: EnqueueCommandBuffer) -> i32 {
+        enqueue(self, r).unwrap_or_else(|e| e)
+    }
 }

@@ -1,0 +1,2 @@
+/* Found through the default -I of the working folder. */
+#define FROM_INCLUDE 4242

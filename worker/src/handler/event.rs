@@ -1,0 +1,62 @@
+//! Events: waits, user events, callbacks.
+
+use super::*;
+
+impl Serve<EventStatuses> for LaneServer<'_> {
+    fn serve(&self, r: EventStatuses) -> StatusesReply {
+        let statuses = r
+            .events
+            .iter()
+            .map(|&id| match self.obj(id, Kind::Event) {
+                Ok(ev) => event_status(ev).unwrap_or_else(|e| e),
+                Err(_) => CL_INVALID_EVENT,
+            })
+            .collect();
+        StatusesReply { status: CL_SUCCESS, statuses }
+    }
+}
+
+impl Serve<WaitForEvents> for LaneServer<'_> {
+    fn serve(&self, r: WaitForEvents) -> i32 {
+        let evs = tri!(self.objs(&r.events, Kind::Event, CL_INVALID_EVENT));
+        let Some(&first) = evs.first() else {
+            return CL_INVALID_VALUE;
+        };
+        // SAFETY: live events.
+        unsafe { driver_fn!(first as usize, clWaitForEvents)(evs.len() as u32, evs.as_ptr()) }
+    }
+}
+
+impl Serve<CreateUserEvent> for LaneServer<'_> {
+    fn serve(&self, r: CreateUserEvent) -> i32 {
+        let ctx = tri!(self.obj(r.context, Kind::Context));
+        let mut rc = CL_SUCCESS;
+        // SAFETY: live context.
+        let ev = unsafe { driver_fn!(ctx, clCreateUserEvent)(ctx as _, &mut rc) };
+        self.adopt(r.id, Kind::Event, ev, rc)
+    }
+}
+
+impl Serve<SetUserEventStatus> for LaneServer<'_> {
+    fn serve(&self, r: SetUserEventStatus) -> i32 {
+        let ev = tri!(self.obj(r.event, Kind::Event));
+        // SAFETY: live event.
+        unsafe { driver_fn!(ev, clSetUserEventStatus)(ev as _, r.status) }
+    }
+}
+
+impl Serve<SetEventCallback> for LaneServer<'_> {
+    fn serve(&self, r: SetEventCallback) -> i32 {
+        let ev = tri!(self.obj(r.event, Kind::Event));
+        // SAFETY: live event; the callback has the signature clSetEventCallback expects and
+        // `token` is an opaque integer, never dereferenced.
+        unsafe {
+            driver_fn!(ev, clSetEventCallback)(
+                ev as _,
+                r.callback_type,
+                notify::on_event_status as *mut c_void,
+                r.token as *mut c_void,
+            )
+        }
+    }
+}
