@@ -29,8 +29,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cloister_ipc::cl::*;
 use cloister_ipc::*;
 
+use cloister_ipc::image::Strided;
+
 use crate::conn::{Callback, Conn, ContextNotifyFn, EventNotifyFn};
 use crate::handle::{Kind, SharedView};
+use crate::pending::Mirror;
 
 /// How many times a step that crashed the driver is run again before it is dropped.
 pub const RETRIES: u32 = 2;
@@ -150,9 +153,28 @@ enum Cmd {
         req: EnqueueRegionTransfer,
         data: Vec<u8>,
     },
+    /// A non-blocking read (`EnqueueReadBuffer` or a region read) into the application's
+    /// `dst` (rows `shape`, and `mirror` for a `CL_MEM_USE_HOST_PTR` object): read again if the
+    /// worker died before its data landed (`State::unfinished` has its `event`).
+    Read {
+        req: Request,
+        event: ObjectId,
+        dst: usize,
+        shape: Strided,
+        mirror: Option<Mirror>,
+    },
 }
 
 impl Cmd {
+    /// A non-blocking read's queue and memory object.
+    fn read_target(req: &Request) -> (ObjectId, ObjectId) {
+        match req {
+            Request::EnqueueReadBuffer(r) => (r.queue, r.mem),
+            Request::EnqueueRegionTransfer(r) => (r.queue, r.mem),
+            _ => (0, 0),
+        }
+    }
+
     fn queue(&self) -> ObjectId {
         match self {
             Cmd::Write { queue, .. } => *queue,
@@ -163,6 +185,7 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => r.queue,
             Cmd::Enqueue(Request::EnqueueFillImage(r)) => r.queue,
             Cmd::Region { req, .. } => req.queue,
+            Cmd::Read { req, .. } => Cmd::read_target(req).0,
             Cmd::Enqueue(_) => 0,
         }
     }
@@ -177,7 +200,9 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => Some(&r.sync),
             Cmd::Enqueue(Request::EnqueueFillImage(r)) => Some(&r.sync),
             Cmd::Region { req, .. } => Some(&req.sync),
-            Cmd::Enqueue(_) => None,
+            Cmd::Read { req: Request::EnqueueReadBuffer(r), .. } => Some(&r.sync),
+            Cmd::Read { req: Request::EnqueueRegionTransfer(r), .. } => Some(&r.sync),
+            Cmd::Read { .. } | Cmd::Enqueue(_) => None,
         }
     }
 
@@ -191,7 +216,9 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => Some(&mut r.sync),
             Cmd::Enqueue(Request::EnqueueFillImage(r)) => Some(&mut r.sync),
             Cmd::Region { req, .. } => Some(&mut req.sync),
-            Cmd::Enqueue(_) => None,
+            Cmd::Read { req: Request::EnqueueReadBuffer(r), .. } => Some(&mut r.sync),
+            Cmd::Read { req: Request::EnqueueRegionTransfer(r), .. } => Some(&mut r.sync),
+            Cmd::Read { .. } | Cmd::Enqueue(_) => None,
         }
     }
 
@@ -201,6 +228,7 @@ impl Cmd {
         match self {
             Cmd::Write { mem, .. } => v.push(*mem),
             Cmd::Region { req, .. } => v.push(req.mem),
+            Cmd::Read { req, .. } => v.push(Cmd::read_target(req).1),
             Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
                 v.push(r.kernel);
                 v.extend(r.args.iter().filter_map(|(_, a)| match a {
@@ -222,6 +250,7 @@ impl Cmd {
         match self {
             Cmd::Write { mem, .. } => format!("clEnqueueWriteBuffer of buffer #{mem}"),
             Cmd::Region { req, .. } => format!("a rectangular or image write of #{}", req.mem),
+            Cmd::Read { req, .. } => format!("a non-blocking read of #{}", Cmd::read_target(req).1),
             Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
                 let name = match recipes.get(&r.kernel).map(|k| &k.req) {
                     Some(Request::CreateKernel(k)) => String::from_utf8_lossy(&k.name).into_owned(),
@@ -371,6 +400,16 @@ impl Journal {
         });
     }
 
+    /// A non-blocking read went to the worker (see `Cmd::Read`).
+    pub fn reading(&self, req: Request, event: ObjectId, dst: usize, shape: Strided, mirror: Option<Mirror>) {
+        self.with(|s| {
+            if s.cmds.len() >= MAX_JOURNAL {
+                s.give_up_journal();
+            }
+            s.cmds.push(Cmd::Read { req, event, dst, shape, mirror });
+        });
+    }
+
     /// The non-blocking read or map of `event` ended without its data (see `State::unfinished`).
     pub fn unfinished(&self, event: ObjectId) {
         self.with(|s| s.unfinished.insert(event));
@@ -465,7 +504,7 @@ impl State {
         }
         let kept_bytes = |c: &Cmd| match c {
             Cmd::Write { data, .. } | Cmd::Region { data, .. } => data.len() as u64,
-            Cmd::Enqueue(_) => 0,
+            Cmd::Read { .. } | Cmd::Enqueue(_) => 0,
         };
         let before = self.recipes.get(&mem).map_or(0, Recipe::base_bytes);
         let freed: u64 = self.cmds.iter().filter(|c| only_written(c)).map(kept_bytes).sum();
@@ -572,6 +611,7 @@ impl State {
         let written = match cmd {
             Cmd::Write { mem, .. } => vec![*mem],
             Cmd::Region { req, .. } => vec![req.mem],
+            Cmd::Read { .. } => Vec::new(),
             Cmd::Enqueue(Request::EnqueueNdRange(r)) => r
                 .args
                 .iter()
@@ -726,6 +766,35 @@ fn read_memory(conn: &Conn, queue: ObjectId, mem: ObjectId, size: usize, image: 
     };
     conn.release_segment(seg);
     out
+}
+
+/// Runs a non-blocking read again, blocking, in `conn`, and puts its data where the
+/// application asked (it keeps that memory valid until the read's event completes, which it has
+/// not: the worker died first).
+fn read_again(conn: &Conn, req: &Request, dst: usize, shape: Strided, mirror: Option<Mirror>) -> Result<i32, i32> {
+    let len = shape.packed_len();
+    let seg = conn.acquire_segment(len)?;
+    let into = DataRef::Segment { id: seg.id, offset: 0, len: len as u64 };
+    let rc = match req {
+        Request::EnqueueReadBuffer(r) => conn.call(EnqueueReadBuffer { blocking: true, into, ..r.clone() }),
+        Request::EnqueueRegionTransfer(r) => {
+            conn.call(EnqueueRegionTransfer { blocking: true, data: into, ..r.clone() })
+        }
+        _ => Ok(CL_INVALID_OPERATION),
+    };
+    if rc == Ok(CL_SUCCESS) {
+        // SAFETY: `dst` is the application's memory covering `shape` (checked when the read was
+        // enqueued), valid until the read's event completes; the segment holds the packed rows;
+        // the mirror lies within the object's host memory.
+        unsafe {
+            shape.unpack(seg.region.as_ptr(), dst as *mut u8);
+            if let Some(m) = mirror {
+                m.fill_from(seg.region.as_ptr());
+            }
+        }
+    }
+    conn.release_segment(seg);
+    rc
 }
 
 /// Runs `make(data)` with `bytes` in a fresh segment the worker knows.
@@ -886,9 +955,16 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     }
     // Commands, in the order they were enqueued, each finished before the next: a crash is
     // then the command's own.
-    let mut failed_events: Vec<ObjectId> = st.unfinished.drain().collect();
+    let mut failed_events: Vec<ObjectId> = Vec::new();
+    // Reads cut short by the death (kept in `st` until a rebuild succeeds).
+    let mut unfinished = st.unfinished.clone();
     for i in 0..st.cmds.len() {
         let step = Step::Cmd(i);
+        if let Cmd::Read { event, .. } = &st.cmds[i] {
+            if !unfinished.contains(event) {
+                continue; // its data landed before the death: its event completes below
+            }
+        }
         let writes = st.writes(&st.cmds[i]);
         let event = st.cmds[i].sync().and_then(|s| s.event);
         let gone = st.cmds[i].uses().iter().any(|u| !out.created.contains(u) || lost.contains(u));
@@ -921,6 +997,13 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             }),
             Cmd::Enqueue(req) => new.call_request(req),
             Cmd::Region { req, data } => with_segment(new, data, |data| EnqueueRegionTransfer { data, ..req.clone() }),
+            Cmd::Read { req, event, dst, shape, mirror } => {
+                let rc = read_again(new, req, *dst, *shape, *mirror);
+                if rc == Ok(CL_SUCCESS) {
+                    unfinished.remove(event);
+                }
+                rc
+            }
         };
         let rc = rc.and_then(|rc| new.call(FlushOrFinish { queue, finish: true }).map(|_| rc));
         match rc {
@@ -935,6 +1018,8 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             }
         }
     }
+    // Reads cut short and not read again (their journal entry is gone) fail.
+    failed_events.extend(unfinished.iter().copied());
     // Events the application holds whose commands are past (before the checkpoint) complete;
     // those of dropped commands fail.
     if let Some(ctx) = first_context {
@@ -978,6 +1063,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
         st.cmds.remove(i);
     }
     st.attempts.clear();
+    st.unfinished.clear();
     for id in &lost {
         st.lose(*id);
     }

@@ -129,7 +129,14 @@ int main(int argc, char **argv) {
             STEP("write rect", clEnqueueWriteBufferRect(q, acc, CL_FALSE, borigin, horigin, region, 64 * sizeof(int), 0,
                                                         4 * sizeof(int), 0, box, 0, NULL, NULL));
         }
+        /* A non-blocking read, landed through its event (the worker may die before it does). */
+        static int snap[N];
+        cl_event rev;
+        STEP("read nb", clEnqueueReadBuffer(q, acc, CL_FALSE, 0, sizeof snap, snap, 0, NULL, &rev));
         STEP("read", clEnqueueReadBuffer(q, copy, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
+        STEP("wait nb", clWaitForEvents(1, &rev));
+        STEP("release nb", clReleaseEvent(rev));
+        for (int i = 0; i < N; i++) sum = (sum ^ (uint32_t)snap[i]) * 1099511628211ull;
         cl_int status;
         STEP("event", clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL));
         if (status != CL_COMPLETE) {

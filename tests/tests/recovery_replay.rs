@@ -491,3 +491,26 @@ fn ffmpeg_avgblur_opencl_runs_through_a_kill_of_its_worker_byte_identical() {
     assert!(t.contains("carried over"), "the worker's death went unnoticed (ffmpeg done too soon?):\n{t}");
     assert!(got == expected, "the output differs from the undisturbed run ({} bytes):\n{t}", got.len());
 }
+
+/// A non-blocking read queued behind a long kernel when the driver crashes: it is read again in
+/// the replacement, its data lands where the application asked, and its event completes.
+#[test]
+fn a_non_blocking_read_in_flight_lands_after_the_crash() {
+    let plain = direct(&c_client("pending_read"), &[], &[]);
+    let expected = checksum(&text(&plain)).unwrap_or_else(|| panic!("directly:\n{}", text(&plain)));
+    let cache = std::env::temp_dir().join(format!("cloister-replay-pending-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    // The driver crashes 150 ms after the kernel's enqueue: the kernel runs for seconds.
+    let env = [
+        ("CLOISTER_RECOVERY", "replay"),
+        ("CLOISTER_FAULT", "enqueue:async-segv:once"),
+        ("XDG_CACHE_HOME", cache.to_str().unwrap()),
+    ];
+    let driver = fault_driver();
+    let out = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &c_client("pending_read"), &[], &env);
+    let _ = std::fs::remove_dir_all(&cache);
+    let t = text(&out);
+    assert!(out.status.success() && !t.contains("ERROR step="), "{t}");
+    assert!(t.contains("2 commands run again"), "the kernel and the read should run again:\n{t}");
+    assert_eq!(checksum(&t), Some(expected), "the read's data differs:\n{t}");
+}

@@ -148,7 +148,7 @@ pub(super) unsafe fn map_done(
 ///
 /// # Safety
 /// `event` is NULL or valid for a write.
-pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32>>(
+pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32> + Clone>(
     q: &Object,
     sync: &EnqueueSync,
     event: *mut cl_event,
@@ -162,6 +162,11 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32>>(
     // late): both can be posted (`Conn::post` decides which requests may). A map's fill is a
     // call of its own.
     let req = make(segment.id, own);
+    // Replay reads it again if the worker dies before its data landed.
+    let replay = match (&transfer, crate::recovery::on()) {
+        (Transfer::Read { dst, shape, mirror }, true) => Some((req.clone().into_request(), *dst, *shape, *mirror)),
+        _ => None,
+    };
     let rc = match transfer {
         Transfer::Write | Transfer::Read { .. } => q.conn.post(req),
         Transfer::Map { .. } => q.conn.call(req),
@@ -169,6 +174,9 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32>>(
     if rc != Ok(CL_SUCCESS) {
         q.conn.release_segment(segment);
         return rc;
+    }
+    if let Some((req, dst, shape, mirror)) = replay {
+        q.conn.journal.reading(req, event_id, dst, shape, mirror);
     }
     // SAFETY: forwarded.
     Ok(unsafe { track(q, sync, event, event_id, Some(segment), transfer) })
