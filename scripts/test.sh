@@ -3,6 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# What only the tests use: Debian's ffmpeg, whose OpenCL filters run through a driver crash in
+# tests/tests/recovery_replay.rs.
+if ! dpkg-query -W -f='${Status}' ffmpeg 2>/dev/null | grep -q "install ok installed"; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends ffmpeg
+fi
 cargo test --workspace --no-fail-fast -- --test-threads=2
 # `cargo install --path broker` and the installed binary alone: a release build of its own
 # (minutes), so a step of its own rather than one test among the parallel ones.

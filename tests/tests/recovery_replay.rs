@@ -60,9 +60,10 @@ fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objec
     // The caged run sleeps 20 ms an iteration (the results do not depend on it), so a crash
     // the driver schedules for a moment later still lands mid-run.
     let driver = fault_driver();
-    // A fresh cache directory per run, so a `:once` fault fires once.
+    // A fresh cache directory per run, so a `:once` fault fires once; named by the client too,
+    // as tests running at once may inject the same fault (and remove their folder at the end).
     let tag = fault.replace(':', "-");
-    let cache = std::env::temp_dir().join(format!("cloister-replay-{tag}-{}", std::process::id()));
+    let cache = std::env::temp_dir().join(format!("cloister-replay-{client}-{tag}-{skip}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
     let env = [
         ("CLOISTER_RECOVERY", "replay"),
