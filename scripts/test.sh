@@ -8,6 +8,7 @@ bash scripts/setup.sh
 if ! dpkg-query -W -f='${Status}' ffmpeg 2>/dev/null | grep -q "install ok installed"; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends ffmpeg
 fi
 cargo test --workspace --no-fail-fast -- --test-threads=2
