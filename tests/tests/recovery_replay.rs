@@ -168,6 +168,23 @@ fn read_until(lines: &mut impl Iterator<Item = std::io::Result<String>>, prefix:
     false
 }
 
+/// Reads `lines` until one contains `needle` (true) or they end (false), keeping what was read.
+fn read_until_containing(
+    lines: &mut std::io::Lines<BufReader<std::process::ChildStderr>>,
+    needle: &str,
+    seen: &mut String,
+) -> bool {
+    for line in lines.by_ref() {
+        let Ok(line) = line else { return false };
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains(needle) {
+            return true;
+        }
+    }
+    false
+}
+
 /// Waits for `child` with a deadline (a hang fails the test instead of blocking it).
 fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let end = Instant::now() + limit;
@@ -268,6 +285,70 @@ fn restarting_the_broker_mid_run_changes_nothing() {
     let t = format!("{seen}{err}");
     assert!(!t.contains("Broken pipe"), "the shim did not find the new broker:\n{t}");
     assert_carried_over(status, &t, &expected);
+}
+
+/// Without replay (the default, `report`), a broker restart is a driver fault as any other: the
+/// application's context answers `CL_DEVICE_NOT_AVAILABLE`, and the next context it makes gets
+/// its worker from the new broker (the shim reconnects; it used to fail with "Broken pipe").
+#[test]
+fn restarting_the_broker_gives_a_reporting_application_its_next_context() {
+    let runtime = std::env::temp_dir().join(format!("cloister-rt-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&runtime);
+    std::fs::create_dir_all(&runtime).unwrap();
+    let socket = runtime.join("cloister/broker.sock");
+    let start_broker = || {
+        let b = Command::new(cloister())
+            .arg("broker")
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start cloister broker");
+        assert!(wait_for_path(&socket, Duration::from_secs(5)), "the broker does not listen");
+        b
+    };
+    let mut broker = start_broker();
+    let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
+    let mut child = Command::new(c_client("recover"))
+        .arg("3")
+        .env("OCL_ICD_VENDORS", &vendors)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env_remove("CLOISTER_SOCKET")
+        .env("CLOISTER_RECOVERY", "report")
+        .env("CLOISTER_LOG", "cloister::runtime=info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the shim has its worker (its log says so) the application is in its first attempt,
+    // which takes 300 ms and more.
+    let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    assert!(read_until_containing(&mut err_lines, "worker ready", &mut seen), "the shim never started:\n{seen}");
+    let workers = workers_under(broker.id());
+    assert!(!workers.is_empty(), "the broker has no worker");
+    broker.kill().unwrap();
+    broker.wait().unwrap();
+    for pid in workers {
+        // SAFETY: kill(2) on a worker of the broker this test started.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    let _ = std::fs::remove_file(&socket);
+    let mut broker = start_broker();
+    let status = wait_within(&mut child, Duration::from_secs(120));
+    let mut t = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut t).unwrap();
+    for line in err_lines.map_while(Result::ok) {
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    t.push_str(&seen);
+    let _ = broker.kill();
+    let _ = broker.wait();
+    let _ = std::fs::remove_dir_all(&runtime);
+    assert!(!t.contains("Broken pipe"), "the shim did not find the new broker:\n{t}");
+    assert!(t.contains("attempt 1: CL_DEVICE_NOT_AVAILABLE"), "the first context was not lost:\n{t}");
+    assert!(t.contains("attempt 2 succeeded after 1 faults; results correct"), "{t}");
+    assert!(status.success(), "{t}");
 }
 
 #[test]
