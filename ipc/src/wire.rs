@@ -388,7 +388,7 @@ pub trait Serve<C: Call> {
 }
 
 macro_rules! wire_calls {
-    ($( $(#[$doc:meta])* $name:ident($method:ident) { $($field:ident : $fty:ty),* $(,)? } -> $reply:ty; )*) => {
+    ($( $(#[$doc:meta])* $name:ident { $($field:ident : $fty:ty),* $(,)? } -> $reply:ty; )*) => {
         $(
             $(#[$doc])*
             #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -443,20 +443,20 @@ macro_rules! wire_calls {
 
 wire_calls! {
     /// Any `clGet*Info`; handle-valued results come back as ids.
-    GetInfo(get_info) { target: InfoTarget, object: ObjectId, aux: u64, param: u32 } -> InfoReply;
-    GetDeviceIds(get_device_ids) { platform: ObjectId, device_type: u64 } -> IdsReply;
+    GetInfo { target: InfoTarget, object: ObjectId, aux: u64, param: u32 } -> InfoReply;
+    GetDeviceIds { platform: ObjectId, device_type: u64 } -> IdsReply;
     /// The application's last reference is gone; the worker drops its own.
-    Release(release) { object: ObjectId } -> i32;
-    CreateContext(create_context) {
+    Release { object: ObjectId } -> i32;
+    CreateContext {
         id: ObjectId, properties: Option<Vec<i64>>, devices: Vec<ObjectId>, notify: Option<u64>,
     } -> i32;
-    CreateContextFromType(create_context_from_type) {
+    CreateContextFromType {
         id: ObjectId, properties: Option<Vec<i64>>, device_type: u64, notify: Option<u64>,
     } -> i32;
-    CreateCommandQueue(create_command_queue) {
+    CreateCommandQueue {
         id: ObjectId, context: ObjectId, device: ObjectId, properties: u64,
     } -> i32;
-    CreateCommandQueueWithProperties(create_command_queue_with_properties) {
+    CreateCommandQueueWithProperties {
         id: ObjectId, context: ObjectId, device: ObjectId, properties: Option<Vec<u64>>,
     } -> i32;
     /// `properties` is `Some` for `clCreateBufferWithProperties`.
@@ -464,89 +464,89 @@ wire_calls! {
     /// shim sent (and filled with any `CL_MEM_COPY_HOST_PTR` data): the worker creates the
     /// buffer with `CL_MEM_USE_HOST_PTR` over it, keeps it mapped as long as the driver's
     /// buffer lives, and drops the segment's fd.
-    CreateBuffer(create_buffer) {
+    CreateBuffer {
         id: ObjectId, context: ObjectId, properties: Option<Vec<u64>>, flags: u64, size: u64,
         host_data: Option<DataRef>, memory: Option<u64>,
     } -> i32;
-    CreateSubBuffer(create_sub_buffer) { id: ObjectId, buffer: ObjectId, flags: u64, origin: u64, size: u64 } -> i32;
+    CreateSubBuffer { id: ObjectId, buffer: ObjectId, flags: u64, origin: u64, size: u64 } -> i32;
     /// `host_data` holds the application's host memory with the pitches of `desc`.
-    CreateImage(create_image) {
+    CreateImage {
         id: ObjectId, context: ObjectId, properties: Option<Vec<u64>>, flags: u64, format: (u32, u32),
         desc: ImageDesc, host_data: Option<DataRef>,
     } -> i32;
-    CreatePipe(create_pipe) { id: ObjectId, context: ObjectId, flags: u64, packet_size: u32, max_packets: u32 } -> i32;
-    GetSupportedImageFormats(get_supported_image_formats) {
+    CreatePipe { id: ObjectId, context: ObjectId, flags: u64, packet_size: u32, max_packets: u32 } -> i32;
+    GetSupportedImageFormats {
         context: ObjectId, flags: u64, image_type: u32,
     } -> FormatsReply;
     /// A zero-terminated `cl_sampler_properties` list (the 1.x call is turned into one).
     /// `properties` of `clCreateSamplerWithProperties` (`None`: NULL); `legacy` for the 1.x call,
     /// whose three arguments travel as a property list but which reaches the driver as itself
     /// (the two calls differ in what `CL_SAMPLER_PROPERTIES` reports).
-    CreateSampler(create_sampler) { id: ObjectId, context: ObjectId, properties: Option<Vec<u64>>, legacy: bool } -> i32;
-    CreateProgramWithSource(create_program_with_source) {
+    CreateSampler { id: ObjectId, context: ObjectId, properties: Option<Vec<u64>>, legacy: bool } -> i32;
+    CreateProgramWithSource {
         id: ObjectId, context: ObjectId, sources: Vec<Vec<u8>>,
     } -> i32;
     /// With `includes`, `options` has lost its `-I` folders: the worker adds its copies.
-    BuildProgram(build_program) {
+    BuildProgram {
         program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
         includes: Option<AppIncludes>, notify: Option<u64>,
     } -> BuildReply;
-    CreateProgramWithBinary(create_program_with_binary) {
+    CreateProgramWithBinary {
         id: ObjectId, context: ObjectId, devices: Vec<ObjectId>, binaries: Vec<Vec<u8>>,
     } -> StatusesReply;
-    CreateProgramWithIl(create_program_with_il) { id: ObjectId, context: ObjectId, il: Vec<u8> } -> i32;
+    CreateProgramWithIl { id: ObjectId, context: ObjectId, il: Vec<u8> } -> i32;
     /// `names` is the semicolon-separated list, without its NUL.
-    CreateProgramWithBuiltInKernels(create_program_with_built_in_kernels) {
+    CreateProgramWithBuiltInKernels {
         id: ObjectId, context: ObjectId, devices: Vec<ObjectId>, names: Vec<u8>,
     } -> i32;
     /// `headers` pairs each header program with its include name.
-    CompileProgram(compile_program) {
+    CompileProgram {
         program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
         headers: Vec<(ObjectId, Vec<u8>)>, includes: Option<AppIncludes>, notify: Option<u64>,
     } -> BuildReply;
-    LinkProgram(link_program) {
+    LinkProgram {
         id: ObjectId, context: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
         inputs: Vec<ObjectId>, notify: Option<u64>,
     } -> CreatedReply;
     /// `clGetProgramInfo(CL_PROGRAM_BINARIES)`: the value is an array of application pointers,
     /// so the bytes come back and the shim writes them where those pointers say.
-    GetProgramBinaries(get_program_binaries) { program: ObjectId } -> BinariesReply;
-    SetProgramSpecializationConstant(set_program_specialization_constant) {
+    GetProgramBinaries { program: ObjectId } -> BinariesReply;
+    SetProgramSpecializationConstant {
         program: ObjectId, spec_id: u32, value: Vec<u8>,
     } -> i32;
-    UnloadPlatformCompiler(unload_platform_compiler) { platform: ObjectId } -> i32;
-    CreateKernel(create_kernel) { id: ObjectId, program: ObjectId, name: Vec<u8> } -> KernelReply;
-    CreateKernelsInProgram(create_kernels_in_program) { program: ObjectId, ids: Vec<ObjectId> } -> KernelsReply;
-    CloneKernel(clone_kernel) { id: ObjectId, source: ObjectId } -> i32;
+    UnloadPlatformCompiler { platform: ObjectId } -> i32;
+    CreateKernel { id: ObjectId, program: ObjectId, name: Vec<u8> } -> KernelReply;
+    CreateKernelsInProgram { program: ObjectId, ids: Vec<ObjectId> } -> KernelsReply;
+    CloneKernel { id: ObjectId, source: ObjectId } -> i32;
     /// `device` 0 is NULL.
-    GetKernelSubGroupInfo(get_kernel_sub_group_info) {
+    GetKernelSubGroupInfo {
         kernel: ObjectId, device: ObjectId, param: u32, input: Vec<u8>,
     } -> InfoReply;
     /// `ids` are for the new devices (none: a count query).
-    CreateSubDevices(create_sub_devices) { device: ObjectId, properties: Vec<i64>, ids: Vec<ObjectId> } -> CountReply;
+    CreateSubDevices { device: ObjectId, properties: Vec<i64>, ids: Vec<ObjectId> } -> CountReply;
     /// `queue` `None` is NULL (the driver says what that means on its device).
-    SetDefaultDeviceCommandQueue(set_default_device_command_queue) {
+    SetDefaultDeviceCommandQueue {
         context: ObjectId, device: ObjectId, queue: Option<ObjectId>,
     } -> i32;
     /// `args` are the arguments set since the kernel's last enqueue.
-    EnqueueNdRange(enqueue_nd_range) {
+    EnqueueNdRange {
         queue: ObjectId, kernel: ObjectId, args: Vec<(u32, ArgValue)>, work_dim: u32,
         offset: Option<Vec<u64>>, global: Option<Vec<u64>>, local: Option<Vec<u64>>, sync: EnqueueSync,
     } -> i32;
     /// From the lane (always blocking: the shim reuses it) or from a segment the shim keeps
     /// until the write's event completes.
-    EnqueueWriteBuffer(enqueue_write_buffer) {
+    EnqueueWriteBuffer {
         queue: ObjectId, mem: ObjectId, blocking: bool, offset: u64, data: DataRef, sync: EnqueueSync,
     } -> i32;
     /// Into the lane (blocking) or into a segment the shim copies out of on completion.
-    EnqueueReadBuffer(enqueue_read_buffer) {
+    EnqueueReadBuffer {
         queue: ObjectId, mem: ObjectId, blocking: bool, offset: u64, into: DataRef, sync: EnqueueSync,
     } -> i32;
-    EnqueueCopyBuffer(enqueue_copy_buffer) {
+    EnqueueCopyBuffer {
         queue: ObjectId, src: ObjectId, dst: ObjectId, src_offset: u64, dst_offset: u64, size: u64,
         sync: EnqueueSync,
     } -> i32;
-    EnqueueFillBuffer(enqueue_fill_buffer) {
+    EnqueueFillBuffer {
         queue: ObjectId, mem: ObjectId, pattern: Vec<u8>, offset: u64, size: u64, sync: EnqueueSync,
     } -> i32;
     /// Maps and copies the region into `segment`, which the application sees as the mapping.
@@ -554,66 +554,66 @@ wire_calls! {
     /// With `in_place` (a zero-copy buffer), `segment` only names the mapping: the shim hands
     /// out its own view of the buffer's memory, and the worker copies only if the driver mapped
     /// elsewhere than the buffer's host pointer.
-    EnqueueMapBuffer(enqueue_map_buffer) {
+    EnqueueMapBuffer {
         queue: ObjectId, mem: ObjectId, blocking: bool, flags: u64, offset: u64, size: u64, segment: u64,
         in_place: bool, sync: EnqueueSync,
     } -> i32;
     /// A non-blocking map has completed: copy the mapped region into its segment now.
-    FillMapping(fill_mapping) { segment: u64 } -> i32;
+    FillMapping { segment: u64 } -> i32;
     /// Copies `segment` back (if `write_back`), unmaps and forgets the segment.
-    EnqueueUnmapMemObject(enqueue_unmap_mem_object) {
+    EnqueueUnmapMemObject {
         queue: ObjectId, mem: ObjectId, segment: u64, write_back: bool, sync: EnqueueSync,
     } -> i32;
     /// `clEnqueueRead/WriteImage` and `clEnqueueRead/WriteBufferRect`; `data` holds the packed
     /// region (see `RegionTarget`).
-    EnqueueRegionTransfer(enqueue_region_transfer) {
+    EnqueueRegionTransfer {
         queue: ObjectId, mem: ObjectId, write: bool, blocking: bool, target: RegionTarget, region: [u64; 3],
         data: DataRef, sync: EnqueueSync,
     } -> i32;
-    EnqueueCopyRegion(enqueue_copy_region) {
+    EnqueueCopyRegion {
         queue: ObjectId, src: ObjectId, dst: ObjectId, kind: CopyKind, src_origin: [u64; 3], dst_origin: [u64; 3],
         region: [u64; 3], src_pitches: (u64, u64), dst_pitches: (u64, u64), sync: EnqueueSync,
     } -> i32;
-    EnqueueFillImage(enqueue_fill_image) {
+    EnqueueFillImage {
         queue: ObjectId, mem: ObjectId, color: Vec<u8>, origin: [u64; 3], region: [u64; 3], sync: EnqueueSync,
     } -> i32;
     /// Maps the region and copies it, packed, into `segment`; unmapped by `EnqueueUnmapMemObject`.
-    EnqueueMapImage(enqueue_map_image) {
+    EnqueueMapImage {
         queue: ObjectId, mem: ObjectId, blocking: bool, flags: u64, origin: [u64; 3], region: [u64; 3],
         segment: u64, sync: EnqueueSync,
     } -> MapImageReply;
-    EnqueueMigrateMemObjects(enqueue_migrate_mem_objects) {
+    EnqueueMigrateMemObjects {
         queue: ObjectId, mems: Vec<ObjectId>, flags: u64, sync: EnqueueSync,
     } -> i32;
-    EnqueueMarkerOrBarrier(enqueue_marker_or_barrier) { queue: ObjectId, barrier: bool, sync: EnqueueSync } -> i32;
-    FlushOrFinish(flush_or_finish) { queue: ObjectId, finish: bool } -> i32;
-    WaitForEvents(wait_for_events) { events: Vec<ObjectId> } -> i32;
-    CreateUserEvent(create_user_event) { id: ObjectId, context: ObjectId } -> i32;
-    SetUserEventStatus(set_user_event_status) { event: ObjectId, status: i32 } -> i32;
+    EnqueueMarkerOrBarrier { queue: ObjectId, barrier: bool, sync: EnqueueSync } -> i32;
+    FlushOrFinish { queue: ObjectId, finish: bool } -> i32;
+    WaitForEvents { events: Vec<ObjectId> } -> i32;
+    CreateUserEvent { id: ObjectId, context: ObjectId } -> i32;
+    SetUserEventStatus { event: ObjectId, status: i32 } -> i32;
     /// The worker registers its own callback and sends `Notification::EventStatus` with `token`.
-    SetEventCallback(set_event_callback) { event: ObjectId, callback_type: i32, token: u64 } -> i32;
+    SetEventCallback { event: ObjectId, callback_type: i32, token: u64 } -> i32;
     /// `clGetDeviceAndHostTimer` (`with_device`) or `clGetHostTimer`.
-    GetTimers(get_timers) { device: ObjectId, with_device: bool } -> TimersReply;
+    GetTimers { device: ObjectId, with_device: bool } -> TimersReply;
     /// The shim no longer uses this shared segment.
-    DropSegment(drop_segment) { segment: u64 } -> i32;
+    DropSegment { segment: u64 } -> i32;
     /// The first `clSetKernelArg` of each shape (index, size, kind of value) goes to the driver
     /// at once, so its errors come from the call that caused them; later ones travel with the
     /// enqueue.
-    SetKernelArg(set_kernel_arg) { kernel: ObjectId, index: u32, value: ArgValue } -> i32;
+    SetKernelArg { kernel: ObjectId, index: u32, value: ArgValue } -> i32;
     /// Asks the driver whether it takes program release callbacks (it registers a no-op); the
     /// application's callback itself runs in the shim.
-    ProbeProgramReleaseCallback(probe_program_release_callback) { program: ObjectId } -> i32;
+    ProbeProgramReleaseCallback { program: ObjectId } -> i32;
     /// cl_khr_command_buffer; the worker refuses drivers whose version has other signatures.
-    CreateCommandBuffer(create_command_buffer) { id: ObjectId, queues: Vec<ObjectId>, properties: Option<Vec<u64>> } -> i32;
-    FinalizeCommandBuffer(finalize_command_buffer) { buffer: ObjectId } -> i32;
+    CreateCommandBuffer { id: ObjectId, queues: Vec<ObjectId>, properties: Option<Vec<u64>> } -> i32;
+    FinalizeCommandBuffer { buffer: ObjectId } -> i32;
     /// `clCommand*KHR`: `queue` is the call's (NULL: the buffer's own); `wait` its sync points.
-    RecordCommand(record_command) {
+    RecordCommand {
         buffer: ObjectId, queue: Option<ObjectId>, command: RecordedCommand, wait: Vec<u32>,
     } -> SyncPointReply;
-    EnqueueCommandBuffer(enqueue_command_buffer) { queues: Vec<ObjectId>, buffer: ObjectId, sync: EnqueueSync } -> i32;
+    EnqueueCommandBuffer { queues: Vec<ObjectId>, buffer: ObjectId, sync: EnqueueSync } -> i32;
     /// The execution status of each event (`CL_INVALID_EVENT` for an id the worker does not
     /// hold), in order: the shim settles its non-blocking transfers with one call, not one each.
-    EventStatuses(event_statuses) { events: Vec<ObjectId> } -> StatusesReply;
+    EventStatuses { events: Vec<ObjectId> } -> StatusesReply;
 }
 
 /// A borrowed byte string, encoded as postcard encodes bytes (its length, then the bytes, in one
