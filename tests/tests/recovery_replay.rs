@@ -157,28 +157,20 @@ fn workers_under(root: u32) -> Vec<u32> {
 
 /// Reads `child`'s stdout until a line starting with `prefix`, returning what was read.
 fn read_until(lines: &mut impl Iterator<Item = std::io::Result<String>>, prefix: &str, seen: &mut String) -> bool {
-    for line in lines.by_ref() {
-        let Ok(line) = line else { return false };
-        seen.push_str(&line);
-        seen.push('\n');
-        if line.starts_with(prefix) {
-            return true;
-        }
-    }
-    false
+    read_until_line(lines, seen, |line| line.starts_with(prefix))
 }
 
-/// Reads `lines` until one contains `needle` (true) or they end (false), keeping what was read.
-fn read_until_containing(
-    lines: &mut std::io::Lines<BufReader<std::process::ChildStderr>>,
-    needle: &str,
+/// Reads `lines` until one is `found` (true) or they end (false), keeping what was read.
+fn read_until_line(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
     seen: &mut String,
+    found: impl Fn(&str) -> bool,
 ) -> bool {
     for line in lines.by_ref() {
         let Ok(line) = line else { return false };
         seen.push_str(&line);
         seen.push('\n');
-        if line.contains(needle) {
+        if found(&line) {
             return true;
         }
     }
@@ -231,24 +223,39 @@ fn a_worker_killed_with_sigkill_mid_run_changes_nothing() {
     assert_carried_over(status, &t, &expected);
 }
 
+/// A per-user broker (`cloister broker`) listening under `runtime`, as `XDG_RUNTIME_DIR`.
+fn start_user_broker(runtime: &std::path::Path) -> Child {
+    let b = Command::new(cloister())
+        .arg("broker")
+        .env("XDG_RUNTIME_DIR", runtime)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start cloister broker");
+    let socket = runtime.join("cloister/broker.sock");
+    assert!(wait_for_path(&socket, Duration::from_secs(5)), "the broker does not listen");
+    b
+}
+
+/// Kills `broker` and its `workers`, as `systemctl --user restart` stops the unit's whole
+/// control group, and starts a new one in its place.
+fn restart_user_broker(mut broker: Child, workers: Vec<u32>, runtime: &std::path::Path) -> Child {
+    broker.kill().unwrap();
+    broker.wait().unwrap();
+    for pid in workers {
+        // SAFETY: kill(2) on a worker of the broker this test started.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    let _ = std::fs::remove_file(runtime.join("cloister/broker.sock"));
+    start_user_broker(runtime)
+}
+
 #[test]
 fn restarting_the_broker_mid_run_changes_nothing() {
     let expected = undisturbed();
     let runtime = std::env::temp_dir().join(format!("cloister-rt-replay-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&runtime);
     std::fs::create_dir_all(&runtime).unwrap();
-    let socket = runtime.join("cloister/broker.sock");
-    let start_broker = || {
-        let b = Command::new(cloister())
-            .arg("broker")
-            .env("XDG_RUNTIME_DIR", &runtime)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start cloister broker");
-        assert!(wait_for_path(&socket, Duration::from_secs(5)), "the broker does not listen");
-        b
-    };
-    let mut broker = start_broker();
+    let broker = start_user_broker(&runtime);
     let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
     let mut child = Command::new(c_client("replay"))
         .args([ITERATIONS, "40"])
@@ -267,14 +274,7 @@ fn restarting_the_broker_mid_run_changes_nothing() {
     // control group, and a new one takes its place.
     let workers = workers_under(broker.id());
     assert!(!workers.is_empty(), "the broker has no worker");
-    broker.kill().unwrap();
-    broker.wait().unwrap();
-    for pid in workers {
-        // SAFETY: kill(2) on a worker of the broker this test started.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    }
-    let _ = std::fs::remove_file(&socket);
-    let mut broker = start_broker();
+    let mut broker = restart_user_broker(broker, workers, &runtime);
     read_until(&mut lines, "done", &mut seen);
     let status = wait_within(&mut child, Duration::from_secs(120));
     let mut err = String::new();
@@ -295,18 +295,7 @@ fn restarting_the_broker_gives_a_reporting_application_its_next_context() {
     let runtime = std::env::temp_dir().join(format!("cloister-rt-report-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&runtime);
     std::fs::create_dir_all(&runtime).unwrap();
-    let socket = runtime.join("cloister/broker.sock");
-    let start_broker = || {
-        let b = Command::new(cloister())
-            .arg("broker")
-            .env("XDG_RUNTIME_DIR", &runtime)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start cloister broker");
-        assert!(wait_for_path(&socket, Duration::from_secs(5)), "the broker does not listen");
-        b
-    };
-    let mut broker = start_broker();
+    let broker = start_user_broker(&runtime);
     let vendors = vendors_dir_for(&target_dir().join("libcloister.so"));
     let mut child = Command::new(c_client("recover"))
         .arg("3")
@@ -323,17 +312,11 @@ fn restarting_the_broker_gives_a_reporting_application_its_next_context() {
     // which takes 300 ms and more.
     let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut seen = String::new();
-    assert!(read_until_containing(&mut err_lines, "worker ready", &mut seen), "the shim never started:\n{seen}");
+    let ready = read_until_line(&mut err_lines, &mut seen, |line| line.contains("worker ready"));
+    assert!(ready, "the shim never started:\n{seen}");
     let workers = workers_under(broker.id());
     assert!(!workers.is_empty(), "the broker has no worker");
-    broker.kill().unwrap();
-    broker.wait().unwrap();
-    for pid in workers {
-        // SAFETY: kill(2) on a worker of the broker this test started.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    }
-    let _ = std::fs::remove_file(&socket);
-    let mut broker = start_broker();
+    let mut broker = restart_user_broker(broker, workers, &runtime);
     let status = wait_within(&mut child, Duration::from_secs(120));
     let mut t = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut t).unwrap();

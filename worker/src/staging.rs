@@ -84,15 +84,7 @@ impl Staging {
             return;
         }
         let mut state = self.state();
-        let ctx = match state.queues.get(&queue) {
-            Some(c) => *c,
-            None => {
-                let c = pin_context(queue, self.mode);
-                state.queues.insert(queue, c);
-                c
-            }
-        };
-        let Some(ctx) = ctx else { return };
+        let Some(ctx) = self.context_for(&mut state, queue) else { return };
         let key = (ctx, base as usize);
         if !state.pinned.contains_key(&key) && state.seen_once.insert(key) {
             return;
@@ -129,8 +121,14 @@ impl Staging {
             return false;
         }
         let mut state = self.state();
+        self.context_for(&mut state, queue).is_some()
+    }
+
+    /// The context `queue`'s transfers are pinned in, or `None` when its device gains nothing;
+    /// asked of the driver once per queue.
+    fn context_for(&self, state: &mut State, queue: usize) -> Option<usize> {
         let mode = self.mode;
-        state.queues.entry(queue).or_insert_with(|| pin_context(queue, mode)).is_some()
+        *state.queues.entry(queue).or_insert_with(|| pin_context(queue, mode))
     }
 
     /// Before `base`'s region is unmapped: releases its buffers in every context.
