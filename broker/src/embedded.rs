@@ -4,8 +4,7 @@
 //! or change, named by the pieces' content, and compared byte for byte with the embedded copies
 //! before each use (a half-written or altered file is written again).
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
@@ -65,16 +64,5 @@ fn place(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
         return Ok(());
     }
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot unpack {}: {e}", path.display())
-    })
+    crate::install::replace_file(path, &tmp, bytes, mode).map_err(|e| format!("cannot unpack {}: {e}", path.display()))
 }

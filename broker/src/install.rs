@@ -462,25 +462,31 @@ fn record(path: &Path, m: &mut Manifest) {
 fn write_file(path: &Path, bytes: &[u8], mode: u32, m: &mut Manifest) -> Result<(), String> {
     mkdirs(path.parent().ok_or("a path without a folder")?, m)?;
     let tmp = path.with_file_name(format!(".{}.cloister-tmp", path.file_name().unwrap_or_default().to_string_lossy()));
+    replace_file(path, &tmp, bytes, mode).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    record(path, m);
+    Ok(())
+}
+
+/// Writes `bytes` to `path` with exactly `mode` (whatever the umask), through `tmp` and a
+/// rename, so a reader sees the old file or the new one, never half of one; a failure (a full
+/// disk) leaves no `tmp` behind.
+pub(crate) fn replace_file(path: &Path, tmp: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(mode)
-        .open(&tmp)
+        .open(tmp)
         .and_then(|mut f| {
             f.write_all(bytes)?;
-            // The mode whatever the umask.
             f.set_permissions(std::fs::Permissions::from_mode(mode))?;
             f.sync_all()
         })
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(format!("cannot write {}: {e}", path.display()));
+        .and_then(|()| std::fs::rename(tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(tmp);
     }
-    record(path, m);
-    Ok(())
+    written
 }
 
 fn copy(from: &Path, to: &Path, mode: u32, m: &mut Manifest) -> Result<(), String> {
