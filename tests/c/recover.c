@@ -68,6 +68,8 @@ int main(int argc, char **argv) {
     if (clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, NULL) != CL_SUCCESS) { printf("no device\n"); return 1; }
     int fds_before = -1, faults = 0, correct = 0;
     for (int i = 0; i < max; i++) {
+        printf("attempt %d starting\n", i + 1);
+        fflush(stdout);
         cl_int rc = attempt(dev, &correct);
         if (i == 1) fds_before = count_fds(); /* after the first restart, when the set is steady */
         if (rc == CL_SUCCESS) {
