@@ -195,7 +195,8 @@ pub enum ObjData {
     Platform,
     Device,
     Context,
-    Queue,
+    /// What direct transfers need to know of a queue (`direct`).
+    Queue(crate::direct::QueueState),
     /// `host_ptr` is the application's memory of a `CL_MEM_USE_HOST_PTR` buffer (0 otherwise),
     /// kept in step with the device on blocking reads and maps; `image` is set for images.
     Mem {
@@ -253,6 +254,22 @@ impl ObjData {
         }
     }
 
+    /// A queue's state for direct transfers, if this is a queue.
+    pub fn queue_state(&self) -> Option<&crate::direct::QueueState> {
+        match self {
+            ObjData::Queue(state) => Some(state),
+            _ => None,
+        }
+    }
+
+    /// A memory object's `CL_MEM_*` flags as the application gave them (0 for other objects).
+    pub fn mem_flags(&self) -> u64 {
+        match self {
+            ObjData::Mem { flags, .. } => *flags,
+            _ => 0,
+        }
+    }
+
     /// A zero-copy buffer's memory, if this is one.
     pub fn shared_view(&self) -> Option<&SharedView> {
         match self {
@@ -268,6 +285,8 @@ impl ObjData {
 /// data, never a length or pointer the shim trusts.
 #[derive(Clone)]
 pub struct SharedView {
+    /// The buffer's context (a direct transfer checks its queue's against it).
+    pub context: ObjectId,
     pub memory: Arc<cloister_ipc::shm::SharedMapping>,
     pub offset: usize,
     pub len: usize,
@@ -288,7 +307,7 @@ impl SharedView {
     /// The window `[origin, origin + size)` of this view, for a sub-buffer.
     pub fn window(&self, origin: usize, size: usize) -> Option<SharedView> {
         self.at(origin, size)?;
-        Some(SharedView { memory: self.memory.clone(), offset: self.offset + origin, len: size })
+        Some(SharedView { context: self.context, memory: self.memory.clone(), offset: self.offset + origin, len: size })
     }
 }
 
@@ -451,7 +470,7 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
         ObjData::Platform => ObjData::Platform,
         ObjData::Device => ObjData::Device,
         ObjData::Context => ObjData::Context,
-        ObjData::Queue => ObjData::Queue,
+        ObjData::Queue(state) => ObjData::Queue(state.rebuilt()),
         ObjData::Event => ObjData::Event,
         ObjData::Sampler => ObjData::Sampler,
         ObjData::CommandBuffer => ObjData::CommandBuffer,
@@ -701,7 +720,7 @@ mod tests {
     #[test]
     fn shared_views_never_reach_outside_their_buffer() {
         let region = cloister_ipc::shm::SharedRegion::create("test", 1 << 16).unwrap();
-        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: 1 << 16 };
+        let view = SharedView { context: 1, memory: Arc::new(region.into_mapping()), offset: 0, len: 1 << 16 };
         assert!(view.at(0, 1 << 16).is_some());
         assert!(view.at(1, 1 << 16).is_none());
         assert!(view.at(usize::MAX, 2).is_none());

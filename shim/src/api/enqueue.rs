@@ -70,6 +70,11 @@ unsafe fn chunked(
     let _settled = SettleAfter(q);
     for (start, len, first, last) in chunks(size) {
         let rc = step(start, len, chunk_sync(sync, first, last))?;
+        if rc == CL_SUCCESS && last {
+            if let Some(state) = q.data.queue_state() {
+                state.blocking_call_returned();
+            }
+        }
         if rc != CL_SUCCESS || last {
             // SAFETY: forwarded.
             return Ok(unsafe { finish_enqueue(q, sync, event, Ok(rc)) });
@@ -211,6 +216,12 @@ pub unsafe fn clEnqueueReadBuffer(
         if ptr.is_null() {
             return Err(CL_INVALID_VALUE);
         }
+        // SAFETY: ptr holds `size` writable bytes per the API contract.
+        if let Some(rc) =
+            unsafe { direct(&q, &m, false, blocking_read != CL_FALSE, offset, size, ptr.cast(), n, event) }
+        {
+            return Ok(rc);
+        }
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let mirror = use_host_ptr(&m, offset, size)?;
@@ -293,6 +304,11 @@ pub unsafe fn clEnqueueWriteBuffer(
         let (q, m) = queue_and_mem(queue, buffer)?;
         if ptr.is_null() {
             return Err(CL_INVALID_VALUE);
+        }
+        let app = ptr.cast_mut().cast();
+        // SAFETY: ptr holds `size` bytes per the API contract (only read, for a write).
+        if let Some(rc) = unsafe { direct(&q, &m, true, blocking_write != CL_FALSE, offset, size, app, n, event) } {
+            return Ok(rc);
         }
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
@@ -699,6 +715,42 @@ unsafe fn pipelined(
 /// round trip through the lane (and a second copy) beats a map and an unmap (two round trips):
 /// a round trip costs about what copying a few hundred KiB does.
 const IN_PLACE_MIN: usize = 256 << 10;
+
+/// A read or write the shim makes itself (`crate::direct`): `Some(code)` when it did. On an
+/// idle queue that is a copy; a blocking transfer on a busy queue first waits for the queue's
+/// earlier commands with `clFinish`, as the driver would have waited for them.
+///
+/// # Safety
+/// `app` holds `size` bytes, readable for a write, writable for a read.
+#[allow(clippy::too_many_arguments)]
+unsafe fn direct(
+    q: &Object,
+    m: &Object,
+    write: bool,
+    blocking: bool,
+    offset: usize,
+    size: usize,
+    app: *mut u8,
+    n: cl_uint,
+    event: *mut cl_event,
+) -> Option<cl_int> {
+    if n != 0 || !event.is_null() {
+        return None;
+    }
+    let transfer = crate::direct::Direct::check(q, m, write, offset, size, app)?;
+    // SAFETY: forwarded from the caller.
+    if unsafe { transfer.copy_if_idle(q) } {
+        return Some(CL_SUCCESS);
+    }
+    if !blocking {
+        return None;
+    }
+    match super::queue::flush_or_finish_queue(q, true) {
+        // SAFETY: forwarded from the caller.
+        CL_SUCCESS => unsafe { transfer.copy_if_idle(q) }.then_some(CL_SUCCESS),
+        e => Some(e),
+    }
+}
 
 /// A blocking read or write of a zero-copy buffer, with one copy as directly: the worker maps
 /// the range (so the driver's ordering and coherence hold), the shim copies between the
