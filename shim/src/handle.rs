@@ -200,10 +200,13 @@ pub enum ObjData {
     /// `host_ptr` is the application's memory of a `CL_MEM_USE_HOST_PTR` buffer (0 otherwise),
     /// kept in step with the device on blocking reads and maps; `image` is set for images.
     Mem {
+        /// The object's context (an enqueue the shim vouches for checks its queue's against it).
+        context: ObjectId,
         flags: u64,
         host_ptr: usize,
-        /// The bytes of the application's memory at `host_ptr` (the buffer's size): the shim
-        /// never copies outside them.
+        /// A buffer's size (for a `CL_MEM_USE_HOST_PTR` one, the bytes of the application's
+        /// memory at `host_ptr`, outside which the shim never copies); for an image, the bytes
+        /// its host memory spans (0 without); 0 for a pipe.
         host_len: usize,
         image: Option<ImageMeta>,
         maps: Mutex<HashMap<usize, Vec<MapRecord>>>,
@@ -238,16 +241,17 @@ impl ObjData {
         ObjData::Program { app_source, binary_sizes: Mutex::new(None) }
     }
 
-    pub fn mem(flags: u64, host_ptr: usize, host_len: usize, image: Option<ImageMeta>) -> Self {
-        ObjData::Mem { flags, host_ptr, host_len, image, maps: Mutex::new(HashMap::new()), shared: None }
+    pub fn mem(context: ObjectId, flags: u64, host_ptr: usize, host_len: usize, image: Option<ImageMeta>) -> Self {
+        ObjData::Mem { context, flags, host_ptr, host_len, image, maps: Mutex::new(HashMap::new()), shared: None }
     }
 
     /// A zero-copy buffer (or sub-buffer) whose memory is `view`.
     pub fn shared_mem(flags: u64, view: SharedView) -> Self {
         ObjData::Mem {
+            context: view.context,
             flags,
             host_ptr: 0,
-            host_len: 0,
+            host_len: view.len,
             image: None,
             maps: Mutex::new(HashMap::new()),
             shared: Some(view),
@@ -447,7 +451,8 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
     let mut reg = registry().write().unwrap_or_else(|e| e.into_inner());
     let Some(old) = reg.get(&h).cloned() else { return };
     let data = match &old.data {
-        ObjData::Mem { flags, host_ptr, host_len, image, shared, .. } => ObjData::Mem {
+        ObjData::Mem { context, flags, host_ptr, host_len, image, shared, .. } => ObjData::Mem {
+            context: *context,
             flags: *flags,
             host_ptr: *host_ptr,
             host_len: *host_len,

@@ -113,8 +113,17 @@ pub(super) unsafe fn track(
         h as usize
     });
     q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer });
+    // An application that never waits still gets its segments back: every so many pending
+    // transfers, the finished ones settle (one call).
+    if q.conn.pending().len() >= SETTLE_EVERY {
+        settle(&q.conn, None);
+    }
     rc
 }
+
+/// How many pending transfers make the next one settle the finished ones (each holds a shared
+/// segment, and with it a descriptor).
+const SETTLE_EVERY: usize = 64;
 
 /// After a successful map of mapping `id`, seen here at `view`: a blocking one fills the
 /// application's memory of a `CL_MEM_USE_HOST_PTR` object now, a non-blocking one is recorded
@@ -312,7 +321,25 @@ pub unsafe fn clEnqueueWriteBuffer(
         }
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        if blocking_write == CL_FALSE && size <= NON_BLOCKING_MAX {
+        let posted = match blocking_write {
+            CL_FALSE => size <= NON_BLOCKING_MAX,
+            _ => n == 0 && event.is_null() && size < PIPE_MIN && vouched_write(&q, &m, offset, size),
+        };
+        if posted && size <= INLINE_WRITE_MAX {
+            // SAFETY: ptr holds `size` bytes per the API contract.
+            let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) }.to_vec();
+            let req = EnqueueWriteInline {
+                queue: q.id,
+                mem: m.id,
+                offset: offset as u64,
+                bytes: Bytes(bytes),
+                sync: sync.clone(),
+            };
+            let rc = q.conn.post(req);
+            // SAFETY: event per API contract.
+            return Ok(unsafe { finish_enqueue(&q, &sync, event, rc) });
+        }
+        if posted {
             let segment = q.conn.acquire_segment(size)?;
             // The application may reuse its memory once the call returns only after the event
             // completes, but copying now costs the same and frees it at once.
@@ -363,6 +390,28 @@ pub unsafe fn clEnqueueWriteBuffer(
         unsafe { record_write(queue, buffer, offset, size, ptr, n, list, event) };
     }
     rc
+}
+
+/// Whether a blocking write may be posted like a non-blocking one: OpenCL lets a blocking write
+/// return once the application's memory may be reused ("the OpenCL implementation copies the
+/// data referred to by ptr and enqueues the write operation"), which the copy into a segment
+/// achieves. Only a write whose every refusal the shim can make itself: a buffer of the queue's
+/// context (not an image, a pipe, or the application's own memory), a range within it and not
+/// empty, host access allowed; without a wait list (a failed event in it must fail this call)
+/// or an event (drivers complete a blocking write's event before returning, and an application
+/// may count on it).
+/// The driver's remaining refusals (allocation failures) come late, as a posted enqueue's do.
+fn vouched_write(q: &Object, m: &Object, offset: usize, size: usize) -> bool {
+    let Some(state) = q.data.queue_state() else { return false };
+    match &m.data {
+        ObjData::Mem { context, flags, host_ptr: 0, host_len, image: None, .. } => {
+            *context == state.context
+                && size > 0
+                && offset.checked_add(size).is_some_and(|end| end <= *host_len)
+                && flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS) == 0
+        }
+        _ => false,
+    }
 }
 
 /// In replay mode, records a successful write with its data (`recovery`).

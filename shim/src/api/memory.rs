@@ -150,7 +150,7 @@ fn create_buffer(
         return create_zero_copy_buffer(&ctx, properties, flags, wire_flags, size, host_ptr);
     }
     let mirror = if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 };
-    create(&conn, Kind::Mem, ObjData::mem(flags, mirror, size, None), |id| {
+    create(&conn, Kind::Mem, ObjData::mem(ctx.id, flags, mirror, size, None), |id| {
         let req = CreateBuffer {
             id,
             context: ctx.id,
@@ -260,7 +260,8 @@ pub unsafe fn clCreateSubBuffer(
 ) -> cl_mem {
     let r = (|| {
         let parent = lookup(buffer, Kind::Mem)?;
-        let ObjData::Mem { flags: parent_flags, host_ptr, host_len, image: None, shared, .. } = &parent.data else {
+        let ObjData::Mem { context, flags: parent_flags, host_ptr, host_len, image: None, shared, .. } = &parent.data
+        else {
             return Err(CL_INVALID_MEM_OBJECT);
         };
         if create_type != CL_BUFFER_CREATE_TYPE_REGION || info.is_null() {
@@ -290,7 +291,7 @@ pub unsafe fn clCreateSubBuffer(
         // a USE_HOST_PTR buffer lives at the parent's host pointer plus its origin).
         let data = match shared {
             Some(view) => ObjData::shared_mem(own, view.window(region.origin, region.size).ok_or(CL_INVALID_VALUE)?),
-            None => ObjData::mem(own, mirror, region.size, None),
+            None => ObjData::mem(*context, own, mirror, region.size, None),
         };
         create(&parent.conn, Kind::Mem, data, |id| {
             crate::recovery::recorded(
@@ -365,7 +366,7 @@ unsafe fn create_image(
     };
     let meta = ImageMeta { elem: elem as usize, image_type: d.image_type, host };
     let mirror = host.map_or(0, |h| h.ptr);
-    let data = ObjData::mem(flags, mirror, host.map_or(0, |h| h.len), Some(meta));
+    let data = ObjData::mem(ctx.id, flags, mirror, host.map_or(0, |h| h.len), Some(meta));
     let conn = ctx.conn.clone();
     create(&conn, Kind::Mem, data, |id| {
         let req = CreateImage {
@@ -503,7 +504,7 @@ pub unsafe fn clCreatePipe(
         if !properties.is_null() && unsafe { *properties } != 0 {
             return Err(CL_INVALID_VALUE);
         }
-        create(&ctx.conn, Kind::Mem, ObjData::mem(flags, 0, 0, None), |id| {
+        create(&ctx.conn, Kind::Mem, ObjData::mem(ctx.id, flags, 0, 0, None), |id| {
             ctx.conn.call(CreatePipe { id, context: ctx.id, flags, packet_size, max_packets })
         })
     })();
