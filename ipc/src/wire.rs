@@ -651,6 +651,20 @@ pub enum Frame<'a> {
     Fetch { segment: u64 },
     /// Reply to `Fetch`: the `len` bytes are in the segment.
     Fetched { len: u64 },
+    /// Request: the frame `inner` (`Inline` or `InSegment`), and how long the worker spent on
+    /// it, asked for. The shim sends it only while the application's timing report is on, so
+    /// the worker reads no clock for anyone else.
+    #[serde(borrow)]
+    TimeIt(RawBytes<'a>),
+    /// Reply to `TimeIt`: the answer's frame `inner` (`Inline` or `Held`), and the nanoseconds
+    /// the worker spent serving the request (decoding it, the driver's call, encoding the reply)
+    /// by its own monotonic clock. The worker's claim: the shim clamps it to the round trip it
+    /// measured itself.
+    Timed {
+        worker_ns: u64,
+        #[serde(borrow)]
+        inner: RawBytes<'a>,
+    },
 }
 
 impl Request {

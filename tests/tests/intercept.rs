@@ -152,6 +152,26 @@ fn call_log_lists_the_smoke_clients_calls_in_order_with_names() {
     }
     assert_eq!(counts, want, "timing report:\n{timing}");
     assert!(timing.contains(&format!("cloister timing: {} calls", SMOKE_CALLS.len())), "{timing}");
+    // Each row's time splits into the driver's (the worker's own measure) and the cage's: they
+    // add up, the driver's is never more than the whole, and a build is mostly the driver's.
+    let mut split = 0;
+    for l in host.lines().filter(|l| l.starts_with("cl") && !l.starts_with("cloister")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let num = |i: usize| f[i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {l:?}"));
+        let (total, cage, cage_pct) = (num(2), num(4), num(5));
+        assert!((0.0..=100.0).contains(&cage_pct), "{l}");
+        if f[3] == "-" {
+            assert!((total - cage).abs() < 0.0015, "no split, all cage: {l}");
+            continue;
+        }
+        split += 1;
+        let driver = num(3);
+        assert!(driver <= total && (driver + cage - total).abs() < 0.0015, "{l}");
+        if f[0] == "clBuildProgram" {
+            assert!(driver > 0.5 * total, "a build is the driver's work: {l}");
+        }
+    }
+    assert!(split >= 20, "most calls waited for the worker and were split:\n{timing}");
     // Device time per kernel name and global size, from profiling: the client's own profiled
     // time of its `add` kernel is what the report says.
     let row = |label: &str| {

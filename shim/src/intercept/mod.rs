@@ -125,6 +125,34 @@ fn init() -> u8 {
     on
 }
 
+/// Whether lane calls ask the worker for its own time (the timing report is on).
+#[inline]
+pub fn timing_on() -> bool {
+    state() & TIMING != 0
+}
+
+thread_local! {
+    /// The worker's time in the calling thread's current entry point: nanoseconds, and how many
+    /// timed replies it came from (none: the call never waited for the worker).
+    static WORKER_TIME: std::cell::Cell<(u64, u32)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// A timed reply said the worker spent `worker_ns` on it; the shim waited `waited` for it. The
+/// worker's figure is its claim only: clamped to what the shim saw, it cannot be more than the
+/// whole (nor less than nothing: it is unsigned).
+pub fn note_worker_time(worker_ns: u64, waited: std::time::Duration) {
+    let waited = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+    let _ = WORKER_TIME.try_with(|t| {
+        let (ns, n) = t.get();
+        t.set((ns.saturating_add(worker_ns.min(waited)), n.saturating_add(1)));
+    });
+}
+
+/// The worker's time since the last call, and forgets it.
+fn take_worker_time() -> (u64, u32) {
+    WORKER_TIME.try_with(|t| t.replace((0, 0))).unwrap_or((0, 0))
+}
+
 /// One observed call, from its start.
 pub struct Call {
     on: u8,
@@ -136,6 +164,9 @@ impl Call {
     pub fn begin(on: u8, name: &'static str) -> Self {
         if on & DEVICE != 0 && matches!(name, "clReleaseCommandQueue" | "clReleaseContext") {
             device::drain();
+        }
+        if on & TIMING != 0 {
+            take_worker_time();
         }
         Call { on, start: Instant::now() }
     }
@@ -154,6 +185,7 @@ impl Call {
         own_event: *mut std::ffi::c_void,
     ) {
         let elapsed = self.start.elapsed();
+        let worker = if self.on & TIMING != 0 { take_worker_time() } else { (0, 0) };
         let ok = status.is_none_or(|s| s >= 0);
         if ok {
             names::note_created(ret_ty, result, args);
@@ -177,7 +209,8 @@ impl Call {
             }
         }
         if self.on & TIMING != 0 {
-            timing::add(name, elapsed);
+            let (ns, replies) = worker;
+            timing::add(name, elapsed, std::time::Duration::from_nanos(ns).min(elapsed), replies > 0);
         }
         if self.on & TRACE != 0 {
             if let Some(sink) = &s.trace {
@@ -218,5 +251,22 @@ extern "C" fn at_exit() {
     }
     if let Some(l) = &s.log {
         l.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The worker's time is its claim: more than the round trip the shim measured is cut to
+    /// it, and claims add up per call until taken.
+    #[test]
+    fn the_workers_time_is_clamped_to_the_round_trip() {
+        take_worker_time();
+        note_worker_time(u64::MAX, Duration::from_micros(5));
+        note_worker_time(1_000, Duration::from_micros(5));
+        assert_eq!(take_worker_time(), (6_000, 2));
+        assert_eq!(take_worker_time(), (0, 0));
     }
 }
