@@ -770,6 +770,29 @@ pub enum BrokerRequest {
     WhyDied {
         driver: String,
     },
+    /// The first message of a shim's second connection, made while its timing report is on:
+    /// the connection then answers the broker's `Query` with `Report`, for the application the
+    /// kernel says is at its other end, until it closes.
+    ServeReports(crate::handshake::Hello),
+    /// The shim's answer to `Query`: its timing report as it stands (`None`: timing is off).
+    Report {
+        timing: Option<String>,
+    },
+    /// `cloister timing`: the reports of application `pid` (`None`: of every application that
+    /// serves them here); answered with `Reports`.
+    AskReports {
+        hello: crate::handshake::Hello,
+        pid: Option<u32>,
+    },
+}
+
+/// One application's answer to `AskReports`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct AppReport {
+    pub pid: u32,
+    pub app: String,
+    /// The report, or why the application gave none.
+    pub timing: Result<String, String>,
 }
 
 /// One worker the broker started for this application; its channel fd rides along.
@@ -793,6 +816,12 @@ pub enum BrokerReply {
     /// The cause and the crash report's path, once the broker has written it.
     Death {
         note: Option<String>,
+    },
+    /// On a `ServeReports` connection: the broker asks for the reports (answered `Report`).
+    Query,
+    /// The answer to `AskReports`.
+    Reports {
+        reports: Vec<AppReport>,
     },
 }
 

@@ -481,3 +481,90 @@ fn features_come_from_the_configuration_file_too() {
     let timing = std::fs::read_to_string(dir.join("timing.txt")).expect("the timing report, beside the file");
     assert!(timing.contains("clBuildProgram ") && timing.contains("NDRangeKernel fill [64]"), "{timing}");
 }
+
+/// An application `cloister run` started and the test ends, whatever happens to the test.
+struct Running(Option<std::process::Child>);
+
+impl Running {
+    fn start(cloister_args: &[&str], exe: &Path, env: &[(&str, &Path)]) -> Self {
+        let mut cmd = std::process::Command::new(cloister());
+        cmd.arg("run").args(cloister_args).arg("--").arg(exe);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        Running(Some(cmd.spawn().expect("start cloister run")))
+    }
+
+    fn finish(mut self) -> Output {
+        self.0.take().expect("running").wait_with_output().expect("wait for cloister run")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The pid the client wrote once its first rounds were done.
+fn ready_pid(ready: &Path) -> u32 {
+    assert!(wait_for_path(ready, std::time::Duration::from_secs(120)), "the client never got ready");
+    std::fs::read_to_string(ready).expect("read the ready file").trim().parse().expect("a pid")
+}
+
+/// The count of `entry`'s row in a timing report.
+fn count_of(report: &str, entry: &str) -> Option<u64> {
+    report.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        (f.next()? == entry).then_some(())?;
+        f.next()?.parse().ok()
+    })
+}
+
+/// `cloister timing PID` asks a running application's shim, through its broker, for its timing
+/// report as it stands: the calls so far, while the application goes on; told to stop, it then
+/// finishes normally, and its report at exit counts every round it ran.
+#[test]
+fn timing_report_on_demand_while_the_application_runs() {
+    let exe = c_client("long_running");
+    let dir = scratch("on-demand");
+    let (ready, stop, timing) = (dir.join("ready"), dir.join("stop"), dir.join("timing.txt"));
+    let app = Running::start(
+        &[&format!("--timing={}", timing.display())],
+        &exe,
+        &[("READY_FILE", &ready), ("STOP_FILE", &stop)],
+    );
+    let pid = ready_pid(&ready);
+    let ask = || {
+        let out = std::process::Command::new(cloister())
+            .args(["timing", &pid.to_string()])
+            .output()
+            .expect("run cloister timing");
+        assert!(out.status.success(), "cloister timing failed:\n{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = ask();
+    assert!(first.starts_with(&format!("== long_running (pid {pid}) ==\ncloister timing: ")), "{first}");
+    let enqueued = count_of(&first, "clEnqueueNDRangeKernel").unwrap_or_else(|| panic!("no enqueue row:\n{first}"));
+    assert!(enqueued >= 5, "the five rounds before ready, at least:\n{first}");
+    assert_eq!(count_of(&first, "clCreateBuffer"), Some(3), "{first}");
+    assert_eq!(count_of(&first, "clReleaseContext"), None, "the application has not finished:\n{first}");
+    // It goes on meanwhile: a later report counts more rounds.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let second = ask();
+    assert!(count_of(&second, "clEnqueueNDRangeKernel") > Some(enqueued), "{first}\n{second}");
+    // An application that serves no report is said so, with a failure.
+    let out = std::process::Command::new(cloister()).args(["timing", "1"]).output().expect("run cloister timing");
+    assert!(!out.status.success(), "{}", text(&out));
+    std::fs::write(&stop, "").expect("write the stop file");
+    let out = app.finish();
+    assert!(out.status.success() && text(&out).contains("PASS"), "{}", text(&out));
+    let rounds: u64 =
+        text(&out).lines().find_map(|l| l.strip_prefix("rounds ")?.trim().parse().ok()).expect("the client's rounds");
+    let at_exit = std::fs::read_to_string(&timing).expect("the report at exit");
+    assert_eq!(count_of(&at_exit, "clEnqueueNDRangeKernel"), Some(rounds), "{at_exit}");
+    assert_eq!(count_of(&at_exit, "clReleaseContext"), Some(1), "{at_exit}");
+}

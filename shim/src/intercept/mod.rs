@@ -15,6 +15,7 @@ mod leaks;
 mod names;
 mod output;
 pub mod program;
+mod reports;
 mod timing;
 mod trace;
 
@@ -123,6 +124,14 @@ fn init() -> u8 {
     }
     ACTIVE.store(on, Ordering::Relaxed);
     on
+}
+
+/// Called once the shim has its broker at `path`: with the timing report on, the report can be
+/// asked for while the application runs (`cloister timing PID`).
+pub fn serve_reports(path: &str) {
+    if active() & TIMING != 0 {
+        reports::serve(path);
+    }
 }
 
 /// Whether lane calls ask the worker for its own time (the timing report is on).
