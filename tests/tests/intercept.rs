@@ -568,3 +568,38 @@ fn timing_report_on_demand_while_the_application_runs() {
     assert_eq!(count_of(&at_exit, "clEnqueueNDRangeKernel"), Some(rounds), "{at_exit}");
     assert_eq!(count_of(&at_exit, "clReleaseContext"), Some(1), "{at_exit}");
 }
+
+/// `--leaks` also says the peak of the bytes the application's memory objects held (the
+/// long-running client's 4 MiB and 1 MiB buffers and 16 KiB image, live at once; its
+/// sub-buffer holds none of its own; the 2 MiB one comes after the 4 MiB one went), what was
+/// held at exit (nothing: it releases everything), and its calls per second.
+#[test]
+fn statistics_at_exit_say_peak_memory_and_calls_per_second() {
+    let exe = c_client("long_running");
+    let dir = scratch("stats");
+    let (ready, log) = (dir.join("ready"), dir.join("calls.log"));
+    // The stop file is there from the start: the client stops after its first rounds.
+    let stop = dir.join("stop");
+    std::fs::write(&stop, "").expect("write the stop file");
+    let ready_s = ready.display().to_string();
+    let stop_s = stop.display().to_string();
+    let out = run_ok(
+        &["--leaks", &format!("--log-calls={}", log.display())],
+        &exe,
+        &[("READY_FILE", &ready_s), ("STOP_FILE", &stop_s)],
+    );
+    let t = text(&out);
+    let line = t.lines().find(|l| l.starts_with("cloister stats: ")).unwrap_or_else(|| panic!("no stats:\n{t}"));
+    let peak = (4 << 20) + (1 << 20) + 64 * 64 * 4;
+    assert!(line.contains(&format!("peak memory objects {peak} bytes (5.0 MiB), 0 bytes at exit;")), "{line}");
+    let calls = std::fs::read_to_string(&log).expect("the call log").lines().count();
+    let (count, rate) = line
+        .split_once("; ")
+        .and_then(|(_, rest)| {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.first()?.parse::<usize>().ok()?, f.get(5)?.trim_start_matches('(').parse::<f64>().ok()?))
+        })
+        .unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(count, calls, "as many calls as the call log has lines: {line}");
+    assert!(rate > 0.0, "{line}");
+}

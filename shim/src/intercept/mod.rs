@@ -199,6 +199,9 @@ impl Call {
         if ok {
             names::note_created(ret_ty, result, args);
         }
+        if self.on & NAMES != 0 {
+            leaks::note_call(name, ret_ty, result, ok, args);
+        }
         if self.on & DEVICE != 0 {
             let arg = |n: &str| args.iter().find(|a| a.name == n).map(|a| a.raw);
             if let (true, Some(queue), Some(event)) = (ok, arg("command_queue"), arg("event")) {
