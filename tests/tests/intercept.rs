@@ -361,9 +361,15 @@ fn dump_then_inject_skips_the_compiler_and_appended_options_reach_the_driver() {
     assert_eq!(output(&injected), "out 0 1 2 3", "{}", text(&injected));
     assert!(text(&injected).contains(&format!("injected {}", dump.join(bin).display())), "{}", text(&injected));
 
-    // Appended options change what the kernel computes.
+    // Appended options change what the kernel computes, built or compiled (and linked).
     let foo = run_ok(&["--build-options-append=-DFOO=3"], &exe, &[]);
     assert_eq!(output(&foo), "out 0 3 6 9");
+    let compiled = run_ok(&[], &exe, &[("COMPILE", "1")]);
+    assert_eq!(output(&compiled), "out 0 1 2 3", "{}", text(&compiled));
+    let foo = run_ok(&["--build-options-append=-DFOO=3"], &exe, &[("COMPILE", "1")]);
+    assert_eq!(output(&foo), "out 0 3 6 9", "{}", text(&foo));
+    let broken = caged(&["--build-options-append=-DBROKEN"], &exe, &[], &[("COMPILE", "1")]);
+    assert!(!broken.status.success() && text(&broken).contains("BROKEN is defined"), "{}", text(&broken));
 
     // An injected source, named by the same hash, replaces the application's.
     let inject = dir.join("inject");
