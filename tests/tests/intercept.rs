@@ -609,3 +609,42 @@ fn statistics_at_exit_say_peak_memory_and_calls_per_second() {
     assert_eq!(count, calls, "as many calls as the call log has lines: {line}");
     assert!(rate > 0.0, "{line}");
 }
+
+/// An application ended by SIGTERM (left at its default action) still leaves its reports: the
+/// timing report, the statistics, a whole trace and the call log's last lines; and it still
+/// ends by SIGTERM, as `cloister run` shows.
+#[test]
+fn reports_are_written_when_sigterm_ends_the_application() {
+    use std::os::unix::process::ExitStatusExt;
+    let exe = c_client("long_running");
+    let dir = scratch("sigterm");
+    let (ready, timing, trace, log) =
+        (dir.join("ready"), dir.join("timing.txt"), dir.join("trace.json"), dir.join("calls.log"));
+    let app = Running::start(
+        &[
+            &format!("--timing={}", timing.display()),
+            "--leaks",
+            "--trace",
+            trace.to_str().unwrap_or_default(),
+            &format!("--log-calls={}", log.display()),
+        ],
+        &exe,
+        &[("READY_FILE", &ready)],
+    );
+    let pid = ready_pid(&ready);
+    // SAFETY: signalling the client's own process, alive until it is reaped by `cloister run`.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    let out = app.finish();
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{}", text(&out));
+    let report = std::fs::read_to_string(&timing).expect("the timing report, written on SIGTERM");
+    let enqueued = count_of(&report, "clEnqueueNDRangeKernel").unwrap_or_else(|| panic!("{report}"));
+    assert!(enqueued >= 5, "{report}");
+    assert!(text(&out).contains("cloister stats: peak memory objects"), "{}", text(&out));
+    assert!(text(&out).contains("cloister leaks: "), "{}", text(&out));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("the trace")).expect("a whole trace");
+    let events = json["traceEvents"].as_array().expect("events");
+    assert!(events.iter().filter(|e| e["name"] == "clEnqueueNDRangeKernel").count() as u64 >= enqueued);
+    let log = std::fs::read_to_string(&log).expect("the call log");
+    assert!(log.lines().filter(|l| l.contains("clEnqueueNDRangeKernel(")).count() as u64 >= enqueued, "{log}");
+}

@@ -16,6 +16,7 @@ mod names;
 mod output;
 pub mod program;
 mod reports;
+mod signals;
 mod timing;
 mod trace;
 
@@ -106,6 +107,7 @@ fn init() -> u8 {
         if s.timing.is_some() || s.trace.is_some() || s.leaks || s.log.is_some() {
             // SAFETY: registering a function with the C signature atexit expects.
             unsafe { libc::atexit(at_exit) };
+            signals::install(at_exit);
         }
         s
     });
@@ -248,8 +250,14 @@ fn micros(at: Instant) -> f64 {
     at.saturating_duration_since(epoch()).as_secs_f64() * 1e6
 }
 
-/// At exit: the timing report, the leak report, the trace's end, every file flushed.
+/// At exit (or on SIGTERM or SIGINT): the timing report, the leak report, the trace's end,
+/// every file flushed.
 extern "C" fn at_exit() {
+    // Once: at exit, or on SIGTERM or SIGINT (`signals`), whichever comes first.
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, Ordering::AcqRel) {
+        return;
+    }
     let Some(s) = SETTINGS.get() else { return };
     device::drain();
     if s.leaks {

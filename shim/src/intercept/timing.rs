@@ -162,6 +162,5 @@ pub fn render() -> String {
 
 /// Writes the report to its sink.
 pub fn report(sink: &Sink) {
-    sink.write(render().as_bytes());
-    sink.flush();
+    sink.close(render().as_bytes());
 }
