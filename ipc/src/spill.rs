@@ -100,9 +100,10 @@ impl LaneSpill {
         segment: impl Fn(u64) -> Option<S>,
         serve: impl FnOnce(&[u8]) -> Vec<u8>,
     ) -> Result<Vec<u8>, String> {
-        let Ok(Frame::TimeIt(RawBytes(inner))) = decode(msg) else { return self.answer(msg, segment, serve) };
+        let frame = decode(msg);
+        let Ok(Frame::TimeIt(RawBytes(inner))) = frame else { return self.answer(frame, segment, serve) };
         let mut worker_ns = 0u64;
-        let framed = self.answer(inner, segment, |request| {
+        let framed = self.answer(decode(inner), segment, |request| {
             let start = std::time::Instant::now();
             let reply = serve(request);
             worker_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -111,16 +112,16 @@ impl LaneSpill {
         Ok(encode(&Frame::Timed { worker_ns, inner: RawBytes(&framed) }))
     }
 
-    /// `serve` without the timing: one frame that is no `TimeIt`.
+    /// `serve` without the timing, for the decoded `frame` (a `TimeIt` in it is no request).
     fn answer<S: std::ops::Deref<Target = SharedRegion>>(
         &mut self,
-        msg: &[u8],
+        frame: Result<Frame<'_>, IpcError>,
         segment: impl Fn(u64) -> Option<S>,
         serve: impl FnOnce(&[u8]) -> Vec<u8>,
     ) -> Result<Vec<u8>, String> {
         // A held reply is fetched by the very next message, or never (the shim gave up on it).
         let held = self.held.take();
-        let reply = match decode(msg) {
+        let reply = match frame {
             Ok(Frame::Inline(RawBytes(request))) => serve(request),
             Ok(Frame::InSegment { segment: id, len }) => {
                 let region = segment(id).ok_or_else(|| format!("request segment {id} never arrived"))?;
