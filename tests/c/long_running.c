@@ -4,11 +4,15 @@
    sub-buffer holding no memory of its own); releases the 4 MiB buffer, the image and the
    sub-buffer; allocates 2 MiB. Then runs rounds of a kernel and a read on the 1 MiB buffer;
    after ROUNDS rounds (default 5) it writes its pid to READY_FILE, and goes on until STOP_FILE
-   exists (or forever without it), then prints the rounds it ran and releases everything. */
+   exists (or forever without it), then prints the rounds it ran and releases everything.
+   FORK_CHILD=1: first forks a child that waits, ends it with SIGTERM and says how it ended (the
+   child inherits cloister's SIGTERM handler, which must end the child, not its parent). */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #define CHECK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { printf("FAIL %s:%d %s = %d\n", __FILE__, __LINE__, #x, e_); exit(1);} } while (0)
 
@@ -34,6 +38,17 @@ int main(void) {
   cl_mem sub = clCreateSubBuffer(work, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err); CHECK(err);
   CHECK(clReleaseMemObject(big)); CHECK(clReleaseMemObject(img)); CHECK(clReleaseMemObject(sub));
   cl_mem later = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 2 << 20, NULL, &err); CHECK(err);
+
+  if (getenv("FORK_CHILD")) {
+    pid_t child = fork();
+    if (child == 0) { pause(); _exit(0); }
+    if (child < 0) { printf("FAIL fork\n"); return 1; }
+    usleep(100000);
+    kill(child, SIGTERM);
+    int st = 0;
+    waitpid(child, &st, 0);
+    printf("child ended by signal %d\n", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  }
 
   const char *ready = getenv("READY_FILE"), *stop = getenv("STOP_FILE");
   int rounds = getenv("ROUNDS") ? atoi(getenv("ROUNDS")) : 5;

@@ -579,6 +579,7 @@ fn timing_report_on_demand_while_the_application_runs() {
 /// long-running client's 4 MiB and 1 MiB buffers and 16 KiB image, live at once; its
 /// sub-buffer holds none of its own; the 2 MiB one comes after the 4 MiB one went), what was
 /// held at exit (nothing: it releases everything), and its calls per second.
+/// (The client also forks a child and ends it by SIGTERM on the way.)
 #[test]
 fn statistics_at_exit_say_peak_memory_and_calls_per_second() {
     let exe = c_client("long_running");
@@ -592,9 +593,12 @@ fn statistics_at_exit_say_peak_memory_and_calls_per_second() {
     let out = run_ok(
         &["--leaks", &format!("--log-calls={}", log.display())],
         &exe,
-        &[("READY_FILE", &ready_s), ("STOP_FILE", &stop_s)],
+        &[("READY_FILE", &ready_s), ("STOP_FILE", &stop_s), ("FORK_CHILD", "1")],
     );
     let t = text(&out);
+    // Its forked child, ended by SIGTERM, ended alone: the shim's handler it inherited did not
+    // have the parent write its reports and die.
+    assert!(t.contains("child ended by signal 15"), "{t}");
     let line = t.lines().find(|l| l.starts_with("cloister stats: ")).unwrap_or_else(|| panic!("no stats:\n{t}"));
     let peak = (4 << 20) + (1 << 20) + 64 * 64 * 4;
     assert!(line.contains(&format!("peak memory objects {peak} bytes (5.0 MiB), 0 bytes at exit;")), "{line}");

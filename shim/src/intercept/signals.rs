@@ -15,11 +15,21 @@ const SIGNALS: [libc::c_int; 2] = [libc::SIGTERM, libc::SIGINT];
 
 /// The pipe's write end (-1: none).
 static PIPE: AtomicI32 = AtomicI32::new(-1);
+/// The process whose thread reads the pipe: a child the application forked inherits the
+/// handler and the pipe, but not the thread, and must not have its parent write reports and die.
+static OWNER: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    // SAFETY: errno is saved and restored around write(2), which is async-signal-safe; the byte
-    // is on the stack.
+    // SAFETY: errno is saved and restored around write(2); getpid, signal and raise are
+    // async-signal-safe too. The byte is on the stack.
     unsafe {
+        if libc::getpid() != OWNER.load(Ordering::Relaxed) {
+            // A forked child: it ends as it would have without us (the signal is blocked in
+            // this handler, and delivered with its default action once it returns).
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+            return;
+        }
         let errno = *libc::__errno_location();
         let byte = sig as u8;
         let _ = libc::write(PIPE.load(Ordering::Relaxed), (&byte as *const u8).cast(), 1);
@@ -37,6 +47,8 @@ pub fn install(reports: extern "C" fn()) {
     }
     let [read_end, write_end] = fds;
     PIPE.store(write_end, Ordering::Relaxed);
+    // SAFETY: getpid cannot fail.
+    OWNER.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     let waiter = std::thread::Builder::new().name("cloister-signals".into()).spawn(move || {
         let mut byte = 0u8;
         // SAFETY: reading one byte into a local from our own pipe.
