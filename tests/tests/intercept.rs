@@ -652,3 +652,69 @@ fn reports_are_written_when_sigterm_ends_the_application() {
     let log = std::fs::read_to_string(&log).expect("the call log");
     assert!(log.lines().filter(|l| l.contains("clEnqueueNDRangeKernel(")).count() as u64 >= enqueued, "{log}");
 }
+
+/// What a shim says on its report connection is untrusted: one that never answers is given up
+/// on at the broker's deadline and forgotten (the next ask does not meet it again); an answer's
+/// text reaches the terminal escaped. Two fake shims, made of the broker's own messages.
+#[test]
+fn report_connections_are_asked_within_a_deadline_and_their_text_is_escaped() {
+    use cloister_ipc::{channel, handshake::Hello, BrokerReply, BrokerRequest};
+    let dir = scratch("hostile-reports");
+    let socket = dir.join("broker.sock");
+    struct Broker(std::process::Child);
+    impl Drop for Broker {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let broker = Broker(
+        std::process::Command::new(cloister())
+            .args(["broker", "--socket"])
+            .arg(&socket)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start a broker"),
+    );
+    assert!(wait_for_path(&socket, std::time::Duration::from_secs(10)), "the broker never listened");
+    let silent = channel::connect_seqpacket(&socket).expect("connect");
+    channel::send(&silent, &BrokerRequest::ServeReports(Hello::new()), &[]).expect("send");
+    let talker = channel::connect_seqpacket(&socket).expect("connect");
+    channel::send(&talker, &BrokerRequest::ServeReports(Hello::new()), &[]).expect("send");
+    let answering = std::thread::spawn(move || {
+        while let Ok((BrokerReply::Query, _)) = channel::recv::<BrokerReply>(&talker) {
+            let timing = Some("rows\u{1b}[2J\n".to_string());
+            if channel::send(&talker, &BrokerRequest::Report { timing }, &[]).is_err() {
+                break;
+            }
+        }
+    });
+    let ask = || {
+        std::process::Command::new(cloister())
+            .args(["timing", "--socket"])
+            .arg(&socket)
+            .output()
+            .expect("run cloister timing")
+    };
+    // Both registered (each on its own connection's thread in the broker, which says nothing
+    // back: hence the pause and the retries): one report, one failure.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut first = ask();
+    for _ in 0..50 {
+        if text(&first).contains("no answer within") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        first = ask();
+    }
+    let t = text(&first);
+    assert!(!first.status.success() && t.contains("no answer within 3 s"), "{t}");
+    assert!(t.contains("rows\\u{1b}[2J") && !t.contains('\u{1b}'), "escaped: {t}");
+    // The silent one is forgotten: the next ask meets only the one that answers.
+    let second = ask();
+    let t = text(&second);
+    assert!(second.status.success() && !t.contains("no answer") && t.contains("rows\\u{1b}[2J"), "{t}");
+    drop(broker);
+    drop(silent);
+    answering.join().expect("the answering thread");
+}
