@@ -17,8 +17,9 @@ use crate::{Frame, IpcError, RawBytes};
 
 /// Messages up to this size travel inline, in the lane's message area.
 pub const INLINE_MAX: usize = 1 << 20;
-// The frame's own header (variant and length) must fit next to the largest inline message.
-const _: () = assert!(INLINE_MAX + 16 <= crate::lane::MSG_CAP);
+// The frame's own header (variant and length) must fit next to the largest inline message, twice
+// over for a timed one (`TimeIt` or `Timed`, with its time: up to 10 bytes more).
+const _: () = assert!(INLINE_MAX + 48 <= crate::lane::MSG_CAP);
 
 /// The worker's exit status when a lane cannot post its reply (see the worker's `cannot_reply`).
 pub const EXIT_CANNOT_REPLY: i32 = 70;
