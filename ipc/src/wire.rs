@@ -616,43 +616,6 @@ wire_calls! {
     /// Each event of `events` also in `release_settled` (the shim's own, which the application
     /// never saw) is released once its status is `CL_COMPLETE` or an error, in the same call.
     EventStatuses { events: Vec<ObjectId>, release_settled: Vec<ObjectId> } -> StatusesReply;
-    /// A write of at most `INLINE_WRITE_MAX` bytes that travel in the message itself: it can be
-    /// posted with no segment to keep alive and no event to settle (the worker's write blocks,
-    /// as the bytes live only while it serves the message).
-    EnqueueWriteInline { queue: ObjectId, mem: ObjectId, offset: u64, bytes: Bytes, sync: EnqueueSync } -> i32;
-}
-
-/// The largest `EnqueueWriteInline` (a posted message takes at most a quarter of the ring).
-pub const INLINE_WRITE_MAX: usize = 64 << 10;
-
-/// Owned bytes, encoded as postcard encodes a byte string (its length, then the bytes, in one
-/// copy) rather than as a sequence of numbers, one call each.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Bytes(pub Vec<u8>);
-
-impl Serialize for Bytes {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Bytes {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl serde::de::Visitor<'_> for Visitor {
-            type Value = Bytes;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Bytes, E> {
-                Ok(Bytes(v.to_vec()))
-            }
-            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Bytes, E> {
-                Ok(Bytes(v))
-            }
-        }
-        d.deserialize_byte_buf(Visitor)
-    }
 }
 
 /// A borrowed byte string, encoded as postcard encodes bytes (its length, then the bytes, in one
@@ -728,7 +691,6 @@ impl Request {
             Request::EnqueueReadBuffer(r) if !r.blocking && matches!(r.into, DataRef::Segment { .. }) => {
                 Some((r.queue, &r.sync))
             }
-            Request::EnqueueWriteInline(r) => Some((r.queue, &r.sync)),
             _ => None,
         }
     }

@@ -325,20 +325,6 @@ pub unsafe fn clEnqueueWriteBuffer(
             CL_FALSE => size <= NON_BLOCKING_MAX,
             _ => n == 0 && event.is_null() && size < PIPE_MIN && vouched_write(&q, &m, offset, size),
         };
-        if posted && size <= INLINE_WRITE_MAX {
-            // SAFETY: ptr holds `size` bytes per the API contract.
-            let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) }.to_vec();
-            let req = EnqueueWriteInline {
-                queue: q.id,
-                mem: m.id,
-                offset: offset as u64,
-                bytes: Bytes(bytes),
-                sync: sync.clone(),
-            };
-            let rc = q.conn.post(req);
-            // SAFETY: event per API contract.
-            return Ok(unsafe { finish_enqueue(&q, &sync, event, rc) });
-        }
         if posted {
             let segment = q.conn.acquire_segment(size)?;
             // The application may reuse its memory once the call returns only after the event

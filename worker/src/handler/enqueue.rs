@@ -37,57 +37,6 @@ impl Serve<EnqueueWriteBuffer> for LaneServer<'_> {
     }
 }
 
-impl Serve<EnqueueWriteInline> for LaneServer<'_> {
-    /// The write does not block: a posted command must never hold the lane while the queue
-    /// waits (for a user event the application sets on this very lane). The bytes move to the
-    /// heap and are freed by a completion callback on the write's event.
-    fn serve(&self, r: EnqueueWriteInline) -> i32 {
-        let q = tri!(self.obj(r.queue, Kind::Queue));
-        let m = tri!(self.obj(r.mem, Kind::Mem));
-        let f = driver_fn!(q, clEnqueueWriteBuffer);
-        let bytes = Box::new(r.bytes.0);
-        let (offset, len, src) = (r.offset as usize, bytes.len(), bytes.as_ptr());
-        // SAFETY: `src` holds `len` bytes, kept until the write's completion callback.
-        let (rc, ev) = self.enqueue_with_event(&r.sync, |n, w, e| unsafe {
-            f(q as _, m as _, CL_FALSE, offset, len, src.cast(), n, w, e)
-        });
-        if rc != CL_SUCCESS || ev.is_null() {
-            return rc;
-        }
-        let user_data = Box::into_raw(bytes);
-        // SAFETY: a live event; the callback has clSetEventCallback's signature and frees
-        // `user_data`, a leaked Box, exactly once.
-        let set = unsafe {
-            driver_fn!(ev as usize, clSetEventCallback)(
-                ev,
-                CL_COMPLETE,
-                free_inline_bytes as *mut c_void,
-                user_data.cast(),
-            )
-        };
-        if set != CL_SUCCESS {
-            // No callback: wait here rather than free the bytes under the driver.
-            // SAFETY: a live event.
-            unsafe { driver_fn!(ev as usize, clWaitForEvents)(1, &ev) };
-            // SAFETY: from Box::into_raw above, not handed to anyone.
-            drop(unsafe { Box::from_raw(user_data) });
-        }
-        if r.sync.event.is_none() {
-            // The worker's own event: the driver keeps it until it completes and calls back.
-            // SAFETY: a live event this function owns.
-            unsafe { driver_fn!(ev as usize, clReleaseEvent)(ev) };
-        }
-        CL_SUCCESS
-    }
-}
-
-/// `EnqueueWriteInline`'s completion callback: frees the bytes the write read from.
-extern "C" fn free_inline_bytes(_event: *mut c_void, _status: cl_int, user_data: *mut c_void) {
-    // SAFETY: `user_data` is the Box leaked by the write's serve, and the driver calls a
-    // completion callback once.
-    drop(unsafe { Box::from_raw(user_data.cast::<Vec<u8>>()) });
-}
-
 impl Serve<EnqueueReadBuffer> for LaneServer<'_> {
     fn serve(&self, r: EnqueueReadBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));

@@ -239,24 +239,6 @@ impl LaneServer<'_> {
         self.adopt_event(sync, ev, rc)
     }
 
-    /// Like `enqueue`, but the command always gets an event, returned with the code: the
-    /// application's (adopted as `enqueue` does) or, when it asked for none, one the caller owns
-    /// and must release. Null if the call failed.
-    pub(crate) fn enqueue_with_event(
-        &self,
-        sync: &EnqueueSync,
-        call: impl FnOnce(u32, *const *mut c_void, *mut *mut c_void) -> cl_int,
-    ) -> (cl_int, *mut c_void) {
-        let wait = match self.waits_for(sync) {
-            Ok(w) => w,
-            Err(e) => return (e, null_mut()),
-        };
-        let mut ev = null_mut();
-        let rc = call(wait.len() as u32, wait_ptr(&wait), &mut ev);
-        let rc = self.adopt_event(sync, ev, rc);
-        (rc, if rc == CL_SUCCESS { ev } else { null_mut() })
-    }
-
     /// The driver's events of `sync`'s wait list, or the code for a command that must not run:
     /// an unknown event, or one the worker knows failed.
     fn waits_for(&self, sync: &EnqueueSync) -> Result<Vec<*mut c_void>, cl_int> {
