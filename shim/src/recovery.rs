@@ -1,4 +1,4 @@
-//! Recovery (`CLOISTER_RECOVERY=replay`): the application's objects and memory contents are
+//! Recovery (`CLOISTER_RECOVERY=replay`, the default): the application's objects and memory contents are
 //! rebuilt in the replacement of a worker that died, under the same handles and the same ids,
 //! and the commands the dead worker may have lost are run again, so an application that never
 //! recreates its context carries on (DESIGN.md, Faults).
@@ -393,6 +393,9 @@ impl Journal {
                 Some(_) => {
                     if let Some(r) = s.recipes.get_mut(&id) {
                         r.released = true;
+                        // Its `pfn_notify`'s user data may be freed: a released context never
+                        // hears of a carry-over.
+                        r.notify = None;
                     }
                 }
                 None => {}
@@ -942,7 +945,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
                 out.created.insert(id);
                 if matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) {
                     first_context.get_or_insert(id);
-                    if let Some((pfn, user_data, token)) = r.notify {
+                    if let Some((pfn, user_data, token)) = r.notify.filter(|_| !r.released) {
                         out.notify.push((id, pfn, user_data, token));
                     }
                 }

@@ -1,4 +1,4 @@
-//! Recovery by replay (`CLOISTER_RECOVERY=replay`): an application that never recreates its
+//! Recovery by replay (`CLOISTER_RECOVERY=replay`, the default): an application that never recreates its
 //! context runs through a driver crash, a `kill -9` of its worker, and a restart of the broker,
 //! and ends with exactly the results of an undisturbed run; a kernel that crashes the driver
 //! every time is dropped after a bounded number of retries, with a clear error.
@@ -336,7 +336,8 @@ fn a_kernel_that_crashes_every_time_is_dropped_after_bounded_retries() {
     let mut child = Command::new(cloister())
         .args(["run", "--"])
         .arg(c_client("crasher"))
-        .env("CLOISTER_RECOVERY", "replay")
+        // Replay is the default: nothing asks for it.
+        .env_remove("CLOISTER_RECOVERY")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -362,10 +363,10 @@ fn a_kernel_that_crashes_every_time_is_dropped_after_bounded_retries() {
 }
 
 #[test]
-fn report_mode_is_the_default_and_loses_the_context() {
-    let out = caged(&[], &c_client("crasher"), &[], &[]);
+fn report_mode_loses_the_context() {
+    let out = caged(&[], &c_client("crasher"), &[], &[("CLOISTER_RECOVERY", "report")]);
     let t = text(&out);
-    assert!(t.contains("finish: -2"), "without CLOISTER_RECOVERY the context is lost as before:\n{t}");
+    assert!(t.contains("finish: -2"), "with CLOISTER_RECOVERY=report the context is lost as before:\n{t}");
     assert!(t.contains("create a new context"), "{t}");
     assert!(!t.contains("carried over"), "{t}");
 }
