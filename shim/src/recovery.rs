@@ -1216,6 +1216,14 @@ pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State)
         message.push_str(d);
     }
     crate::runtime::warn(&message);
+    // The broker adds it to the crash reports of the deaths (`cloister crashes` shows it).
+    crate::runtime::tell_broker(&BrokerRequest::CarriedOver(CarriedOver {
+        driver: new.driver.clone(),
+        objects_rebuilt: moved,
+        commands_replayed: rebuilt.replayed as u32,
+        objects_lost: rebuilt.lost as u32,
+        dropped: rebuilt.dropped.clone(),
+    }));
     let msg = std::ffi::CString::new(format!("cloister: {message}").replace('\0', " ")).unwrap_or_default();
     for (_, pfn, user_data, _) in &rebuilt.notify {
         // SAFETY: the application registered pfn with this signature and user_data for a

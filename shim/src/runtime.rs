@@ -152,6 +152,16 @@ impl DeathWatcher for Restarter {
     }
 }
 
+/// Tells the broker something it does not answer (`BrokerRequest::CarriedOver`); a broker that
+/// is gone is not waited for.
+pub fn tell_broker(request: &BrokerRequest) {
+    let Some(broker) = RT.get().and_then(|rt| rt.broker.as_ref()) else { return };
+    let sock = broker.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = channel::send(&*sock, request, &[]) {
+        cloister_ipc::log::in_shim(|| tracing::info!("cannot tell the broker: {e}"));
+    }
+}
+
 /// The broker's account of the driver's last death: the cause and the report's path.
 fn why_died(driver: &str) -> Option<String> {
     let broker = RT.get()?.broker.as_ref()?;

@@ -43,6 +43,34 @@ fn assert_carried_over(status: std::process::ExitStatus, t: &str, expected: &str
     );
 }
 
+/// Asserts every crash report under `state` says the application was carried over (as the
+/// shim told the broker), as `cloister crashes` and `cloister crashes show` print them; returns
+/// the reports' JSON.
+fn assert_reports_say_carried_over(state: &std::path::Path) -> Vec<String> {
+    let dir = state.join("cloister/crashes");
+    let reports: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("no crash reports in {}: {e}", dir.display()))
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    for json in &reports {
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let c = &v["carried_over_says_the_application"];
+        assert!(c["objects_rebuilt"].as_u64().is_some_and(|n| n > 0), "the report does not say so: {json}");
+        assert!(c["to_worker"].as_u64().is_some_and(|p| p > 0 && p != v["pid"].as_u64().unwrap()), "{json}");
+        assert!(c["commands_replayed"].is_u64() && c["dropped"].is_array(), "{json}");
+    }
+    let crashes = |args: &[&str]| {
+        let out = Command::new(cloister()).arg("crashes").args(args).env("XDG_STATE_HOME", state).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        text(&out)
+    };
+    let listed = crashes(&[]);
+    assert!(listed.contains("carried over to worker") && listed.contains("objects rebuilt"), "{listed}");
+    let shown = crashes(&["show", "latest"]);
+    assert!(shown.contains("recovery:  carried over to worker") && shown.contains("(says the application)"), "{shown}");
+    reports
+}
+
 /// Runs the replay client caged on the fault-injecting driver with `fault` after `skip` calls
 /// of its point, and checks it ends as the undisturbed run.
 fn assert_survives_fault(fault: &str, skip: &str) {
@@ -65,11 +93,14 @@ fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objec
     let tag = fault.replace(':', "-");
     let cache = std::env::temp_dir().join(format!("cloister-replay-{client}-{tag}-{skip}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
+    let state = cache.with_extension("state");
+    let _ = std::fs::remove_dir_all(&state);
     let env = [
         ("CLOISTER_RECOVERY", "replay"),
         ("CLOISTER_FAULT", fault),
         ("CLOISTER_FAULT_SKIP", skip),
         ("XDG_CACHE_HOME", cache.to_str().unwrap()),
+        ("XDG_STATE_HOME", state.to_str().unwrap()),
     ];
     let out = caged(
         &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
@@ -82,6 +113,9 @@ fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objec
     assert!(t.contains("died"), "{fault}: the fault did not fire:\n{t}");
     if had_objects {
         assert_carried_over(out.status, &t, &expected);
+        let reports = assert_reports_say_carried_over(&state);
+        assert_eq!(reports.len(), 1, "{fault}: one death, one report:\n{t}");
+        let _ = std::fs::remove_dir_all(&state);
     } else {
         assert!(out.status.success() && !t.contains("ERROR step="), "{fault}:\n{t}");
         assert_eq!(checksum(&t), Some(expected), "{fault}: results differ:\n{t}");
@@ -333,11 +367,14 @@ fn restarting_the_broker_gives_a_reporting_application_its_next_context() {
 
 #[test]
 fn a_kernel_that_crashes_every_time_is_dropped_after_bounded_retries() {
+    let state = std::env::temp_dir().join(format!("cloister-replay-crasher-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
     let mut child = Command::new(cloister())
         .args(["run", "--"])
         .arg(c_client("crasher"))
         // Replay is the default: nothing asks for it.
         .env_remove("CLOISTER_RECOVERY")
+        .env("XDG_STATE_HOME", &state)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -360,6 +397,13 @@ fn a_kernel_that_crashes_every_time_is_dropped_after_bounded_retries() {
         t.lines().filter(|l| l.starts_with("cloister: the worker for driver") && l.contains("SIGSEGV")).count();
     assert_eq!(deaths, 3, "{t}");
     assert!(!t.contains("not restarting it"), "{t}");
+    // Each death's report says where the application went and what was dropped.
+    let reports = assert_reports_say_carried_over(&state);
+    assert_eq!(reports.len(), 3, "{t}");
+    for json in &reports {
+        assert!(json.contains("kernel 'crash'") && json.contains("dropped"), "{json}");
+    }
+    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[test]
