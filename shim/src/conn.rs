@@ -396,6 +396,8 @@ impl Conn {
         let _g = self.send_lock.lock().unwrap_or_else(|e| e.into_inner());
         channel::send(&self.sock, msg, fds).map_err(|_| {
             self.mark_dead();
+            // The call may run again once the objects are carried over (`recovery::retrying`).
+            crate::recovery::met_death(self.serial);
             FAULT
         })
     }

@@ -294,7 +294,15 @@ pub struct State {
     /// Events of non-blocking reads and maps the worker's death cut short (their data never
     /// reached the application): they fail in the replacement.
     unfinished: HashSet<ObjectId>,
+    /// Mappings the application holds, by memory object and pointer: (offset, size) of a
+    /// buffer's, `None` for an image's. An object mapped when its worker dies is not carried
+    /// over (the application's pointer and its unmap belong to the dead worker's mapping): it
+    /// answers `CL_DEVICE_NOT_AVAILABLE`.
+    open_maps: HashMap<(ObjectId, usize), Vec<Option<MapRange>>>,
 }
+
+/// A buffer mapping's (offset, size).
+type MapRange = (u64, u64);
 
 /// The recovery record of one worker's objects (empty unless replay mode is on).
 #[derive(Default)]
@@ -418,18 +426,42 @@ impl Journal {
         self.with(|s| s.unfinished.insert(event));
     }
 
-    /// `mem` was written where the shim cannot replay it (through a mapping).
-    pub fn lose(&self, mem: ObjectId) {
-        self.with(|s| s.lose(mem));
+    /// `mem` was mapped at `ptr`; `range` is a buffer's (offset, size), `None` for an image.
+    pub fn mapped(&self, mem: ObjectId, ptr: usize, range: Option<MapRange>) {
+        self.with(|s| s.open_maps.entry((mem, ptr)).or_default().push(range));
+    }
+
+    /// The application unmaps `mem`'s mapping at `ptr` (before the unmap goes to the worker).
+    /// A writing map of a buffer becomes a journaled write of what the mapping holds now (what
+    /// the buffer holds after the unmap); an image written through a map is lost until a
+    /// checkpoint.
+    ///
+    /// # Safety
+    /// `ptr` is the application's live mapping of `mem` recorded by `mapped`, valid until
+    /// this unmap.
+    pub unsafe fn unmapping(&self, queue: ObjectId, mem: ObjectId, ptr: usize, write: bool, sync: &EnqueueSync) {
+        self.with(|s| {
+            let Some(list) = s.open_maps.get_mut(&(mem, ptr)) else { return };
+            let range = list.pop().flatten();
+            if list.is_empty() {
+                s.open_maps.remove(&(mem, ptr));
+            }
+            match (write, range) {
+                (false, _) => {}
+                (true, Some((offset, size))) => {
+                    // SAFETY: per the caller, `ptr` is the live mapping of `size` bytes made by
+                    // the map that recorded this range.
+                    let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, size as usize) };
+                    s.write(queue, mem, offset, data, sync.clone());
+                }
+                (true, None) => s.lose(mem),
+            }
+        });
     }
 
     /// A buffer was written with `data` at `offset`.
     pub fn wrote(&self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
-        self.with(|s| {
-            if !s.superseded_by(mem, offset, data) {
-                s.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: data.to_vec(), sync })
-            }
-        });
+        self.with(|s| s.write(queue, mem, offset, data, sync));
     }
 
     /// A rectangular or image write went to the worker with `data`, packed.
@@ -488,6 +520,14 @@ impl Journal {
 }
 
 impl State {
+    /// Journals a write of `data` into buffer `mem` at `offset` (or makes it the checkpoint's
+    /// contents, `superseded_by`).
+    fn write(&mut self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
+        if !self.superseded_by(mem, offset, data) {
+            self.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: data.to_vec(), sync })
+        }
+    }
+
     /// A write of all of buffer `mem` that nothing in the journal needs the old contents of
     /// (the journal only writes it, with writes and fills): its data becomes the checkpoint's
     /// contents of `mem` (the last copy reused when it is as large: no allocation), and the
@@ -875,7 +915,8 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             lost.insert(id);
             continue;
         }
-        if matches!(r.base, Base::Lost) || depends_on(&r.req).iter().any(|d| !out.created.contains(d)) {
+        let mapped = st.open_maps.keys().any(|(m, _)| *m == id);
+        if mapped || matches!(r.base, Base::Lost) || depends_on(&r.req).iter().any(|d| !out.created.contains(d)) {
             lost.insert(id);
             continue;
         }
@@ -1067,6 +1108,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     }
     st.attempts.clear();
     st.unfinished.clear();
+    st.open_maps.clear();
     for id in &lost {
         st.lose(*id);
     }
@@ -1171,10 +1213,44 @@ fn adopt_kept_callbacks(serial: u64, new: &Arc<Conn>) {
     }
 }
 
-/// Serials of dead workers whose objects were carried over to a replacement.
-fn carried() -> &'static Mutex<HashSet<u64>> {
-    static C: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
+/// Dead workers whose deaths the shim has dealt with, by serial: whether their objects were
+/// carried over to a replacement.
+#[derive(Default)]
+struct Concluded {
+    deaths: Mutex<HashMap<u64, bool>>,
+    changed: std::sync::Condvar,
+}
+
+fn concluded() -> &'static Concluded {
+    static C: OnceLock<Concluded> = OnceLock::new();
     C.get_or_init(Default::default)
+}
+
+/// The death of worker `serial` has been dealt with (its objects carried over or not): calls
+/// that met it (`retrying`) stop waiting.
+pub fn conclude(serial: u64) {
+    let c = concluded();
+    c.deaths.lock().unwrap_or_else(|e| e.into_inner()).entry(serial).or_insert(false);
+    c.changed.notify_all();
+}
+
+/// Waits (boundedly) until the death of worker `serial` has been dealt with; returns whether
+/// its objects were carried over. A call can meet a death before the shim has noticed it (a
+/// send on the worker's closed socket), so the restart may not have begun yet.
+fn carried_over(serial: u64) -> bool {
+    let c = concluded();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut deaths = c.deaths.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if let Some(&carried) = deaths.get(&serial) {
+            return carried;
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        deaths = c.changed.wait_timeout(deaths, left).unwrap_or_else(|e| e.into_inner()).0;
+    }
 }
 
 /// After a successful rebuild: the application's handles point at the replacement, contexts
@@ -1231,7 +1307,7 @@ pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State)
         unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, *user_data as *mut std::ffi::c_void) };
     }
     adopt_kept_callbacks(old.serial(), new);
-    carried().lock().unwrap_or_else(|e| e.into_inner()).insert(old.serial());
+    concluded().deaths.lock().unwrap_or_else(|e| e.into_inner()).insert(old.serial(), true);
 }
 
 thread_local! {
@@ -1257,8 +1333,7 @@ pub fn retrying<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R) -> R {
         let met = MET_DEATH.try_with(|m| m.take()).ok().flatten();
         match met {
             Some(serial) if failed(&r) && tries < RETRIES => {
-                crate::runtime::await_restarts();
-                if !carried().lock().unwrap_or_else(|e| e.into_inner()).contains(&serial) {
+                if !carried_over(serial) {
                     break r;
                 }
                 tries += 1;

@@ -113,6 +113,7 @@ impl DeathWatcher for Restarter {
             crate::recovery::fire_kept_callbacks(dead.serial());
             *slot.restarting.lock().unwrap_or_else(|e| e.into_inner()) = false;
             slot.restarted.notify_all();
+            crate::recovery::conclude(dead.serial());
         };
         if slot.given_up.load(std::sync::atomic::Ordering::Acquire) {
             return finish();

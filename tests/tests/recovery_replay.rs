@@ -189,6 +189,17 @@ fn workers_under(root: u32) -> Vec<u32> {
     out
 }
 
+/// `kill -9` of the application's worker and the processes of its cage, all at once, as of a
+/// process group.
+fn kill_workers_under(child: &Child) {
+    let workers = workers_under(child.id());
+    assert!(!workers.is_empty(), "no worker under {}", child.id());
+    for pid in workers {
+        // SAFETY: kill(2) on a process this test found in the application's worker's cage.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+}
+
 /// Reads `child`'s stdout until a line starting with `prefix`, returning what was read.
 fn read_until(lines: &mut impl Iterator<Item = std::io::Result<String>>, prefix: &str, seen: &mut String) -> bool {
     read_until_line(lines, seen, |line| line.starts_with(prefix))
@@ -241,13 +252,7 @@ fn a_worker_killed_with_sigkill_mid_run_changes_nothing() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = String::new();
     assert!(read_until(&mut lines, "iteration 5", &mut seen), "the run did not get going:\n{seen}");
-    let workers = workers_under(child.id());
-    assert!(!workers.is_empty(), "no worker under {}", child.id());
-    // The worker and the processes of its cage, all at once, as `kill -9` of a process group.
-    for pid in workers {
-        // SAFETY: kill(2) on a process this test found in the application's worker's cage.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    }
+    kill_workers_under(&child);
     read_until(&mut lines, "done", &mut seen);
     let status = wait_within(&mut child, Duration::from_secs(120));
     let mut err = String::new();
@@ -478,12 +483,7 @@ fn a_pyopencl_program_runs_through_a_kill_of_its_worker() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = String::new();
     assert!(read_until(&mut lines, "iteration 5", &mut seen), "the run did not get going:\n{seen}");
-    let workers = workers_under(child.id());
-    assert!(!workers.is_empty(), "no worker under {}", child.id());
-    for pid in workers {
-        // SAFETY: kill(2) on a process of the application's worker's cage.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    }
+    kill_workers_under(&child);
     read_until(&mut lines, "done", &mut seen);
     let status = wait_within(&mut child, Duration::from_secs(120));
     let mut err = String::new();
@@ -583,12 +583,7 @@ fn ffmpeg_avgblur_opencl_runs_through_a_kill_of_its_worker_byte_identical() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(2000));
-    let workers = workers_under(child.id());
-    assert!(!workers.is_empty(), "no worker under {}", child.id());
-    for pid in workers {
-        // SAFETY: kill(2) on a process of the application's worker's cage.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    }
+    kill_workers_under(&child);
     let status = wait_within(&mut child, Duration::from_secs(120));
     let mut t = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut t).unwrap();
@@ -620,4 +615,141 @@ fn a_non_blocking_read_in_flight_lands_after_the_crash() {
     assert!(out.status.success() && !t.contains("ERROR step="), "{t}");
     assert!(t.contains("2 commands run again"), "the kernel and the read should run again:\n{t}");
     assert_eq!(checksum(&t), Some(expected), "the read's data differs:\n{t}");
+}
+
+/// An OpenCV T-API script as people write them (`cv2.UMat`, OpenCL on): a generated image
+/// blurred, resized down and up, turned grey, thresholded and blended back, 20 times, each
+/// result fetched; the last written as PNG. pocl is a CPU device, which OpenCV leaves out unless
+/// `OPENCV_OPENCL_DEVICE=:CPU:` says otherwise.
+const OPENCV_PROGRAM: &str = r#"
+import hashlib, sys, time
+import numpy as np
+import cv2
+
+iterations, sleep_ms, out_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+cv2.ocl.setUseOpenCL(True)
+if not (cv2.ocl.haveOpenCL() and cv2.ocl.useOpenCL()):
+    sys.exit("OpenCV's OpenCL path is off")
+print("device", cv2.ocl.Device.getDefault().name(), flush=True)
+y, x = np.mgrid[0:480, 0:640]
+img = np.dstack([(x * 255 // 639), (y * 255 // 479), ((x ^ y) & 0xFF)]).astype(np.uint8)
+frame = cv2.UMat(img)
+digest = hashlib.sha256()
+for it in range(iterations):
+    blurred = cv2.GaussianBlur(frame, (7, 7), 1.5)
+    small = cv2.resize(blurred, (320, 240), interpolation=cv2.INTER_LINEAR)
+    big = cv2.resize(small, (640, 480), interpolation=cv2.INTER_LINEAR)
+    gray = cv2.cvtColor(big, cv2.COLOR_BGR2GRAY)
+    edges = cv2.threshold(gray, 100 + it, 255, cv2.THRESH_BINARY)[1]
+    frame = cv2.addWeighted(big, 0.9, cv2.cvtColor(edges, cv2.COLOR_GRAY2BGR), 0.1, 1.0)
+    digest.update(frame.get().tobytes())
+    print("iteration", it, flush=True)
+    time.sleep(sleep_ms / 1000)
+cv2.imwrite(out_path, frame.get())
+print("still OpenCL", cv2.ocl.useOpenCL(), flush=True)
+print("checksum", digest.hexdigest(), flush=True)
+print("done", flush=True)
+"#;
+
+/// An OpenCV run: the script and its folders (program cache, output), removed on drop.
+struct OpenCv {
+    dir: std::path::PathBuf,
+}
+
+impl OpenCv {
+    /// None (the test is skipped, said on stderr) when /usr/bin/python3 has no cv2.
+    fn new(tag: &str) -> Option<Self> {
+        let probe = Command::new("/usr/bin/python3").args(["-c", "import cv2, numpy"]).output();
+        if !probe.is_ok_and(|o| o.status.success()) {
+            eprintln!("skipped: /usr/bin/python3 has no cv2 (apt-get install python3-opencv; scripts/test.sh does)");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("cloister-opencv-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("tapi.py"), OPENCV_PROGRAM).unwrap();
+        Some(OpenCv { dir })
+    }
+
+    /// `cloister run [args] -- python3 tapi.py 20 SLEEP_MS OUT.png` with `env`. The runs share
+    /// a cache folder of their own: the undisturbed run builds OpenCV's programs from source
+    /// (minutes on a loaded 2-core machine), the others find them built, as a user's would.
+    fn command(&self, cloister_args: &[&str], sleep_ms: &str, out: &str, env: &[(&str, &str)]) -> Command {
+        let mut c = Command::new(cloister());
+        c.arg("run").args(cloister_args).arg("--").arg("/usr/bin/python3").arg(self.dir.join("tapi.py"));
+        c.args(["20", sleep_ms]).arg(self.dir.join(out));
+        let cache = self.dir.join("cache");
+        c.env("OPENCV_OPENCL_DEVICE", ":CPU:").env("XDG_CACHE_HOME", cache).env_remove("CLOISTER_RECOVERY");
+        c.envs(env.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    }
+
+    /// The undisturbed caged run: its checksum and PNG. The call log shows the kernels went
+    /// through cloister to the caged driver.
+    fn undisturbed(&self) -> (String, Vec<u8>) {
+        let calls = self.dir.join("calls.log");
+        let out = self.command(&[], "0", "plain.png", &[("CLOISTER_LOG_CALLS", calls.to_str().unwrap())]);
+        let out = { out }.output().unwrap();
+        let t = text(&out);
+        assert!(out.status.success() && t.contains("still OpenCL True"), "undisturbed:\n{t}");
+        assert!(t.contains("device pthread-"), "OpenCV did not use pocl:\n{t}");
+        let log = std::fs::read_to_string(&calls).unwrap_or_default();
+        let kernels = log.matches("] clEnqueueNDRangeKernel(").count();
+        assert!(kernels >= 100, "{kernels} kernels went through cloister:\n{t}");
+        (checksum(&t).unwrap_or_else(|| panic!("{t}")), std::fs::read(self.dir.join("plain.png")).unwrap())
+    }
+
+    /// Asserts a disturbed run ended as the undisturbed one, on OpenCL throughout.
+    fn assert_same(&self, status: std::process::ExitStatus, t: &str, out: &str, expected: &(String, Vec<u8>)) {
+        assert!(status.success(), "the script did not survive ({status:?}):\n{t}");
+        assert!(t.contains("carried over"), "the worker's death went unnoticed:\n{t}");
+        assert!(t.contains("still OpenCL True") && !t.contains("ERROR"), "OpenCV left OpenCL:\n{t}");
+        assert_eq!(checksum(t).as_ref(), Some(&expected.0), "results differ from the undisturbed run:\n{t}");
+        let png = std::fs::read(self.dir.join(out)).unwrap_or_default();
+        assert!(png == expected.1, "the PNG differs from the undisturbed run's:\n{t}");
+    }
+}
+
+impl Drop for OpenCv {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn an_opencv_tapi_script_runs_through_a_kill_of_its_worker_byte_identical() {
+    let Some(cv) = OpenCv::new("kill") else { return };
+    let expected = cv.undisturbed();
+    let mut child = cv.command(&[], "100", "killed.png", &[]).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    assert!(read_until(&mut lines, "iteration 5", &mut seen), "the run did not get going:\n{seen}");
+    kill_workers_under(&child);
+    read_until(&mut lines, "done", &mut seen);
+    let status = wait_within(&mut child, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let t = format!("{seen}{err}");
+    assert!(t.contains("SIGKILL"), "the worker was not killed:\n{t}");
+    cv.assert_same(status, &t, "killed.png", &expected);
+}
+
+#[test]
+fn an_opencv_tapi_script_runs_through_a_driver_crash_byte_identical() {
+    let Some(cv) = OpenCv::new("fault") else { return };
+    let expected = cv.undisturbed();
+    let driver = fault_driver();
+    let state = cv.dir.join("state");
+    // The 31st NDRange (of 160) crashes the driver, once.
+    let env = [
+        ("CLOISTER_FAULT", "enqueue:segv:once"),
+        ("CLOISTER_FAULT_SKIP", "30"),
+        ("XDG_STATE_HOME", state.to_str().unwrap()),
+    ];
+    let args = ["--driver", driver.to_str().unwrap(), "--profile", "pocl"];
+    let out = cv.command(&args, "0", "crashed.png", &env).output().unwrap();
+    let t = text(&out);
+    assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
+    cv.assert_same(out.status, &t, "crashed.png", &expected);
+    assert_eq!(assert_reports_say_carried_over(&state).len(), 1, "{t}");
 }

@@ -485,12 +485,12 @@ pub unsafe fn clEnqueueMapBuffer(
             }
             return Err(rc.unwrap_or_else(|e| e));
         }
-        if crate::recovery::on() && map_flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
-            q.conn.journal.lose(m.id);
-        }
         // SAFETY: event per API contract; the mirror covers part of the buffer's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, (id, view), map_flags, mirror) };
         let ptr = mirror.map_or(view as usize, |m| m.at);
+        if crate::recovery::on() {
+            q.conn.journal.mapped(m.id, ptr, Some((offset as u64, size as u64)));
+        }
         if let ObjData::Mem { maps, .. } = &m.data {
             let record = MapRecord { id, segment, flags: map_flags, mirror };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
@@ -527,10 +527,11 @@ pub unsafe fn clEnqueueUnmapMemObject(
         };
         // A non-blocking map not yet seen complete needs no filling any more.
         let unsettled_map = q.conn.pending().forget_map(&q.conn, record.id);
-        if crate::recovery::on() && record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
-            q.conn.journal.lose(m.id);
-        }
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
+        if crate::recovery::on() {
+            // SAFETY: the record was this mapping's, live until the unmap below.
+            unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, &sync) };
+        }
         if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
             // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
             // holds the packed rows.
