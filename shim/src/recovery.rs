@@ -95,6 +95,8 @@ struct Recipe {
     notify: Option<(ContextNotifyFn, usize, u64)>,
     /// A program's build.
     build: Option<BuildProgram>,
+    /// A program's compilation (`clCompileProgram`, with its header programs).
+    compile: Option<CompileProgram>,
     /// A buffer's contents.
     base: Base,
     /// A zero-copy buffer (its memory is a segment shared with the worker).
@@ -110,6 +112,7 @@ impl Recipe {
             released: false,
             notify: None,
             build: None,
+            compile: None,
             base: Base::Undefined,
             zero_copy: false,
             status: None,
@@ -127,6 +130,13 @@ impl Recipe {
             }
             _ => None,
         }
+    }
+
+    /// The objects it needs made before it (`depends_on`), and a compilation's headers.
+    fn needs(&self) -> Vec<ObjectId> {
+        let mut v = depends_on(&self.req);
+        v.extend(self.compile.iter().flat_map(|c| c.headers.iter().map(|(h, _)| *h)));
+        v
     }
 
     fn base_bytes(&self) -> u64 {
@@ -370,6 +380,25 @@ impl Journal {
         });
     }
 
+    /// A program was compiled (successfully or not: the replacement compiles it the same way).
+    pub fn compiled(&self, req: CompileProgram) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&req.program) {
+                r.compile = Some(CompileProgram { notify: None, ..req });
+            }
+        });
+    }
+
+    /// Kernel `id` is a clone of `source`: recorded as made the way `source` was, by name.
+    pub fn cloned(&self, id: ObjectId, source: ObjectId) {
+        self.with(|s| {
+            if let Some(Request::CreateKernel(k)) = s.recipes.get(&source).map(|r| &r.req) {
+                let req = Request::CreateKernel(CreateKernel { id, ..k.clone() });
+                s.recipes.insert(id, Recipe::new(req));
+            }
+        });
+    }
+
     /// A program was built (successfully or not: the replacement builds it the same way).
     pub fn built(&self, req: BuildProgram) {
         self.with(|s| {
@@ -390,7 +419,10 @@ impl Journal {
     /// The application's last reference to `id` is gone.
     pub fn released(&self, id: ObjectId) {
         self.with(|s| {
-            let in_use = s.cmds.iter().any(|c| c.uses().contains(&id));
+            // The journal's commands may use it, and objects made from it (a program's kernels,
+            // a link's inputs, a compilation's headers) need it made again first.
+            let in_use = s.cmds.iter().any(|c| c.uses().contains(&id))
+                || s.recipes.iter().any(|(&other, r)| other != id && r.needs().contains(&id));
             match s.recipes.get(&id) {
                 Some(r)
                     if !in_use && !matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) =>
@@ -593,6 +625,23 @@ impl State {
         self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
     }
 
+    /// The recipes a rebuild needs once the journal is empty: the objects the application has
+    /// not released, every context, and what those need, transitively.
+    fn needed(&self) -> HashSet<ObjectId> {
+        let is_context = |r: &Recipe| matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_));
+        let mut keep: HashSet<ObjectId> =
+            self.recipes.iter().filter(|(_, r)| !r.released || is_context(r)).map(|(id, _)| *id).collect();
+        let mut todo: Vec<ObjectId> = keep.iter().copied().collect();
+        while let Some(id) = todo.pop() {
+            for n in self.recipes.get(&id).map(Recipe::needs).unwrap_or_default() {
+                if self.recipes.contains_key(&n) && keep.insert(n) {
+                    todo.push(n);
+                }
+            }
+        }
+        keep
+    }
+
     /// The replacement worker died running `step`.
     pub fn count_attempt(&mut self, step: Step) {
         *self.attempts.entry(step).or_insert(0) += 1;
@@ -720,9 +769,8 @@ impl State {
         }
         self.cmds.clear();
         self.attempts.clear();
-        self.recipes.retain(|_, r| {
-            !r.released || matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_))
-        });
+        let keep = self.needed();
+        self.recipes.retain(|id, _| keep.contains(id));
         for (m, d) in fresh {
             if let Some(r) = self.recipes.get_mut(&m) {
                 r.base = Base::Known(Arc::new(d));
@@ -762,6 +810,7 @@ fn created_id(req: &Request) -> Option<ObjectId> {
         Request::CreateSampler(r) => r.id,
         Request::CreateSubBuffer(r) => r.id,
         Request::CreateImage(r) => r.id,
+        Request::LinkProgram(r) => r.id,
         _ => return None,
     })
 }
@@ -779,6 +828,7 @@ fn depends_on(req: &Request) -> Vec<ObjectId> {
         Request::CreateSampler(r) => vec![r.context],
         Request::CreateSubBuffer(r) => vec![r.buffer],
         Request::CreateImage(r) => vec![r.context],
+        Request::LinkProgram(r) => [r.context].into_iter().chain(r.inputs.iter().copied()).collect(),
         _ => Vec::new(),
     }
 }
@@ -906,8 +956,14 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     };
     let mut lost: HashSet<ObjectId> = HashSet::new();
     let mut first_context = None;
+    // Programs made and waiting for their compilation: it runs once its header programs
+    // (which may have been made after the program) exist.
+    let mut to_compile: Vec<ObjectId> = Vec::new();
     let ids: Vec<ObjectId> = st.recipes.keys().copied().collect();
     for id in ids {
+        if let Err(step) = compile_ready(st, new, &out.created, &mut to_compile, &translate) {
+            return crashed(step);
+        }
         let r = &st.recipes[&id];
         let step = Step::Recipe(id);
         if st.attempts.get(&step).copied().unwrap_or(0) >= RETRIES {
@@ -979,11 +1035,22 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
                 (Some(status), CL_SUCCESS) => new.call(SetUserEventStatus { event: id, status }),
                 _ => Ok(rc),
             }),
+            // A program that failed to link exists as well (its log says why).
+            Request::LinkProgram(l) => {
+                let devices = l.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
+                new.call(LinkProgram { devices, notify: None, ..l.clone() }).map(|reply| match reply.created {
+                    true => CL_SUCCESS,
+                    false => CL_INVALID_OPERATION,
+                })
+            }
             _ => Ok(CL_INVALID_OPERATION),
         };
         match rc {
             Ok(CL_SUCCESS) => {
                 out.created.insert(id);
+                if r.compile.is_some() {
+                    to_compile.push(id);
+                }
                 if matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) {
                     first_context.get_or_insert(id);
                     if let Some((pfn, user_data, token)) = r.notify.filter(|_| !r.released) {
@@ -997,6 +1064,11 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             }
         }
     }
+    if let Err(step) = compile_ready(st, new, &out.created, &mut to_compile, &translate) {
+        return crashed(step);
+    }
+    // Programs whose headers were not made stay uncompiled: the links that use them fail, and
+    // what those links make is lost.
     // Commands, in the order they were enqueued, each finished before the next: a crash is
     // then the command's own.
     let mut failed_events: Vec<ObjectId> = Vec::new();
@@ -1114,6 +1186,35 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     }
     out.lost = lost.len();
     Outcome::Done(out)
+}
+
+/// Compiles, in `new`, the programs of `pending` whose header programs exist there now (as the
+/// application compiled them; a failed compilation fails again, as it did); `Err` names the
+/// program whose compilation killed the replacement.
+fn compile_ready(
+    st: &State,
+    new: &Arc<Conn>,
+    created: &HashSet<ObjectId>,
+    pending: &mut Vec<ObjectId>,
+    translate: &dyn Fn(ObjectId) -> ObjectId,
+) -> Result<(), Step> {
+    let mut i = 0;
+    while i < pending.len() {
+        let Some(c) = st.recipes.get(&pending[i]).and_then(|r| r.compile.as_ref()) else {
+            pending.remove(i);
+            continue;
+        };
+        if !c.headers.iter().all(|(h, _)| created.contains(h)) {
+            i += 1;
+            continue;
+        }
+        let devices = c.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
+        if new.call(CompileProgram { devices, ..c.clone() }).is_err() && new.is_dead() {
+            return Err(Step::Recipe(c.program));
+        }
+        pending.remove(i);
+    }
+    Ok(())
 }
 
 /// Creates buffer `b` in `conn` with its checkpointed contents.

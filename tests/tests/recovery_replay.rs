@@ -135,6 +135,20 @@ fn an_image_filter_runs_through_a_crash_mid_run() {
     assert_client_survives_fault("replay_image", "enqueue:segv:once", "10", true);
 }
 
+/// Kernels from `clCreateKernelsInProgram` and `clCloneKernel`, and buffers written through
+/// maps (whole and partial) each iteration: the 31st NDRange (iteration 10) crashes the driver.
+#[test]
+fn kernels_in_program_clones_and_mapped_writes_run_through_a_crash() {
+    assert_client_survives_fault("replay_more", "enqueue:segv:once", "30", true);
+}
+
+/// A program compiled with a header program and linked (`clCompileProgram`, `clLinkProgram`),
+/// every program released once its kernel exists: the 21st NDRange crashes the driver.
+#[test]
+fn compiled_and_linked_programs_run_through_a_crash() {
+    assert_client_survives_fault("replay_link", "enqueue:segv:once", "20", true);
+}
+
 /// A crash a moment after an enqueue returned, while the kernel may be running.
 #[test]
 fn an_asynchronous_crash_mid_run_changes_nothing() {
