@@ -890,6 +890,19 @@ fn read_again(conn: &Conn, req: &Request, dst: usize, shape: Strided, mirror: Op
     rc
 }
 
+/// Writes `data` into buffer `mem` at `offset`, blocking (a mapping carried over from a dead
+/// worker, unmapped: see `api::enqueue`).
+pub fn write_buffer(
+    conn: &Conn,
+    queue: ObjectId,
+    mem: ObjectId,
+    offset: u64,
+    data: &[u8],
+    sync: EnqueueSync,
+) -> Result<i32, i32> {
+    with_segment(conn, data, |data| EnqueueWriteBuffer { queue, mem, blocking: true, offset, data, sync })
+}
+
 /// Runs `make(data)` with `bytes` in a fresh segment the worker knows.
 fn with_segment<C: Call<Reply = i32>>(conn: &Conn, bytes: &[u8], make: impl FnOnce(DataRef) -> C) -> Result<i32, i32> {
     let seg = conn.acquire_segment(bytes.len())?;
@@ -971,7 +984,9 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             lost.insert(id);
             continue;
         }
-        let mapped = st.open_maps.keys().any(|(m, _)| *m == id);
+        // An image mapped now cannot be carried over (its mapping's rows would be written
+        // back as a region); a mapped buffer is, its mapping kept (`MapRecord::carried`).
+        let mapped = st.open_maps.iter().any(|((m, _), ranges)| *m == id && ranges.iter().any(Option::is_none));
         if mapped || matches!(r.base, Base::Lost) || depends_on(&r.req).iter().any(|d| !out.created.contains(d)) {
             lost.insert(id);
             continue;
@@ -1180,7 +1195,8 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     }
     st.attempts.clear();
     st.unfinished.clear();
-    st.open_maps.clear();
+    // The mappings of buffers carried over stay open (their unmaps journal their writes).
+    st.open_maps.retain(|(m, _), _| out.created.contains(m) && !lost.contains(m));
     for id in &lost {
         st.lose(*id);
     }

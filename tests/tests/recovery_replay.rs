@@ -149,6 +149,14 @@ fn compiled_and_linked_programs_run_through_a_crash() {
     assert_client_survives_fault("replay_link", "enqueue:segv:once", "20", true);
 }
 
+/// The driver crashes (the 21st NDRange, iteration 10) while the application holds a writing
+/// map of one buffer and a reading map of a zero-copy one: it reads and writes through them
+/// after the death, unmaps, and the results are those of an undisturbed run.
+#[test]
+fn mappings_held_across_a_crash_keep_working() {
+    assert_client_survives_fault("replay_heldmap", "enqueue:segv:once", "20", true);
+}
+
 /// A crash a moment after an enqueue returned, while the kernel may be running.
 #[test]
 fn an_asynchronous_crash_mid_run_changes_nothing() {
