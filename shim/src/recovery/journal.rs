@@ -1,42 +1,17 @@
-//! Recovery (`CLOISTER_RECOVERY=replay`, the default): the application's objects and memory contents are
-//! rebuilt in the replacement of a worker that died, under the same handles and the same ids,
-//! and the commands the dead worker may have lost are run again, so an application that never
-//! recreates its context carries on (DESIGN.md, Faults).
-//!
-//! What is kept, per worker (`Journal`, in the connection):
-//! - a recipe per object the shim can rebuild (the creating request, the program's build, a
-//!   context's `pfn_notify`, a user event's status); the shim allocates object ids, so the
-//!   same requests create the same ids in the replacement, and only device and platform ids
-//!   (the worker's own) are translated;
-//! - per buffer, its contents at the last checkpoint (`Base`), and the commands enqueued since
-//!   (`Cmd`): writes with their data, kernels with all their arguments, copies, fills, markers.
-//!
-//! A checkpoint makes every buffer's contents known at one point, so the journal before it can
-//! go: taken when it costs nothing (the application's blocking read of a whole buffer, when
-//! nothing else was written since), or when the journal grows long (the shim reads back what
-//! commands wrote, at a blocking read or `clFinish`). Everything is bounded by
-//! `CLOISTER_RECOVERY_BUDGET_MB`: a buffer whose contents do not fit is lost (it answers
-//! `CL_DEVICE_NOT_AVAILABLE` after a crash, as today) until a checkpoint reads it back.
-//!
-//! Replay restores every buffer to its checkpoint before any command runs again, so a kernel
-//! that ran partly before the crash is rerun on its inputs, never on half-updated memory.
-//! A step that crashes the replacement worker too is tried `RETRIES` more times at most, then
-//! dropped: its event fails, what it writes is lost, and the context's `pfn_notify` says so.
+//! What replay mode keeps per worker (see the parent module): a recipe per object, buffer
+//! contents at the last checkpoint, and the journal of commands since; checkpoints.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use cloister_ipc::cl::*;
+use cloister_ipc::image::Strided;
 use cloister_ipc::*;
 
-use cloister_ipc::image::Strided;
-
-use crate::conn::{Callback, Conn, ContextNotifyFn, EventNotifyFn};
-use crate::handle::{Kind, SharedView};
+use super::budget;
+use super::rebuild::read_memory;
+use crate::conn::{Conn, ContextNotifyFn};
 use crate::pending::Mirror;
-
-/// How many times a step that crashed the driver is run again before it is dropped.
-pub const RETRIES: u32 = 2;
 
 /// A journal this long is checkpointed at the next blocking read or `clFinish` even when that
 /// costs a read-back.
@@ -49,20 +24,9 @@ const MAX_JOURNAL: usize = 16384;
 /// `CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`.
 const OUT_OF_ORDER: u64 = 1;
 
-/// Whether replay mode is on (read once).
-pub fn on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| cloister_ipc::settings::recovery() == "replay")
-}
-
-fn budget() -> u64 {
-    static B: OnceLock<u64> = OnceLock::new();
-    *B.get_or_init(|| cloister_ipc::settings::recovery_budget_mb().saturating_mul(1 << 20))
-}
-
 /// A buffer's contents at the last checkpoint.
 #[derive(Clone)]
-enum Base {
+pub(super) enum Base {
     /// Never written: any contents will do (OpenCL leaves them undefined).
     Undefined,
     Known(Arc<Vec<u8>>),
@@ -74,7 +38,7 @@ enum Base {
 impl Base {
     /// Makes `data` the known contents, overwriting the last copy when it is as large (no new
     /// pages to fault in: a whole read or write of a large buffer costs one memory copy more).
-    fn set(&mut self, data: &[u8]) {
+    pub(super) fn set(&mut self, data: &[u8]) {
         let in_place = match self {
             Base::Known(old) => Arc::get_mut(old).filter(|v| v.len() == data.len()),
             _ => None,
@@ -87,26 +51,26 @@ impl Base {
 }
 
 /// What rebuilds one object.
-struct Recipe {
-    req: Request,
+pub(super) struct Recipe {
+    pub(super) req: Request,
     /// The application released it; still rebuilt while the journal may use it.
-    released: bool,
+    pub(super) released: bool,
     /// A context's `pfn_notify` (function, user data, token).
-    notify: Option<(ContextNotifyFn, usize, u64)>,
+    pub(super) notify: Option<(ContextNotifyFn, usize, u64)>,
     /// A program's build.
-    build: Option<BuildProgram>,
+    pub(super) build: Option<BuildProgram>,
     /// A program's compilation (`clCompileProgram`, with its header programs).
-    compile: Option<CompileProgram>,
+    pub(super) compile: Option<CompileProgram>,
     /// A buffer's contents.
-    base: Base,
+    pub(super) base: Base,
     /// A zero-copy buffer (its memory is a segment shared with the worker).
-    zero_copy: bool,
+    pub(super) zero_copy: bool,
     /// A user event's status, once set.
-    status: Option<i32>,
+    pub(super) status: Option<i32>,
 }
 
 impl Recipe {
-    fn new(req: Request) -> Self {
+    pub(super) fn new(req: Request) -> Self {
         Recipe {
             req,
             released: false,
@@ -120,7 +84,7 @@ impl Recipe {
     }
 
     /// The bytes of a buffer, or of an image packed without padding.
-    fn buffer_size(&self) -> Option<u64> {
+    pub(super) fn buffer_size(&self) -> Option<u64> {
         match &self.req {
             Request::CreateBuffer(b) => Some(b.size),
             Request::CreateImage(i) => {
@@ -133,13 +97,13 @@ impl Recipe {
     }
 
     /// The objects it needs made before it (`depends_on`), and a compilation's headers.
-    fn needs(&self) -> Vec<ObjectId> {
+    pub(super) fn needs(&self) -> Vec<ObjectId> {
         let mut v = depends_on(&self.req);
         v.extend(self.compile.iter().flat_map(|c| c.headers.iter().map(|(h, _)| *h)));
         v
     }
 
-    fn base_bytes(&self) -> u64 {
+    pub(super) fn base_bytes(&self) -> u64 {
         match &self.base {
             Base::Known(b) => b.len() as u64,
             _ => 0,
@@ -148,7 +112,7 @@ impl Recipe {
 }
 
 /// A command enqueued since the last checkpoint.
-enum Cmd {
+pub(super) enum Cmd {
     Write {
         queue: ObjectId,
         mem: ObjectId,
@@ -177,7 +141,7 @@ enum Cmd {
 
 impl Cmd {
     /// A non-blocking read's queue and memory object.
-    fn read_target(req: &Request) -> (ObjectId, ObjectId) {
+    pub(super) fn read_target(req: &Request) -> (ObjectId, ObjectId) {
         match req {
             Request::EnqueueReadBuffer(r) => (r.queue, r.mem),
             Request::EnqueueRegionTransfer(r) => (r.queue, r.mem),
@@ -185,7 +149,7 @@ impl Cmd {
         }
     }
 
-    fn queue(&self) -> ObjectId {
+    pub(super) fn queue(&self) -> ObjectId {
         match self {
             Cmd::Write { queue, .. } => *queue,
             Cmd::Enqueue(Request::EnqueueNdRange(r)) => r.queue,
@@ -200,7 +164,7 @@ impl Cmd {
         }
     }
 
-    fn sync(&self) -> Option<&EnqueueSync> {
+    pub(super) fn sync(&self) -> Option<&EnqueueSync> {
         match self {
             Cmd::Write { sync, .. } => Some(sync),
             Cmd::Enqueue(Request::EnqueueNdRange(r)) => Some(&r.sync),
@@ -216,7 +180,7 @@ impl Cmd {
         }
     }
 
-    fn sync_mut(&mut self) -> Option<&mut EnqueueSync> {
+    pub(super) fn sync_mut(&mut self) -> Option<&mut EnqueueSync> {
         match self {
             Cmd::Write { sync, .. } => Some(sync),
             Cmd::Enqueue(Request::EnqueueNdRange(r)) => Some(&mut r.sync),
@@ -233,7 +197,7 @@ impl Cmd {
     }
 
     /// Every object it uses (queue, kernel, memory objects and samplers in its arguments).
-    fn uses(&self) -> Vec<ObjectId> {
+    pub(super) fn uses(&self) -> Vec<ObjectId> {
         let mut v = vec![self.queue()];
         match self {
             Cmd::Write { mem, .. } => v.push(*mem),
@@ -256,7 +220,7 @@ impl Cmd {
     }
 
     /// What the application would call it (for `pfn_notify`).
-    fn describe(&self, recipes: &BTreeMap<ObjectId, Recipe>) -> String {
+    pub(super) fn describe(&self, recipes: &BTreeMap<ObjectId, Recipe>) -> String {
         match self {
             Cmd::Write { mem, .. } => format!("clEnqueueWriteBuffer of buffer #{mem}"),
             Cmd::Region { req, .. } => format!("a rectangular or image write of #{}", req.mem),
@@ -295,24 +259,24 @@ impl std::fmt::Display for Step {
 
 #[derive(Default)]
 pub struct State {
-    recipes: BTreeMap<ObjectId, Recipe>,
-    cmds: Vec<Cmd>,
+    pub(super) recipes: BTreeMap<ObjectId, Recipe>,
+    pub(super) cmds: Vec<Cmd>,
     /// Bytes of known contents and of write data the journal holds.
-    bytes: u64,
+    pub(super) bytes: u64,
     /// How many replacement workers each step has crashed.
-    attempts: HashMap<Step, u32>,
+    pub(super) attempts: HashMap<Step, u32>,
     /// Events of non-blocking reads and maps the worker's death cut short (their data never
     /// reached the application): they fail in the replacement.
-    unfinished: HashSet<ObjectId>,
+    pub(super) unfinished: HashSet<ObjectId>,
     /// Mappings the application holds, by memory object and pointer: (offset, size) of a
     /// buffer's, `None` for an image's. An object mapped when its worker dies is not carried
     /// over (the application's pointer and its unmap belong to the dead worker's mapping): it
     /// answers `CL_DEVICE_NOT_AVAILABLE`.
-    open_maps: HashMap<(ObjectId, usize), Vec<Option<MapRange>>>,
+    pub(super) open_maps: HashMap<(ObjectId, usize), Vec<Option<MapRange>>>,
 }
 
 /// A buffer mapping's (offset, size).
-type MapRange = (u64, u64);
+pub(super) type MapRange = (u64, u64);
 
 /// The recovery record of one worker's objects (empty unless replay mode is on).
 #[derive(Default)]
@@ -321,7 +285,7 @@ pub struct Journal {
 }
 
 impl Journal {
-    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+    pub(super) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -363,7 +327,7 @@ impl Journal {
         }
     }
 
-    fn memory(&self, req: Request, initial: Option<&[u8]>, zero_copy: bool) {
+    pub(super) fn memory(&self, req: Request, initial: Option<&[u8]>, zero_copy: bool) {
         let Some(id) = created_id(&req) else { return };
         self.with(|s| {
             let mut r = Recipe::new(req);
@@ -554,7 +518,7 @@ impl Journal {
 impl State {
     /// Journals a write of `data` into buffer `mem` at `offset` (or makes it the checkpoint's
     /// contents, `superseded_by`).
-    fn write(&mut self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
+    pub(super) fn write(&mut self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
         if !self.superseded_by(mem, offset, data) {
             self.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: data.to_vec(), sync })
         }
@@ -564,7 +528,7 @@ impl State {
     /// (the journal only writes it, with writes and fills): its data becomes the checkpoint's
     /// contents of `mem` (the last copy reused when it is as large: no allocation), and the
     /// earlier writes of `mem` go. Returns whether it did.
-    fn superseded_by(&mut self, mem: ObjectId, offset: u64, data: &[u8]) -> bool {
+    pub(super) fn superseded_by(&mut self, mem: ObjectId, offset: u64, data: &[u8]) -> bool {
         let whole = offset == 0
             && self.storage(mem) == mem
             && self.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
@@ -601,7 +565,7 @@ impl State {
 
     /// Journals a write of `len` bytes of data into `mem`, or loses `mem` if the data does not
     /// fit the budget.
-    fn push_write(&mut self, mem: ObjectId, len: usize, cmd: impl FnOnce() -> Cmd) {
+    pub(super) fn push_write(&mut self, mem: ObjectId, len: usize, cmd: impl FnOnce() -> Cmd) {
         if !self.recipes.contains_key(&mem) {
             return;
         }
@@ -617,7 +581,7 @@ impl State {
     }
 
     /// Drops the journal: what its commands wrote is lost until the next checkpoint.
-    fn give_up_journal(&mut self) {
+    pub(super) fn give_up_journal(&mut self) {
         for m in self.dirty() {
             self.lose(m);
         }
@@ -627,7 +591,7 @@ impl State {
 
     /// The recipes a rebuild needs once the journal is empty: the objects the application has
     /// not released, every context, and what those need, transitively.
-    fn needed(&self) -> HashSet<ObjectId> {
+    pub(super) fn needed(&self) -> HashSet<ObjectId> {
         let is_context = |r: &Recipe| matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_));
         let mut keep: HashSet<ObjectId> =
             self.recipes.iter().filter(|(_, r)| !r.released || is_context(r)).map(|(id, _)| *id).collect();
@@ -648,7 +612,7 @@ impl State {
     }
 
     /// `mem`'s contents are unknown from now until a checkpoint reads it back.
-    fn lose(&mut self, mem: ObjectId) {
+    pub(super) fn lose(&mut self, mem: ObjectId) {
         let mem = self.storage(mem);
         if let Some(r) = self.recipes.get_mut(&mem) {
             if r.buffer_size().is_some() {
@@ -659,11 +623,11 @@ impl State {
     }
 
     /// Whether a command on `cmd_queue` is complete once a blocking call on `queue` returned.
-    fn in_order(&self, cmd_queue: ObjectId, queue: ObjectId) -> bool {
+    pub(super) fn in_order(&self, cmd_queue: ObjectId, queue: ObjectId) -> bool {
         cmd_queue == queue && !self.out_of_order(queue)
     }
 
-    fn out_of_order(&self, queue: ObjectId) -> bool {
+    pub(super) fn out_of_order(&self, queue: ObjectId) -> bool {
         match self.recipes.get(&queue).map(|r| &r.req) {
             Some(Request::CreateCommandQueue(q)) => q.properties & OUT_OF_ORDER != 0,
             Some(Request::CreateCommandQueueWithProperties(q)) => q
@@ -677,14 +641,14 @@ impl State {
     }
 
     /// Buffers the journal's commands may write, and those whose contents are lost.
-    fn dirty(&self) -> BTreeSet<ObjectId> {
+    pub(super) fn dirty(&self) -> BTreeSet<ObjectId> {
         let mut out: BTreeSet<ObjectId> = self.cmds.iter().flat_map(|c| self.writes(c)).collect();
         out.extend(self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost)).map(|(id, _)| *id));
         out
     }
 
     /// The buffer whose memory `mem` is: a sub-buffer's parent, else itself.
-    fn storage(&self, mem: ObjectId) -> ObjectId {
+    pub(super) fn storage(&self, mem: ObjectId) -> ObjectId {
         match self.recipes.get(&mem).map(|r| &r.req) {
             Some(Request::CreateSubBuffer(s)) => s.buffer,
             _ => mem,
@@ -693,7 +657,7 @@ impl State {
 
     /// The buffers whose contents a command may change (a kernel: every buffer argument not
     /// read-only; a sub-buffer's writes change its parent).
-    fn writes(&self, cmd: &Cmd) -> Vec<ObjectId> {
+    pub(super) fn writes(&self, cmd: &Cmd) -> Vec<ObjectId> {
         let writable = |id: &ObjectId| match self.recipes.get(id).map(|r| &r.req) {
             Some(Request::CreateBuffer(b)) => b.flags & CL_MEM_READ_ONLY == 0,
             Some(Request::CreateSubBuffer(s)) => s.flags & CL_MEM_READ_ONLY == 0,
@@ -725,7 +689,13 @@ impl State {
     /// buffer the application just read; with `read_back`, the other written ones are read
     /// from the worker (after every queue the journal used is finished). Nothing changes if
     /// that fails or does not fit the budget.
-    fn checkpoint(&mut self, conn: &Conn, queue: ObjectId, have: Option<(ObjectId, &[u8])>, read_back: bool) {
+    pub(super) fn checkpoint(
+        &mut self,
+        conn: &Conn,
+        queue: ObjectId,
+        have: Option<(ObjectId, &[u8])>,
+        read_back: bool,
+    ) {
         let is_have = |id: ObjectId| have.is_some_and(|(h, _)| h == id);
         let missing: Vec<ObjectId> = self
             .dirty()
@@ -796,7 +766,7 @@ pub fn image_box(d: &ImageDesc) -> [u64; 3] {
 }
 
 /// The id a creating request gives its object.
-fn created_id(req: &Request) -> Option<ObjectId> {
+pub(super) fn created_id(req: &Request) -> Option<ObjectId> {
     Some(match req {
         Request::CreateContext(r) => r.id,
         Request::CreateContextFromType(r) => r.id,
@@ -816,7 +786,7 @@ fn created_id(req: &Request) -> Option<ObjectId> {
 }
 
 /// The shim's objects a creating request needs.
-fn depends_on(req: &Request) -> Vec<ObjectId> {
+pub(super) fn depends_on(req: &Request) -> Vec<ObjectId> {
     match req {
         Request::CreateCommandQueue(r) => vec![r.context],
         Request::CreateCommandQueueWithProperties(r) => vec![r.context],
@@ -830,655 +800,6 @@ fn depends_on(req: &Request) -> Vec<ObjectId> {
         Request::CreateImage(r) => vec![r.context],
         Request::LinkProgram(r) => [r.context].into_iter().chain(r.inputs.iter().copied()).collect(),
         _ => Vec::new(),
-    }
-}
-
-/// Reads the `size` bytes of buffer `mem`, or of image `mem` of `image` pixels, rows and slices
-/// (packed), through a segment (blocking).
-fn read_memory(conn: &Conn, queue: ObjectId, mem: ObjectId, size: usize, image: Option<[u64; 3]>) -> Option<Vec<u8>> {
-    let seg = conn.acquire_segment(size).ok()?;
-    let into = DataRef::Segment { id: seg.id, offset: 0, len: size as u64 };
-    let sync = EnqueueSync::default();
-    let rc = match image {
-        None => conn.call(EnqueueReadBuffer { queue, mem, blocking: true, offset: 0, into, sync }),
-        Some(region) => conn.call(EnqueueRegionTransfer {
-            queue,
-            mem,
-            write: false,
-            blocking: true,
-            target: RegionTarget::Image { origin: [0; 3] },
-            region,
-            data: into,
-            sync,
-        }),
-    };
-    let out = match rc {
-        // SAFETY: the segment holds at least `size` bytes (acquire_segment).
-        Ok(CL_SUCCESS) => Some(unsafe { std::slice::from_raw_parts(seg.region.as_ptr(), size) }.to_vec()),
-        _ => None,
-    };
-    conn.release_segment(seg);
-    out
-}
-
-/// Runs a non-blocking read again, blocking, in `conn`, and puts its data where the
-/// application asked (it keeps that memory valid until the read's event completes, which it has
-/// not: the worker died first).
-fn read_again(conn: &Conn, req: &Request, dst: usize, shape: Strided, mirror: Option<Mirror>) -> Result<i32, i32> {
-    let len = shape.packed_len();
-    let seg = conn.acquire_segment(len)?;
-    let into = DataRef::Segment { id: seg.id, offset: 0, len: len as u64 };
-    let rc = match req {
-        Request::EnqueueReadBuffer(r) => conn.call(EnqueueReadBuffer { blocking: true, into, ..r.clone() }),
-        Request::EnqueueRegionTransfer(r) => {
-            conn.call(EnqueueRegionTransfer { blocking: true, data: into, ..r.clone() })
-        }
-        _ => Ok(CL_INVALID_OPERATION),
-    };
-    if rc == Ok(CL_SUCCESS) {
-        // SAFETY: `dst` is the application's memory covering `shape` (checked when the read was
-        // enqueued), valid until the read's event completes; the segment holds the packed rows;
-        // the mirror lies within the object's host memory.
-        unsafe {
-            shape.unpack(seg.region.as_ptr(), dst as *mut u8);
-            if let Some(m) = mirror {
-                m.fill_from(seg.region.as_ptr());
-            }
-        }
-    }
-    conn.release_segment(seg);
-    rc
-}
-
-/// Writes `data` into buffer `mem` at `offset`, blocking (a mapping carried over from a dead
-/// worker, unmapped: see `api::enqueue`).
-pub fn write_buffer(
-    conn: &Conn,
-    queue: ObjectId,
-    mem: ObjectId,
-    offset: u64,
-    data: &[u8],
-    sync: EnqueueSync,
-) -> Result<i32, i32> {
-    with_segment(conn, data, |data| EnqueueWriteBuffer { queue, mem, blocking: true, offset, data, sync })
-}
-
-/// Runs `make(data)` with `bytes` in a fresh segment the worker knows.
-fn with_segment<C: Call<Reply = i32>>(conn: &Conn, bytes: &[u8], make: impl FnOnce(DataRef) -> C) -> Result<i32, i32> {
-    let seg = conn.acquire_segment(bytes.len())?;
-    // SAFETY: the segment holds at least `bytes.len()` bytes.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.region.as_ptr(), bytes.len()) };
-    let rc = conn.call(make(DataRef::Segment { id: seg.id, offset: 0, len: bytes.len() as u64 }));
-    conn.release_segment(seg);
-    rc
-}
-
-/// What a rebuild achieved.
-pub struct Rebuilt {
-    /// Ids that exist in the replacement (objects and events).
-    pub created: HashSet<ObjectId>,
-    /// New memory of zero-copy buffers.
-    pub views: HashMap<ObjectId, SharedView>,
-    /// Contexts whose `pfn_notify` the replacement must call (id, function, user data, token).
-    pub notify: Vec<(ObjectId, ContextNotifyFn, usize, u64)>,
-    /// What was given up, for `pfn_notify`.
-    pub dropped: Vec<String>,
-    pub replayed: usize,
-    pub lost: usize,
-}
-
-pub enum Outcome {
-    Done(Rebuilt),
-    /// The replacement died running this step.
-    Crashed(Step),
-}
-
-/// Rebuilds `st` in `new`, the replacement of `old` (the worker the record was made in).
-pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
-    let translate = |id: ObjectId| -> ObjectId {
-        if id & WORKER_ID_BIT == 0 {
-            return id;
-        }
-        let h = old.handle_of(id) as usize as *const std::ffi::c_void;
-        crate::handle::lookup(h, Kind::Device)
-            .or_else(|_| crate::handle::lookup(h, Kind::Platform))
-            .map(|o| o.id)
-            .unwrap_or(id)
-    };
-    let translate_props = |p: &Option<Vec<i64>>| {
-        p.as_ref().map(|p| {
-            let mut p = p.clone();
-            let mut i = 0;
-            while i + 1 < p.len() {
-                if p[i] == CL_CONTEXT_PLATFORM as i64 {
-                    p[i + 1] = translate(p[i + 1] as u64) as i64;
-                }
-                i += 2;
-            }
-            p
-        })
-    };
-    let crashed = |step| Outcome::Crashed(step);
-    let mut out = Rebuilt {
-        created: HashSet::new(),
-        views: HashMap::new(),
-        notify: Vec::new(),
-        dropped: Vec::new(),
-        replayed: 0,
-        lost: 0,
-    };
-    let mut lost: HashSet<ObjectId> = HashSet::new();
-    let mut first_context = None;
-    // Programs made and waiting for their compilation: it runs once its header programs
-    // (which may have been made after the program) exist.
-    let mut to_compile: Vec<ObjectId> = Vec::new();
-    let ids: Vec<ObjectId> = st.recipes.keys().copied().collect();
-    for id in ids {
-        if let Err(step) = compile_ready(st, new, &out.created, &mut to_compile, &translate) {
-            return crashed(step);
-        }
-        let r = &st.recipes[&id];
-        let step = Step::Recipe(id);
-        if st.attempts.get(&step).copied().unwrap_or(0) >= RETRIES {
-            out.dropped.push(format!("object #{id} crashed the driver each time it was made again"));
-            lost.insert(id);
-            continue;
-        }
-        // An image mapped now cannot be carried over (its mapping's rows would be written
-        // back as a region); a mapped buffer is, its mapping kept (`MapRecord::carried`).
-        let mapped = st.open_maps.iter().any(|((m, _), ranges)| *m == id && ranges.iter().any(Option::is_none));
-        if mapped || matches!(r.base, Base::Lost) || depends_on(&r.req).iter().any(|d| !out.created.contains(d)) {
-            lost.insert(id);
-            continue;
-        }
-        let rc = match &r.req {
-            Request::CreateContext(c) => new.call(CreateContext {
-                properties: translate_props(&c.properties),
-                devices: c.devices.iter().map(|&d| translate(d)).collect(),
-                ..c.clone()
-            }),
-            Request::CreateContextFromType(c) => {
-                new.call(CreateContextFromType { properties: translate_props(&c.properties), ..c.clone() })
-            }
-            Request::CreateCommandQueue(q) => new.call(CreateCommandQueue { device: translate(q.device), ..q.clone() }),
-            Request::CreateCommandQueueWithProperties(q) => {
-                new.call(CreateCommandQueueWithProperties { device: translate(q.device), ..q.clone() })
-            }
-            Request::CreateBuffer(b) => rebuild_buffer(new, b, r, &mut out.views),
-            Request::CreateProgramWithSource(p) => new.call(p.clone()).and_then(|rc| match (&r.build, rc) {
-                (Some(b), CL_SUCCESS) => {
-                    let devices = b.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
-                    new.call(BuildProgram { devices, ..b.clone() }).map(|_| CL_SUCCESS)
-                }
-                _ => Ok(rc),
-            }),
-            Request::CreateProgramWithBinary(p) => {
-                let req =
-                    CreateProgramWithBinary { devices: p.devices.iter().map(|&d| translate(d)).collect(), ..p.clone() };
-                new.call(req).and_then(|reply| match (&r.build, reply.status) {
-                    (Some(b), CL_SUCCESS) => {
-                        let devices = b.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
-                        new.call(BuildProgram { devices, ..b.clone() }).map(|_| CL_SUCCESS)
-                    }
-                    (_, s) => Ok(s),
-                })
-            }
-            Request::CreateKernel(k) => new.call(k.clone()).map(|reply| reply.status),
-            Request::CreateSampler(s) => new.call(s.clone()),
-            Request::CreateImage(i) => {
-                let flags = i.flags & !(CL_MEM_COPY_HOST_PTR | CL_MEM_USE_HOST_PTR);
-                match &r.base {
-                    Base::Known(d) => with_segment(new, d, |data| CreateImage {
-                        flags: flags | CL_MEM_COPY_HOST_PTR,
-                        host_data: Some(data),
-                        ..i.clone()
-                    }),
-                    _ => new.call(CreateImage { flags, host_data: None, ..i.clone() }),
-                }
-            }
-            Request::CreateSubBuffer(b) => {
-                let rc = new.call(b.clone());
-                // A zero-copy parent's sub-buffer is a window of the parent's new memory.
-                if let (Ok(CL_SUCCESS), Some(view)) = (&rc, out.views.get(&b.buffer)) {
-                    if let Some(w) = view.window(b.origin as usize, b.size as usize) {
-                        out.views.insert(id, w);
-                    }
-                }
-                rc
-            }
-            Request::CreateUserEvent(e) => new.call(e.clone()).and_then(|rc| match (r.status, rc) {
-                (Some(status), CL_SUCCESS) => new.call(SetUserEventStatus { event: id, status }),
-                _ => Ok(rc),
-            }),
-            // A program that failed to link exists as well (its log says why).
-            Request::LinkProgram(l) => {
-                let devices = l.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
-                new.call(LinkProgram { devices, notify: None, ..l.clone() }).map(|reply| match reply.created {
-                    true => CL_SUCCESS,
-                    false => CL_INVALID_OPERATION,
-                })
-            }
-            _ => Ok(CL_INVALID_OPERATION),
-        };
-        match rc {
-            Ok(CL_SUCCESS) => {
-                out.created.insert(id);
-                if r.compile.is_some() {
-                    to_compile.push(id);
-                }
-                if matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) {
-                    first_context.get_or_insert(id);
-                    if let Some((pfn, user_data, token)) = r.notify.filter(|_| !r.released) {
-                        out.notify.push((id, pfn, user_data, token));
-                    }
-                }
-            }
-            Err(_) if new.is_dead() => return crashed(step),
-            _ => {
-                lost.insert(id);
-            }
-        }
-    }
-    if let Err(step) = compile_ready(st, new, &out.created, &mut to_compile, &translate) {
-        return crashed(step);
-    }
-    // Programs whose headers were not made stay uncompiled: the links that use them fail, and
-    // what those links make is lost.
-    // Commands, in the order they were enqueued, each finished before the next: a crash is
-    // then the command's own.
-    let mut failed_events: Vec<ObjectId> = Vec::new();
-    // Reads cut short by the death (kept in `st` until a rebuild succeeds).
-    let mut unfinished = st.unfinished.clone();
-    for i in 0..st.cmds.len() {
-        let step = Step::Cmd(i);
-        if let Cmd::Read { event, .. } = &st.cmds[i] {
-            if !unfinished.contains(event) {
-                continue; // its data landed before the death: its event completes below
-            }
-        }
-        let writes = st.writes(&st.cmds[i]);
-        let event = st.cmds[i].sync().and_then(|s| s.event);
-        let gone = st.cmds[i].uses().iter().any(|u| !out.created.contains(u) || lost.contains(u));
-        let given_up = st.attempts.get(&step).copied().unwrap_or(0) >= RETRIES;
-        if gone || given_up {
-            if given_up {
-                out.dropped.push(format!(
-                    "{} crashed the driver {} more times when run again; it was dropped: its event fails and \
-                     the buffers it writes are lost",
-                    st.cmds[i].describe(&st.recipes),
-                    RETRIES
-                ));
-            }
-            lost.extend(writes);
-            failed_events.extend(event);
-            continue;
-        }
-        if let Some(sync) = st.cmds[i].sync_mut() {
-            sync.wait.retain(|w| out.created.contains(w));
-        }
-        let queue = st.cmds[i].queue();
-        let rc = match &st.cmds[i] {
-            Cmd::Write { queue, mem, offset, data, sync } => with_segment(new, data, |data| EnqueueWriteBuffer {
-                queue: *queue,
-                mem: *mem,
-                blocking: true,
-                offset: *offset,
-                data,
-                sync: sync.clone(),
-            }),
-            Cmd::Enqueue(req) => new.call_request(req),
-            Cmd::Region { req, data } => with_segment(new, data, |data| EnqueueRegionTransfer { data, ..req.clone() }),
-            Cmd::Read { req, event, dst, shape, mirror } => {
-                let rc = read_again(new, req, *dst, *shape, *mirror);
-                if rc == Ok(CL_SUCCESS) {
-                    unfinished.remove(event);
-                }
-                rc
-            }
-        };
-        let rc = rc.and_then(|rc| new.call(FlushOrFinish { queue, finish: true }).map(|_| rc));
-        match rc {
-            Err(_) if new.is_dead() => return crashed(step),
-            Ok(CL_SUCCESS) => {
-                out.replayed += 1;
-                out.created.extend(event);
-            }
-            _ => {
-                lost.extend(writes);
-                failed_events.extend(event);
-            }
-        }
-    }
-    // Reads cut short and not read again (their journal entry is gone) fail.
-    failed_events.extend(unfinished.iter().copied());
-    // Events the application holds whose commands are past (before the checkpoint) complete;
-    // those of dropped commands fail.
-    if let Some(ctx) = first_context {
-        for (h, obj) in crate::handle::objects_of(old) {
-            let _ = h;
-            if obj.kind != Kind::Event || out.created.contains(&obj.id) {
-                continue;
-            }
-            let status = if failed_events.contains(&obj.id) { crate::conn::FAULT } else { CL_COMPLETE };
-            let made = new.call(CreateUserEvent { id: obj.id, context: ctx });
-            let set = made.and_then(|_| new.call(SetUserEventStatus { event: obj.id, status }));
-            match set {
-                Ok(CL_SUCCESS) => {
-                    out.created.insert(obj.id);
-                }
-                Err(_) if new.is_dead() => return crashed(Step::Recipe(obj.id)),
-                _ => {}
-            }
-        }
-    }
-    // A sub-buffer of a lost buffer is lost with it.
-    for (id, r) in &st.recipes {
-        if let Request::CreateSubBuffer(s) = &r.req {
-            if lost.contains(&s.buffer) {
-                lost.insert(*id);
-            }
-        }
-    }
-    // What the application released since is released again, and what was lost on the way
-    // (a buffer a dropped command wrote) too: its handle stays with the dead worker.
-    for &id in &out.created {
-        if old.handle_of(id) == 0 || lost.contains(&id) {
-            let _ = new.call(Release { object: id });
-        }
-    }
-    out.created.retain(|id| !lost.contains(id));
-    // Dropped steps leave the record; lost buffers keep no contents.
-    let dropped: Vec<usize> =
-        (0..st.cmds.len()).filter(|i| st.attempts.get(&Step::Cmd(*i)).copied().unwrap_or(0) >= RETRIES).collect();
-    for i in dropped.into_iter().rev() {
-        st.cmds.remove(i);
-    }
-    st.attempts.clear();
-    st.unfinished.clear();
-    // The mappings of buffers carried over stay open (their unmaps journal their writes).
-    st.open_maps.retain(|(m, _), _| out.created.contains(m) && !lost.contains(m));
-    for id in &lost {
-        st.lose(*id);
-    }
-    out.lost = lost.len();
-    Outcome::Done(out)
-}
-
-/// Compiles, in `new`, the programs of `pending` whose header programs exist there now (as the
-/// application compiled them; a failed compilation fails again, as it did); `Err` names the
-/// program whose compilation killed the replacement.
-fn compile_ready(
-    st: &State,
-    new: &Arc<Conn>,
-    created: &HashSet<ObjectId>,
-    pending: &mut Vec<ObjectId>,
-    translate: &dyn Fn(ObjectId) -> ObjectId,
-) -> Result<(), Step> {
-    let mut i = 0;
-    while i < pending.len() {
-        let Some(c) = st.recipes.get(&pending[i]).and_then(|r| r.compile.as_ref()) else {
-            pending.remove(i);
-            continue;
-        };
-        if !c.headers.iter().all(|(h, _)| created.contains(h)) {
-            i += 1;
-            continue;
-        }
-        let devices = c.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
-        if new.call(CompileProgram { devices, ..c.clone() }).is_err() && new.is_dead() {
-            return Err(Step::Recipe(c.program));
-        }
-        pending.remove(i);
-    }
-    Ok(())
-}
-
-/// Creates buffer `b` in `conn` with its checkpointed contents.
-fn rebuild_buffer(
-    conn: &Arc<Conn>,
-    b: &CreateBuffer,
-    r: &Recipe,
-    views: &mut HashMap<ObjectId, SharedView>,
-) -> Result<i32, i32> {
-    let data = match &r.base {
-        Base::Known(d) => Some(d.clone()),
-        _ => None,
-    };
-    let flags = b.flags & !(CL_MEM_COPY_HOST_PTR | CL_MEM_USE_HOST_PTR);
-    if r.zero_copy {
-        let size = b.size as usize;
-        let region =
-            cloister_ipc::shm::SharedRegion::create("cloister-buffer", size).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        if let Some(d) = &data {
-            // SAFETY: the region holds `size` bytes; the checkpoint is the buffer's size.
-            unsafe { std::ptr::copy_nonoverlapping(d.as_ptr(), region.as_ptr(), d.len().min(size)) };
-        }
-        let segment = conn.share_region(&region)?;
-        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: size };
-        let rc = conn.call(CreateBuffer { flags, host_data: None, memory: Some(segment), ..b.clone() })?;
-        if rc == CL_SUCCESS {
-            views.insert(b.id, view);
-        }
-        return Ok(rc);
-    }
-    match data {
-        Some(d) => with_segment(conn, &d, |data| CreateBuffer {
-            flags: flags | CL_MEM_COPY_HOST_PTR,
-            host_data: Some(data),
-            memory: None,
-            ..b.clone()
-        }),
-        None => conn.call(CreateBuffer { flags, host_data: None, memory: None, ..b.clone() }),
-    }
-}
-
-/// An application's event callback that was waiting when its worker died (replay mode): it is
-/// registered again on the rebuilt event, or fires failed if there is none.
-struct KeptCallback {
-    pfn: EventNotifyFn,
-    user_data: usize,
-    /// The application's event handle (its reference, taken at registration, is held).
-    event: usize,
-}
-
-fn kept_callbacks() -> &'static Mutex<HashMap<u64, Vec<KeptCallback>>> {
-    static K: OnceLock<Mutex<HashMap<u64, Vec<KeptCallback>>>> = OnceLock::new();
-    K.get_or_init(Default::default)
-}
-
-/// In replay mode, keeps an event callback of dead worker `serial` for its rebuilt event;
-/// returns false (the caller fires it) otherwise.
-pub fn keep_event_callback(serial: u64, pfn: EventNotifyFn, user_data: usize, event: usize) -> bool {
-    if !on() {
-        return false;
-    }
-    let mut kept = kept_callbacks().lock().unwrap_or_else(|e| e.into_inner());
-    kept.entry(serial).or_default().push(KeptCallback { pfn, user_data, event });
-    true
-}
-
-/// Fires the callbacks kept for dead worker `serial` that no rebuild took, with the fault.
-pub fn fire_kept_callbacks(serial: u64) {
-    let kept = kept_callbacks().lock().unwrap_or_else(|e| e.into_inner()).remove(&serial);
-    for k in kept.into_iter().flatten() {
-        // SAFETY: the application registered pfn with this signature for this event, which
-        // the reference taken at registration keeps alive until the release below.
-        unsafe { (k.pfn)(k.event as cl_event, crate::conn::FAULT, k.user_data as *mut std::ffi::c_void) };
-        crate::handle::release(k.event as *mut std::ffi::c_void, Kind::Event);
-    }
-}
-
-/// Registers the callbacks kept for dead worker `serial` on their events rebuilt in `new`
-/// (as `CL_COMPLETE` callbacks: the driver calls one at once if its event is complete).
-fn adopt_kept_callbacks(serial: u64, new: &Arc<Conn>) {
-    let kept = kept_callbacks().lock().unwrap_or_else(|e| e.into_inner()).remove(&serial);
-    let mut left = Vec::new();
-    for k in kept.into_iter().flatten() {
-        let ev = crate::handle::lookup(k.event as *const std::ffi::c_void, Kind::Event);
-        let Some(ev) = ev.ok().filter(|e| Arc::ptr_eq(&e.conn, new)) else {
-            left.push(k);
-            continue;
-        };
-        let token = new.register_callback(Callback::Event { pfn: k.pfn, user_data: k.user_data, event: k.event });
-        let req = SetEventCallback { event: ev.id, callback_type: CL_COMPLETE, token };
-        if new.call(req) != Ok(CL_SUCCESS) && new.unregister_callback(token).is_some() {
-            left.push(k);
-        }
-    }
-    if !left.is_empty() {
-        kept_callbacks().lock().unwrap_or_else(|e| e.into_inner()).insert(serial, left);
-    }
-}
-
-/// Dead workers whose deaths the shim has dealt with, by serial: whether their objects were
-/// carried over to a replacement.
-#[derive(Default)]
-struct Concluded {
-    deaths: Mutex<HashMap<u64, bool>>,
-    changed: std::sync::Condvar,
-}
-
-fn concluded() -> &'static Concluded {
-    static C: OnceLock<Concluded> = OnceLock::new();
-    C.get_or_init(Default::default)
-}
-
-/// The death of worker `serial` has been dealt with (its objects carried over or not): calls
-/// that met it (`retrying`) stop waiting.
-pub fn conclude(serial: u64) {
-    let c = concluded();
-    c.deaths.lock().unwrap_or_else(|e| e.into_inner()).entry(serial).or_insert(false);
-    c.changed.notify_all();
-}
-
-/// Waits (boundedly) until the death of worker `serial` has been dealt with; returns whether
-/// its objects were carried over. A call can meet a death before the shim has noticed it (a
-/// send on the worker's closed socket), so the restart may not have begun yet.
-fn carried_over(serial: u64) -> bool {
-    let c = concluded();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let mut deaths = c.deaths.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        if let Some(&carried) = deaths.get(&serial) {
-            return carried;
-        }
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        deaths = c.changed.wait_timeout(deaths, left).unwrap_or_else(|e| e.into_inner()).0;
-    }
-}
-
-/// After a successful rebuild: the application's handles point at the replacement, contexts
-/// hear what happened, and calls that met the death may run again.
-pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State) {
-    for (id, pfn, user_data, token) in &rebuilt.notify {
-        let _ = id;
-        new.register_callback_as(*token, Callback::Context { pfn: *pfn, user_data: *user_data });
-    }
-    let mut moved = 0;
-    for (h, obj) in crate::handle::objects_of(old) {
-        if matches!(obj.kind, Kind::Platform | Kind::Device) || !rebuilt.created.contains(&obj.id) {
-            continue;
-        }
-        // A kernel whose arguments name an object that was not rebuilt stays lost with it.
-        if let crate::handle::ObjData::Kernel { args, .. } = &obj.data {
-            let a = args.lock().unwrap_or_else(|e| e.into_inner());
-            let missing =
-                a.values.iter().flatten().any(|v| matches!(v, ArgValue::Object(id) if !rebuilt.created.contains(id)));
-            if missing {
-                continue;
-            }
-        }
-        crate::handle::move_to(h, new, rebuilt.views.get(&obj.id).cloned());
-        moved += 1;
-    }
-    new.journal.put(st);
-    let mut message = format!(
-        "CLOISTER_RECOVERY=replay: the application was carried over to a new worker for driver {}: \
-         {moved} objects rebuilt under the same handles, {} commands run again",
-        new.driver, rebuilt.replayed
-    );
-    if rebuilt.lost > 0 {
-        message
-            .push_str(&format!("; {} objects could not be restored and answer CL_DEVICE_NOT_AVAILABLE", rebuilt.lost));
-    }
-    for d in &rebuilt.dropped {
-        message.push_str("; ");
-        message.push_str(d);
-    }
-    crate::runtime::warn(&message);
-    // The broker adds it to the crash reports of the deaths (`cloister crashes` shows it).
-    crate::runtime::tell_broker(&BrokerRequest::CarriedOver(CarriedOver {
-        driver: new.driver.clone(),
-        objects_rebuilt: moved,
-        commands_replayed: rebuilt.replayed as u32,
-        objects_lost: rebuilt.lost as u32,
-        dropped: rebuilt.dropped.clone(),
-    }));
-    let msg = std::ffi::CString::new(format!("cloister: {message}").replace('\0', " ")).unwrap_or_default();
-    for (_, pfn, user_data, _) in &rebuilt.notify {
-        // SAFETY: the application registered pfn with this signature and user_data for a
-        // context it has not released (a released one is not rebuilt with its callback).
-        unsafe { pfn(msg.as_ptr(), std::ptr::null(), 0, *user_data as *mut std::ffi::c_void) };
-    }
-    adopt_kept_callbacks(old.serial(), new);
-    concluded().deaths.lock().unwrap_or_else(|e| e.into_inner()).insert(old.serial(), true);
-}
-
-thread_local! {
-    /// The serial of a dead worker this thread's current call met (see `retrying`).
-    static MET_DEATH: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
-}
-
-/// A call on this thread failed because worker `serial` is dead.
-pub fn met_death(serial: u64) {
-    let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
-}
-
-/// Runs an entry point; in replay mode, one that failed because its worker died runs again
-/// once the objects are carried over (at most `RETRIES` + 1 times in all).
-pub fn retrying<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R) -> R {
-    if !on() {
-        return f();
-    }
-    let outer = MET_DEATH.try_with(|m| m.take()).ok().flatten();
-    let mut tries = 0;
-    let r = loop {
-        let r = f();
-        let met = MET_DEATH.try_with(|m| m.take()).ok().flatten();
-        match met {
-            Some(serial) if failed(&r) && tries < RETRIES => {
-                if !carried_over(serial) {
-                    break r;
-                }
-                tries += 1;
-            }
-            _ => break r,
-        }
-    };
-    if let Some(o) = outer {
-        met_death(o);
-    }
-    r
-}
-
-/// Makes a creating call, and records it if it succeeded in replay mode (nothing is copied
-/// otherwise).
-pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32, i32> {
-    let copy = on().then(|| req.clone());
-    let rc = conn.call(req);
-    if let (Some(c), Ok(CL_SUCCESS)) = (copy, &rc) {
-        conn.journal.created(c.into_request());
-    }
-    rc
-}
-
-/// Records a successful creating call made otherwise (replay mode only).
-pub fn note<C: Call + Clone>(conn: &Conn, req: &C) {
-    if on() {
-        conn.journal.created(req.clone().into_request());
     }
 }
 
