@@ -157,6 +157,13 @@ fn mappings_held_across_a_crash_keep_working() {
     assert_client_survives_fault("replay_heldmap", "enqueue:segv:once", "20", true);
 }
 
+/// An image made from a buffer (`CL_MEM_OBJECT_IMAGE1D_BUFFER`) read by one kernel while
+/// another writes its buffer: the 21st NDRange crashes the driver.
+#[test]
+fn an_image_made_from_a_buffer_runs_through_a_crash() {
+    assert_client_survives_fault("replay_imagebuf", "enqueue:segv:once", "20", true);
+}
+
 /// A crash a moment after an enqueue returned, while the kernel may be running.
 #[test]
 fn an_asynchronous_crash_mid_run_changes_nothing() {

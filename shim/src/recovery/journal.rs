@@ -87,7 +87,7 @@ impl Recipe {
     pub(super) fn buffer_size(&self) -> Option<u64> {
         match &self.req {
             Request::CreateBuffer(b) => Some(b.size),
-            Request::CreateImage(i) => {
+            Request::CreateImage(i) if i.desc.buffer.is_none() => {
                 let [w, h, d] = image_box(&i.desc);
                 let elem = cloister_ipc::image::element_size(i.format.0, i.format.1)?;
                 w.checked_mul(elem)?.checked_mul(h)?.checked_mul(d)
@@ -319,12 +319,11 @@ impl Journal {
         self.memory(Request::CreateBuffer(req), initial, zero_copy);
     }
 
-    /// An image was created (`req.desc` without pitches); `initial` is its host data, packed.
-    /// Images made from a buffer are not recorded (replay does not cover them).
+    /// An image was created (`req.desc` without pitches, unless it is made from a buffer);
+    /// `initial` is its host data, packed. An image made from a buffer has no contents of its
+    /// own: they are its buffer's (`State::storage`).
     pub fn image(&self, req: CreateImage, initial: Option<&[u8]>) {
-        if req.desc.buffer.is_none() {
-            self.memory(Request::CreateImage(req), initial, false);
-        }
+        self.memory(Request::CreateImage(req), initial, false);
     }
 
     pub(super) fn memory(&self, req: Request, initial: Option<&[u8]>, zero_copy: bool) {
@@ -651,6 +650,7 @@ impl State {
     pub(super) fn storage(&self, mem: ObjectId) -> ObjectId {
         match self.recipes.get(&mem).map(|r| &r.req) {
             Some(Request::CreateSubBuffer(s)) => s.buffer,
+            Some(Request::CreateImage(CreateImage { desc: ImageDesc { buffer: Some(b), .. }, .. })) => *b,
             _ => mem,
         }
     }
@@ -797,7 +797,7 @@ pub(super) fn depends_on(req: &Request) -> Vec<ObjectId> {
         Request::CreateUserEvent(r) => vec![r.context],
         Request::CreateSampler(r) => vec![r.context],
         Request::CreateSubBuffer(r) => vec![r.buffer],
-        Request::CreateImage(r) => vec![r.context],
+        Request::CreateImage(r) => [r.context].into_iter().chain(r.desc.buffer).collect(),
         Request::LinkProgram(r) => [r.context].into_iter().chain(r.inputs.iter().copied()).collect(),
         _ => Vec::new(),
     }

@@ -368,12 +368,15 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             }
         }
     }
-    // A sub-buffer of a lost buffer is lost with it.
+    // A sub-buffer, or an image made from a buffer, is lost with its buffer.
     for (id, r) in &st.recipes {
-        if let Request::CreateSubBuffer(s) = &r.req {
-            if lost.contains(&s.buffer) {
-                lost.insert(*id);
-            }
+        let parent = match &r.req {
+            Request::CreateSubBuffer(s) => Some(s.buffer),
+            Request::CreateImage(i) => i.desc.buffer,
+            _ => None,
+        };
+        if parent.is_some_and(|p| lost.contains(&p)) {
+            lost.insert(*id);
         }
     }
     // What the application released since is released again, and what was lost on the way
