@@ -781,15 +781,22 @@ pub(super) fn created_id(req: &Request) -> Option<ObjectId> {
         Request::CreateSubBuffer(r) => r.id,
         Request::CreateImage(r) => r.id,
         Request::LinkProgram(r) => r.id,
+        // The first of the sub-devices names the recipe; the rebuild makes them all.
+        Request::CreateSubDevices(r) => *r.ids.first()?,
         _ => return None,
     })
 }
 
 /// The shim's objects a creating request needs.
 pub(super) fn depends_on(req: &Request) -> Vec<ObjectId> {
+    // A root device is the worker's own (rebound, not rebuilt); a sub-device is ours.
+    let sub = |d: &ObjectId| *d & WORKER_ID_BIT == 0;
     match req {
-        Request::CreateCommandQueue(r) => vec![r.context],
-        Request::CreateCommandQueueWithProperties(r) => vec![r.context],
+        Request::CreateContext(r) => r.devices.iter().copied().filter(sub).collect(),
+        Request::CreateCommandQueue(r) => [r.context].into_iter().chain(Some(r.device).filter(sub)).collect(),
+        Request::CreateCommandQueueWithProperties(r) => {
+            [r.context].into_iter().chain(Some(r.device).filter(sub)).collect()
+        }
         Request::CreateBuffer(r) => vec![r.context],
         Request::CreateProgramWithSource(r) => vec![r.context],
         Request::CreateProgramWithBinary(r) => vec![r.context],
@@ -799,6 +806,7 @@ pub(super) fn depends_on(req: &Request) -> Vec<ObjectId> {
         Request::CreateSubBuffer(r) => vec![r.buffer],
         Request::CreateImage(r) => [r.context].into_iter().chain(r.desc.buffer).collect(),
         Request::LinkProgram(r) => [r.context].into_iter().chain(r.inputs.iter().copied()).collect(),
+        Request::CreateSubDevices(r) => Some(r.device).filter(sub).into_iter().collect(),
         _ => Vec::new(),
     }
 }

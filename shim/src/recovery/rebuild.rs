@@ -247,6 +247,16 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
                 (Some(status), CL_SUCCESS) => new.call(SetUserEventStatus { event: id, status }),
                 _ => Ok(rc),
             }),
+            // The same partition of the same device gives the same sub-devices, under the same
+            // ids; all of them exist from now.
+            Request::CreateSubDevices(s) => {
+                new.call(CreateSubDevices { device: translate(s.device), ..s.clone() }).map(|reply| {
+                    if reply.status == CL_SUCCESS {
+                        out.created.extend(s.ids.iter().take(reply.count as usize));
+                    }
+                    reply.status
+                })
+            }
             // A program that failed to link exists as well (its log says why).
             Request::LinkProgram(l) => {
                 let devices = l.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
@@ -539,7 +549,10 @@ pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State)
     }
     let mut moved = 0;
     for (h, obj) in crate::handle::objects_of(old) {
-        if matches!(obj.kind, Kind::Platform | Kind::Device) || !rebuilt.created.contains(&obj.id) {
+        // Platforms and root devices are the worker's own, rebound at the respawn; sub-devices
+        // were rebuilt.
+        let worker_own = matches!(obj.kind, Kind::Platform | Kind::Device) && obj.id & WORKER_ID_BIT != 0;
+        if worker_own || !rebuilt.created.contains(&obj.id) {
             continue;
         }
         // A kernel whose arguments name an object that was not rebuilt stays lost with it.
