@@ -171,6 +171,13 @@ fn a_context_on_a_sub_device_runs_through_a_crash() {
     assert_client_survives_fault("replay_subdev", "enqueue:segv:once", "20", true);
 }
 
+/// A command buffer (made before what it records; a fill, a kernel, a copy with sync points),
+/// run every iteration after a plain kernel: the 11th plain NDRange crashes the driver.
+#[test]
+fn a_command_buffer_runs_through_a_crash() {
+    assert_client_survives_fault("replay_cmdbuf", "enqueue:segv:once", "10", true);
+}
+
 /// A crash a moment after an enqueue returned, while the kernel may be running.
 #[test]
 fn an_asynchronous_crash_mid_run_changes_nothing() {

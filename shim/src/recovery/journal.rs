@@ -61,6 +61,10 @@ pub(super) struct Recipe {
     pub(super) build: Option<BuildProgram>,
     /// A program's compilation (`clCompileProgram`, with its header programs).
     pub(super) compile: Option<CompileProgram>,
+    /// A command buffer's recorded commands (every kernel argument with each NDRange), and
+    /// whether it was finalized.
+    pub(super) recorded: Vec<RecordCommand>,
+    pub(super) finalized: bool,
     /// A buffer's contents.
     pub(super) base: Base,
     /// A zero-copy buffer (its memory is a segment shared with the worker).
@@ -77,6 +81,8 @@ impl Recipe {
             notify: None,
             build: None,
             compile: None,
+            recorded: Vec::new(),
+            finalized: false,
             base: Base::Undefined,
             zero_copy: false,
             status: None,
@@ -100,6 +106,7 @@ impl Recipe {
     pub(super) fn needs(&self) -> Vec<ObjectId> {
         let mut v = depends_on(&self.req);
         v.extend(self.compile.iter().flat_map(|c| c.headers.iter().map(|(h, _)| *h)));
+        v.extend(self.recorded.iter().flat_map(recorded_uses));
         v
     }
 
@@ -137,6 +144,13 @@ pub(super) enum Cmd {
         shape: Strided,
         mirror: Option<Mirror>,
     },
+    /// A command buffer run (its queues named, never empty), with the objects its recorded
+    /// commands use and the memory objects they may write, as recorded.
+    Batch {
+        req: EnqueueCommandBuffer,
+        uses: Vec<ObjectId>,
+        writes: Vec<ObjectId>,
+    },
 }
 
 impl Cmd {
@@ -160,6 +174,7 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueFillImage(r)) => r.queue,
             Cmd::Region { req, .. } => req.queue,
             Cmd::Read { req, .. } => Cmd::read_target(req).0,
+            Cmd::Batch { req, .. } => req.queues.first().copied().unwrap_or(0),
             Cmd::Enqueue(_) => 0,
         }
     }
@@ -176,6 +191,7 @@ impl Cmd {
             Cmd::Region { req, .. } => Some(&req.sync),
             Cmd::Read { req: Request::EnqueueReadBuffer(r), .. } => Some(&r.sync),
             Cmd::Read { req: Request::EnqueueRegionTransfer(r), .. } => Some(&r.sync),
+            Cmd::Batch { req, .. } => Some(&req.sync),
             Cmd::Read { .. } | Cmd::Enqueue(_) => None,
         }
     }
@@ -192,6 +208,7 @@ impl Cmd {
             Cmd::Region { req, .. } => Some(&mut req.sync),
             Cmd::Read { req: Request::EnqueueReadBuffer(r), .. } => Some(&mut r.sync),
             Cmd::Read { req: Request::EnqueueRegionTransfer(r), .. } => Some(&mut r.sync),
+            Cmd::Batch { req, .. } => Some(&mut req.sync),
             Cmd::Read { .. } | Cmd::Enqueue(_) => None,
         }
     }
@@ -214,6 +231,10 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => v.push(r.mem),
             Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => v.extend([r.src, r.dst]),
             Cmd::Enqueue(Request::EnqueueFillImage(r)) => v.push(r.mem),
+            Cmd::Batch { req, uses, .. } => {
+                v.extend(req.queues.iter().copied().chain([req.buffer]));
+                v.extend(uses.iter().copied());
+            }
             _ => {}
         }
         v
@@ -236,6 +257,7 @@ impl Cmd {
             Cmd::Enqueue(Request::EnqueueFillBuffer(_)) => "clEnqueueFillBuffer".into(),
             Cmd::Enqueue(Request::EnqueueCopyRegion(_)) => "a rectangular or image copy".into(),
             Cmd::Enqueue(Request::EnqueueFillImage(_)) => "clEnqueueFillImage".into(),
+            Cmd::Batch { req, .. } => format!("clEnqueueCommandBufferKHR of command buffer #{}", req.buffer),
             Cmd::Enqueue(_) => "clEnqueueMarker/Barrier".into(),
         }
     }
@@ -348,6 +370,25 @@ impl Journal {
         self.with(|s| {
             if let Some(r) = s.recipes.get_mut(&req.program) {
                 r.compile = Some(CompileProgram { notify: None, ..req });
+            }
+        });
+    }
+
+    /// A command was recorded into a command buffer (`req.command`'s NDRange with all of the
+    /// kernel's arguments).
+    pub fn command_recorded(&self, req: RecordCommand) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&req.buffer) {
+                r.recorded.push(req);
+            }
+        });
+    }
+
+    /// A command buffer was finalized.
+    pub fn command_buffer_finalized(&self, buffer: ObjectId) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&buffer) {
+                r.finalized = true;
             }
         });
     }
@@ -482,10 +523,7 @@ impl Journal {
             Request::EnqueueMapBuffer(r) if r.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 => {
                 s.lose(r.mem)
             }
-            Request::EnqueueCommandBuffer(_) => {
-                let ids: Vec<ObjectId> = s.recipes.keys().copied().collect();
-                ids.into_iter().for_each(|id| s.lose(id));
-            }
+            Request::EnqueueCommandBuffer(req) => s.batch(req),
             _ => {}
         });
     }
@@ -515,6 +553,50 @@ impl Journal {
 }
 
 impl State {
+    /// Journals a run of a command buffer: with what its commands use and may write, or, for a
+    /// buffer replay does not know, by losing every buffer's contents until a checkpoint.
+    fn batch(&mut self, mut req: EnqueueCommandBuffer) {
+        let Some(r) = self.recipes.get(&req.buffer) else {
+            let ids: Vec<ObjectId> = self.recipes.keys().copied().collect();
+            ids.into_iter().for_each(|id| self.lose(id));
+            return;
+        };
+        if req.queues.is_empty() {
+            // Its own queues: named, so the run is on the same ones.
+            if let Request::CreateCommandBuffer(c) = &r.req {
+                req.queues = c.queues.clone();
+            }
+        }
+        let uses: Vec<ObjectId> = r.recorded.iter().flat_map(recorded_uses).collect();
+        let writes: Vec<ObjectId> = r
+            .recorded
+            .iter()
+            .flat_map(|c| match &c.command {
+                RecordedCommand::CopyBuffer { dst, .. } | RecordedCommand::CopyRegion { dst, .. } => vec![*dst],
+                RecordedCommand::FillBuffer { mem, .. } | RecordedCommand::FillImage { mem, .. } => vec![*mem],
+                // Every memory argument may be written (what is read-only is sorted by `writes`,
+                // through the NDRange it makes).
+                RecordedCommand::NdRange { kernel, args, work_dim, .. } => {
+                    self.writes(&Cmd::Enqueue(Request::EnqueueNdRange(EnqueueNdRange {
+                        queue: 0,
+                        kernel: *kernel,
+                        args: args.clone(),
+                        work_dim: *work_dim,
+                        offset: None,
+                        global: None,
+                        local: None,
+                        sync: EnqueueSync::default(),
+                    })))
+                }
+                RecordedCommand::Barrier => Vec::new(),
+            })
+            .collect();
+        if self.cmds.len() >= MAX_JOURNAL {
+            self.give_up_journal();
+        }
+        self.cmds.push(Cmd::Batch { req, uses, writes });
+    }
+
     /// Journals a write of `data` into buffer `mem` at `offset` (or makes it the checkpoint's
     /// contents, `superseded_by`).
     pub(super) fn write(&mut self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
@@ -542,7 +624,7 @@ impl State {
         }
         let kept_bytes = |c: &Cmd| match c {
             Cmd::Write { data, .. } | Cmd::Region { data, .. } => data.len() as u64,
-            Cmd::Read { .. } | Cmd::Enqueue(_) => 0,
+            Cmd::Read { .. } | Cmd::Enqueue(_) | Cmd::Batch { .. } => 0,
         };
         let before = self.recipes.get(&mem).map_or(0, Recipe::base_bytes);
         let freed: u64 = self.cmds.iter().filter(|c| only_written(c)).map(kept_bytes).sum();
@@ -680,6 +762,7 @@ impl State {
             Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => vec![r.mem],
             Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => vec![r.dst],
             Cmd::Enqueue(Request::EnqueueFillImage(r)) => vec![r.mem],
+            Cmd::Batch { writes, .. } => writes.clone(),
             Cmd::Enqueue(_) => Vec::new(),
         };
         written.into_iter().map(|m| self.storage(m)).collect()
@@ -781,6 +864,7 @@ pub(super) fn created_id(req: &Request) -> Option<ObjectId> {
         Request::CreateSubBuffer(r) => r.id,
         Request::CreateImage(r) => r.id,
         Request::LinkProgram(r) => r.id,
+        Request::CreateCommandBuffer(r) => r.id,
         // The first of the sub-devices names the recipe; the rebuild makes them all.
         Request::CreateSubDevices(r) => *r.ids.first()?,
         _ => return None,
@@ -807,8 +891,29 @@ pub(super) fn depends_on(req: &Request) -> Vec<ObjectId> {
         Request::CreateImage(r) => [r.context].into_iter().chain(r.desc.buffer).collect(),
         Request::LinkProgram(r) => [r.context].into_iter().chain(r.inputs.iter().copied()).collect(),
         Request::CreateSubDevices(r) => Some(r.device).filter(sub).into_iter().collect(),
+        Request::CreateCommandBuffer(r) => r.queues.clone(),
         _ => Vec::new(),
     }
+}
+
+/// The objects a recorded command uses (its queue, kernel, memory objects, samplers).
+pub(super) fn recorded_uses(r: &RecordCommand) -> Vec<ObjectId> {
+    let mut v: Vec<ObjectId> = r.queue.into_iter().collect();
+    match &r.command {
+        RecordedCommand::Barrier => {}
+        RecordedCommand::CopyBuffer { src, dst, .. } | RecordedCommand::CopyRegion { src, dst, .. } => {
+            v.extend([*src, *dst])
+        }
+        RecordedCommand::FillBuffer { mem, .. } | RecordedCommand::FillImage { mem, .. } => v.push(*mem),
+        RecordedCommand::NdRange { kernel, args, .. } => {
+            v.push(*kernel);
+            v.extend(args.iter().filter_map(|(_, a)| match a {
+                ArgValue::Object(id) => Some(*id),
+                _ => None,
+            }));
+        }
+    }
+    v
 }
 
 #[cfg(test)]

@@ -169,6 +169,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     // Programs made and waiting for their compilation: it runs once its header programs
     // (which may have been made after the program) exist.
     let mut to_compile: Vec<ObjectId> = Vec::new();
+    let mut batches: Vec<ObjectId> = Vec::new();
     let ids: Vec<ObjectId> = st.recipes.keys().copied().collect();
     for id in ids {
         if let Err(step) = compile_ready(st, new, &out.created, &mut to_compile, &translate) {
@@ -179,6 +180,11 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
         if st.attempts.get(&step).copied().unwrap_or(0) >= RETRIES {
             out.dropped.push(format!("object #{id} crashed the driver each time it was made again"));
             lost.insert(id);
+            continue;
+        }
+        // A command buffer may record objects made after it: made once everything else is.
+        if matches!(r.req, Request::CreateCommandBuffer(_)) {
+            batches.push(id);
             continue;
         }
         // An image mapped now cannot be carried over (its mapping's rows would be written
@@ -291,6 +297,23 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     }
     // Programs whose headers were not made stay uncompiled: the links that use them fail, and
     // what those links make is lost.
+    for id in batches {
+        let r = &st.recipes[&id];
+        let needs = r.needs();
+        if needs.iter().any(|d| !out.created.contains(d) || lost.contains(d)) {
+            lost.insert(id);
+            continue;
+        }
+        match rebuild_command_buffer(new, r) {
+            Ok(CL_SUCCESS) => {
+                out.created.insert(id);
+            }
+            Err(_) if new.is_dead() => return crashed(Step::Recipe(id)),
+            _ => {
+                lost.insert(id);
+            }
+        }
+    }
     // Commands, in the order they were enqueued, each finished before the next: a crash is
     // then the command's own.
     let mut failed_events: Vec<ObjectId> = Vec::new();
@@ -334,6 +357,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
                 sync: sync.clone(),
             }),
             Cmd::Enqueue(req) => new.call_request(req),
+            Cmd::Batch { req, .. } => new.call(req.clone()),
             Cmd::Region { req, data } => with_segment(new, data, |data| EnqueueRegionTransfer { data, ..req.clone() }),
             Cmd::Read { req, event, dst, shape, mirror } => {
                 let rc = read_again(new, req, *dst, *shape, *mirror);
@@ -441,6 +465,26 @@ pub(super) fn compile_ready(
         pending.remove(i);
     }
     Ok(())
+}
+
+/// Makes command buffer `r` in `new` again: created, its commands recorded in order (so with
+/// the same sync points), finalized if it was.
+fn rebuild_command_buffer(new: &Arc<Conn>, r: &Recipe) -> Result<i32, i32> {
+    let Request::CreateCommandBuffer(c) = &r.req else { return Ok(CL_INVALID_OPERATION) };
+    let rc = new.call(c.clone())?;
+    if rc != CL_SUCCESS {
+        return Ok(rc);
+    }
+    for cmd in &r.recorded {
+        let reply = new.call(cmd.clone())?;
+        if reply.status != CL_SUCCESS {
+            return Ok(reply.status);
+        }
+    }
+    match r.finalized {
+        true => new.call(FinalizeCommandBuffer { buffer: c.id }),
+        false => Ok(CL_SUCCESS),
+    }
 }
 
 /// Creates buffer `b` in `conn` with its checkpointed contents.
