@@ -53,8 +53,40 @@ pub fn listen(path: &Path) -> std::io::Result<OwnedFd> {
     channel::listen_seqpacket(path)
 }
 
-/// What the broker says of a worker's death, once it has written the report.
-pub type DeathNote = Arc<std::sync::Mutex<Option<String>>>;
+/// A worker, and what the broker says of its death once it has written the report.
+pub struct WorkerNote {
+    pub pid: u32,
+    pub death: std::sync::Mutex<Option<Death>>,
+}
+
+/// A worker's death as the broker told it: the sentence, and the report's file if one was
+/// written.
+#[derive(Clone)]
+pub struct Death {
+    pub said: String,
+    pub report: Option<PathBuf>,
+}
+
+pub type DeathNote = Arc<WorkerNote>;
+
+impl WorkerNote {
+    /// What was said of the death, if the worker died and was reported.
+    pub fn said(&self) -> Option<String> {
+        self.death.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|d| d.said.clone())
+    }
+
+    /// Waits up to `limit` for the death to be reported.
+    pub fn wait(&self, limit: std::time::Duration) -> Option<Death> {
+        let end = std::time::Instant::now() + limit;
+        loop {
+            let death = self.death.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if death.is_some() || std::time::Instant::now() >= end {
+                return death;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
 
 /// A started worker: the shim's end of its channel, what the broker will say of its death, and
 /// how to dismiss it.
@@ -263,7 +295,7 @@ fn serve_client(
         let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
         return Err(reason);
     }
-    let mut notes: Vec<(String, DeathNote)> = Vec::new();
+    let mut notes: Vec<Granted> = Vec::new();
     // Every worker started for this client ends when the client's connection closes (it
     // exited, or died), whatever the worker is doing: a per-user broker outlives its clients.
     let mut workers = ClientWorkers::default();
@@ -291,22 +323,24 @@ fn serve_client(
                 grant(client, &wanted, spawn, &mut notes, &mut workers, who)?;
             }
             BrokerRequest::WhyDied { driver } => {
-                let note = notes.iter().rev().find(|(d, _)| *d == driver).map(|(_, n)| n.clone());
-                let mut answer = None;
+                let note = notes.iter().rev().find(|g| g.driver == driver);
                 // The reaper writes the report right after the worker is gone; wait for it.
-                for _ in 0..200 {
-                    answer = note.as_ref().and_then(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
-                    if answer.is_some() || note.is_none() {
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
+                let answer = note.and_then(|g| g.note.wait(std::time::Duration::from_secs(2))).map(|d| d.said);
                 channel::send(client, &BrokerReply::Death { note: answer }, &[]).map_err(|e| e.to_string())?;
             }
+            BrokerRequest::CarriedOver(carried) => crate::carried::record(&mut notes, carried),
             BrokerRequest::Hello(_) => return Err("a second hello on one connection".into()),
             _ => return Err("a request out of turn".into()),
         }
     }
+}
+
+/// A worker granted to one client.
+pub struct Granted {
+    pub driver: String,
+    pub note: DeathNote,
+    /// Its death's report already says the application was carried over.
+    pub carried: bool,
 }
 
 /// The workers started for one client, ended when it goes (on drop).
@@ -341,7 +375,7 @@ fn grant(
     client: &OwnedFd,
     drivers: &[Driver],
     spawn: &std::sync::mpsc::Sender<SpawnRequest>,
-    notes: &mut Vec<(String, DeathNote)>,
+    notes: &mut Vec<Granted>,
     workers: &mut ClientWorkers,
     who: Who,
 ) -> Result<(), String> {
@@ -363,7 +397,7 @@ fn grant(
                 workers.0.extend(dismissal);
                 grants.push(WorkerGrant { driver: d.name.clone(), library: d.library.clone() });
                 fds.push(fd);
-                notes.push((d.name.clone(), note));
+                notes.push(Granted { driver: d.name.clone(), note, carried: false });
             }
             Err(e) => errors.push(format!("cannot start a worker for {}: {e}", d.name)),
         }
@@ -608,7 +642,7 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -
         std::thread::spawn(move || crate::watchdog::watch(pid, recorder, exited, deadlines, verdict));
     }
     LIVE_WORKERS.fetch_add(1, Ordering::AcqRel);
-    let note: DeathNote = Arc::new(std::sync::Mutex::new(None));
+    let note: DeathNote = Arc::new(WorkerNote { pid, death: std::sync::Mutex::new(None) });
     let note_for_reaper = note.clone();
     std::thread::spawn(move || {
         let status = child.wait();
@@ -629,12 +663,12 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -
             // A start-up check's worker that refused its driver (not a library, not an ICD, no
             // platform) exits with a status: that is a setup mistake the check says itself. One
             // that crashed, hung or broke the cage is a driver fault, reported as any other.
-            let said = if probe && matches!(cause, Cause::Exit { .. }) {
-                cause.describe()
+            let death = if probe && matches!(cause, Cause::Exit { .. }) {
+                Death { said: cause.describe(), report: None }
             } else {
                 report_death(&driver, &profile, pid, cause, &recorder, app)
             };
-            *note_for_reaper.lock().unwrap_or_else(|e| e.into_inner()) = Some(said);
+            *note_for_reaper.death.lock().unwrap_or_else(|e| e.into_inner()) = Some(death);
         }
     });
     Ok((ours, note, dismissal))
@@ -644,7 +678,14 @@ pub fn spawn_worker(options: &WorkerOptions, driver: &Driver, for_app: ForApp) -
 static LIVE_WORKERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Counts a worker out when its reaper is done, report written or not.
-struct LiveWorker;
+pub struct LiveWorker;
+
+/// Makes `drain_workers` wait for a report being written or amended until the result is
+/// dropped.
+pub fn report_pending() -> LiveWorker {
+    LIVE_WORKERS.fetch_add(1, Ordering::AcqRel);
+    LiveWorker
+}
 
 impl Drop for LiveWorker {
     fn drop(&mut self) {
@@ -706,7 +747,8 @@ fn recorded(c: cloister_ipc::recorder::CallRecord) -> RecordedCall {
     RecordedCall { op: c.op.to_string(), lane: c.lane as u64, start_ns: c.start_ns, end_ns: c.end_ns }
 }
 
-/// Writes the report, says so on stderr, and returns what was said (for the application).
+/// Writes the report, says so on stderr, and returns what was said (for the application) and
+/// where the report is.
 fn report_death(
     driver: &Driver,
     profile: &str,
@@ -714,7 +756,7 @@ fn report_death(
     cause: Cause,
     recorder: &FlightRecorder,
     application: Option<cloister_crash_reports::Application>,
-) -> String {
+) -> Death {
     let mut report = CrashReport::new(&driver.name, &driver.library, profile, pid, cause);
     report.application = application;
     let w = &mut report.worker;
@@ -739,7 +781,7 @@ fn report_death(
         tracing::debug!(worker = pid, pruned, "crash report written");
         written
     });
-    let place = match saved {
+    let place = match &saved {
         Some(Ok(path)) => format!("report: {}", path.display()),
         Some(Err(e)) => format!("the report could not be written: {e}"),
         None => "no state directory for a report (set HOME or XDG_STATE_HOME)".into(),
@@ -761,5 +803,5 @@ fn report_death(
         false,
     );
     eprintln!("cloister: {said}");
-    said
+    Death { said, report: saved.and_then(Result::ok) }
 }

@@ -3,6 +3,7 @@
 mod bench;
 mod broker;
 mod cage;
+mod carried;
 mod config_cmd;
 mod drivers;
 mod embedded;
@@ -572,6 +573,9 @@ fn crashes(action: Option<CrashesCmd>) -> Result<ExitCode, String> {
                 );
                 let app = newest.report.application.as_ref().map(|a| format!(", {}", e(&a.name))).unwrap_or_default();
                 println!("{:>5}  {:<23}  id {}{app}", "", "", e(&newest.id));
+                if let Some(c) = &newest.report.carried_over {
+                    println!("{:>5}  {:<23}  {}", "", "", e(&c.describe()));
+                }
             }
             for c in &corrupt {
                 println!("  corrupt: {} ({})", e(&c.path.display().to_string()), e(&c.error));

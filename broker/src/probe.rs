@@ -61,14 +61,14 @@ fn check_once(options: &WorkerOptions, driver: &Driver) -> Result<Checked, Failu
         // The worker died or refused: its reaper says why (the cage's verdict, a signal, an
         // exit status), unless it is still alive and hung.
         let end = Instant::now() + Duration::from_secs(2);
-        while note.lock().unwrap_or_else(|e| e.into_inner()).is_none() && Instant::now() < end {
+        while note.said().is_none() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
     if let Some(d) = &dismissal {
         d.now();
     }
-    let died = note.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let died = note.said();
     match greeted {
         Ok(layers) => Ok(Checked {
             driver: driver.clone(),

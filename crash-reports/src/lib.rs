@@ -53,6 +53,41 @@ pub struct CrashReport {
     /// its name carries the driver's version: `libpocl.so.2.11.0`).
     #[serde(default)]
     pub library_file: Option<String>,
+    /// What replay recovery did after this death, as the application's shim told the broker
+    /// (the application's word: bounded and printed escaped). Absent in report mode, when the
+    /// application was not carried over (yet), and in older reports.
+    #[serde(default, rename = "carried_over_says_the_application", skip_serializing_if = "Option::is_none")]
+    pub carried_over: Option<CarriedOver>,
+}
+
+/// The application was carried over to a new worker after this death (replay recovery).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CarriedOver {
+    /// The worker the application was carried over to.
+    pub to_worker: u32,
+    pub objects_rebuilt: u32,
+    pub commands_replayed: u32,
+    /// Objects that could not be restored (they answer `CL_DEVICE_NOT_AVAILABLE`).
+    pub objects_lost: u32,
+    /// Commands and objects given up, and why.
+    pub dropped: Vec<String>,
+}
+
+impl CarriedOver {
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "carried over to worker {}: {} objects rebuilt, {} commands run again",
+            self.to_worker, self.objects_rebuilt, self.commands_replayed
+        );
+        if self.objects_lost > 0 {
+            s.push_str(&format!(", {} objects lost", self.objects_lost));
+        }
+        if !self.dropped.is_empty() {
+            s.push_str(&format!(", {} dropped", self.dropped.len()));
+        }
+        s
+    }
 }
 
 /// An application as its broker saw it.
@@ -197,18 +232,35 @@ impl CrashReport {
             application: None,
             cloister_version: env!("CARGO_PKG_VERSION").to_string(),
             library_file: std::fs::canonicalize(library).ok().map(|p| p.display().to_string()),
+            carried_over: None,
         }
+    }
+
+    /// Adds `carried` to the report stored at `path` (one the broker wrote: replaced whole,
+    /// through a temporary file, so a reader sees the old report or the new one).
+    pub fn amend(path: &Path, carried: CarriedOver) -> std::io::Result<()> {
+        let bytes = std::fs::read(path)?;
+        let mut report: CrashReport = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+        report.carried_over = Some(carried);
+        report.store(path)
     }
 
     /// Writes the report as `<dir>/<time>-<pid>.json` (0600: it holds the application's kernel
     /// source) in a folder only this user can enter, and returns its path.
     pub fn write(&self, dir: &Path) -> std::io::Result<PathBuf> {
-        use std::io::Write;
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
         // A folder made by an older cloister (0755) is closed too.
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         let path = dir.join(format!("{}-{}.json", self.time, self.pid));
+        self.store(&path)?;
+        Ok(path)
+    }
+
+    /// Writes the report to `path` (0600) through a temporary file beside it.
+    fn store(&self, path: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
         let tmp = path.with_extension("json.tmp");
         let _ = std::fs::remove_file(&tmp);
@@ -217,14 +269,14 @@ impl CrashReport {
             f.write_all(&json)?;
             f.sync_all()?;
             drop(f);
-            std::fs::rename(&tmp, &path)
+            std::fs::rename(&tmp, path)
         })();
         // A full disk (or any other failure) leaves no half-written file behind.
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        Ok(path)
+        Ok(())
     }
 }
 
@@ -436,6 +488,12 @@ pub fn render(s: &Stored) -> String {
     ));
     if !r.cloister_version.is_empty() {
         out.push_str(&format!("  cloister:  {}\n", e(&r.cloister_version)));
+    }
+    if let Some(c) = &r.carried_over {
+        out.push_str(&format!("  recovery:  {} (says the application)\n", e(&c.describe())));
+        for d in &c.dropped {
+            out.push_str(&format!("    dropped: {}\n", e(d)));
+        }
     }
     let w = &r.worker;
     out.push_str("  reported by the worker (untrusted):\n");

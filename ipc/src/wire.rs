@@ -786,6 +786,10 @@ pub enum BrokerRequest {
         hello: crate::handshake::Hello,
         pid: Option<u32>,
     },
+    /// Replay recovery carried the application over to this driver's newest worker (not
+    /// answered): the broker adds it to the crash reports of the workers that died since the
+    /// last carry-over. The application's word, bounded by the broker (`CarriedOver::MAX_*`).
+    CarriedOver(CarriedOver),
 }
 
 /// One application's answer to `AskReports`.
@@ -795,6 +799,27 @@ pub struct AppReport {
     pub app: String,
     /// The report, or why the application gave none.
     pub timing: Result<String, String>,
+}
+
+/// What replay recovery did after a worker's death, as the shim tells the broker.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct CarriedOver {
+    pub driver: String,
+    /// Objects rebuilt under the application's handles.
+    pub objects_rebuilt: u32,
+    /// Commands of the journal run again.
+    pub commands_replayed: u32,
+    /// Objects that could not be restored (they answer `CL_DEVICE_NOT_AVAILABLE`).
+    pub objects_lost: u32,
+    /// Commands and objects given up, one line each saying which and why.
+    pub dropped: Vec<String>,
+}
+
+impl CarriedOver {
+    /// The most `dropped` lines the broker keeps.
+    pub const MAX_DROPPED: usize = 32;
+    /// The longest `dropped` line the broker keeps, in bytes.
+    pub const MAX_LINE: usize = 512;
 }
 
 /// One worker the broker started for this application; its channel fd rides along.

@@ -399,6 +399,8 @@ impl Conn {
         let _g = self.send_lock.lock().unwrap_or_else(|e| e.into_inner());
         channel::send(&self.sock, msg, fds).map_err(|_| {
             self.mark_dead();
+            // The call may run again once the objects are carried over (`recovery::retrying`).
+            crate::recovery::met_death(self.serial);
             FAULT
         })
     }
@@ -720,14 +722,24 @@ impl Conn {
             while !channel::readable_within(&self.sock, std::time::Duration::from_secs(3600)) {}
             *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = true;
             let received = channel::recv::<WorkerMessage>(&self.sock);
-            match received {
-                Ok((WorkerMessage::Notify(n), _)) => self.deliver(n),
-                Ok(_) => {}
-                Err(_) => self.on_worker_death(),
-            }
+            // Only the end of the channel ends the loop: a thread that found the worker dead
+            // first (a send on its closed socket) has marked it so, but the death is handled
+            // here (a loop that stopped at that mark left it unhandled: no replacement, and a
+            // replay-mode call waiting for one).
+            let ended = match received {
+                Ok((WorkerMessage::Notify(n), _)) => {
+                    self.deliver(n);
+                    false
+                }
+                Ok(_) => false,
+                Err(_) => {
+                    self.on_worker_death();
+                    true
+                }
+            };
             *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = false;
             self.delivered.notify_all();
-            if self.is_dead() {
+            if ended {
                 return;
             }
         }

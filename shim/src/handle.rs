@@ -162,6 +162,13 @@ pub struct MapRecord {
     /// For a `CL_MEM_USE_HOST_PTR` object: the application's rows the mapping points at, packed
     /// back into the segment when a writing map is unmapped.
     pub mirror: Option<crate::pending::Mirror>,
+    /// A buffer mapping's (offset, size); `None` for an image's.
+    pub range: Option<(u64, u64)>,
+    /// Made in a worker that died since (replay mode): the replacement has no such mapping, so
+    /// the unmap writes what the application wrote into it as a plain write.
+    pub carried: bool,
+    /// The dead worker's zero-copy memory the mapping points into, kept until the unmap.
+    pub keep: Option<Arc<cloister_ipc::shm::SharedMapping>>,
 }
 
 #[derive(Default)]
@@ -451,15 +458,26 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
     let mut reg = registry().write().unwrap_or_else(|e| e.into_inner());
     let Some(old) = reg.get(&h).cloned() else { return };
     let data = match &old.data {
-        ObjData::Mem { context, flags, host_ptr, host_len, image, shared, .. } => ObjData::Mem {
-            context: *context,
-            flags: *flags,
-            host_ptr: *host_ptr,
-            host_len: *host_len,
-            image: *image,
-            maps: Mutex::new(HashMap::new()),
-            shared: view.or_else(|| shared.clone()),
-        },
+        ObjData::Mem { context, flags, host_ptr, host_len, image, shared, maps } => {
+            // Mappings the application still holds keep their memory (the dead worker's
+            // segment or zero-copy memory) until it unmaps them (`MapRecord::carried`).
+            let mut held = std::mem::take(&mut *maps.lock().unwrap_or_else(|e| e.into_inner()));
+            for r in held.values_mut().flatten() {
+                r.carried = true;
+                if r.segment.is_none() {
+                    r.keep = shared.as_ref().map(|s| s.memory.clone());
+                }
+            }
+            ObjData::Mem {
+                context: *context,
+                flags: *flags,
+                host_ptr: *host_ptr,
+                host_len: *host_len,
+                image: *image,
+                maps: Mutex::new(held),
+                shared: view.or_else(|| shared.clone()),
+            }
+        }
         ObjData::Program { app_source, binary_sizes } => ObjData::Program {
             app_source: app_source.clone(),
             binary_sizes: Mutex::new(binary_sizes.lock().unwrap_or_else(|e| e.into_inner()).clone()),

@@ -113,6 +113,7 @@ impl DeathWatcher for Restarter {
             crate::recovery::fire_kept_callbacks(dead.serial());
             *slot.restarting.lock().unwrap_or_else(|e| e.into_inner()) = false;
             slot.restarted.notify_all();
+            crate::recovery::conclude(dead.serial());
         };
         if slot.given_up.load(std::sync::atomic::Ordering::Acquire) {
             return finish();
@@ -149,6 +150,16 @@ impl DeathWatcher for Restarter {
             Err(e) => warn(&format!("cannot restart the worker for {}: {e}", slot.driver)),
         }
         finish();
+    }
+}
+
+/// Tells the broker something it does not answer (`BrokerRequest::CarriedOver`); a broker that
+/// is gone is not waited for.
+pub fn tell_broker(request: &BrokerRequest) {
+    let Some(broker) = RT.get().and_then(|rt| rt.broker.as_ref()) else { return };
+    let sock = broker.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = channel::send(&*sock, request, &[]) {
+        cloister_ipc::log::in_shim(|| tracing::info!("cannot tell the broker: {e}"));
     }
 }
 

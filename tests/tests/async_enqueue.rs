@@ -80,7 +80,7 @@ fn a_worker_dying_with_posted_enqueues_queued_leaves_nothing_hanging() {
         &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
         &exe,
         &["death"],
-        &[("CLOISTER_FAULT", "enqueue:segv")],
+        &[("CLOISTER_FAULT", "enqueue:segv"), ("CLOISTER_RECOVERY", "report")],
     );
     let t = text(&c);
     assert!(c.status.success(), "{t}");

@@ -34,7 +34,9 @@ fn attack_on(profile: &str, point: &str, action: &str, extra_env: &[(&str, &str)
         std::thread::sleep(std::time::Duration::from_millis(500));
         d = direct(&exe, &[], &env);
     }
-    let mut env: Vec<(&str, &str)> = vec![("CLOISTER_FAULT", &fault)];
+    // Report mode: a trapped attack costs the application its context once (replay would run
+    // the attack again).
+    let mut env: Vec<(&str, &str)> = vec![("CLOISTER_FAULT", &fault), ("CLOISTER_RECOVERY", "report")];
     env.extend_from_slice(extra_env);
     let c = caged(&["--driver", driver.to_str().unwrap(), "--profile", profile, "--require-sandbox"], &exe, &[], &env);
     Outcome { direct: text(&d), caged: text(&c), caged_ok: c.status.success() }

@@ -33,6 +33,7 @@ fn a_lane_that_cannot_post_its_reply_is_a_fault_at_once() {
         &["20", "1000"],
         &[
             ("CLOISTER_MAX_REPLY_MB", "8"),
+            ("CLOISTER_RECOVERY", "report"),
             ("CLOISTER_DEADLINE_INFO_MS", "600000"),
             ("XDG_STATE_HOME", state.to_str().unwrap()),
         ],

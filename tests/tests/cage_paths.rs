@@ -254,7 +254,11 @@ fn crash_reports_say_what_the_broker_saw_and_escape_what_the_worker_wrote() {
     let state = tmp_dir("state", 0o755);
     let exe = c_client("survivor");
     let driver = fault_driver();
-    let env = [("CLOISTER_FAULT", "build:forge-report"), ("XDG_STATE_HOME", state.to_str().unwrap())];
+    let env = [
+        ("CLOISTER_FAULT", "build:forge-report"),
+        ("CLOISTER_RECOVERY", "report"),
+        ("XDG_STATE_HOME", state.to_str().unwrap()),
+    ];
     let run = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &exe, &[], &env);
     let t = text(&run);
     assert!(run.status.success(), "{t}");

@@ -17,7 +17,12 @@ fn state_dir(name: &str) -> PathBuf {
 fn crash_once(state: &Path, extra_env: &[(&str, &str)]) -> Output {
     let exe = c_client("survivor");
     let driver = fault_driver();
-    let mut env = vec![("CLOISTER_FAULT", "enqueue:segv"), ("XDG_STATE_HOME", state.to_str().unwrap())];
+    // Report mode: one death, one report (replay would run the crashing kernel again).
+    let mut env = vec![
+        ("CLOISTER_FAULT", "enqueue:segv"),
+        ("CLOISTER_RECOVERY", "report"),
+        ("XDG_STATE_HOME", state.to_str().unwrap()),
+    ];
     env.extend_from_slice(extra_env);
     let c = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &exe, &["--marker-arg"], &env);
     assert!(c.status.success(), "{}", text(&c));
@@ -126,7 +131,7 @@ fn a_full_disk_leaves_no_half_written_report() {
     let script = format!(
         "mount -t tmpfs -o size=64k tmpfs '{s}' && mkdir -p '{s}/cloister/crashes' && \
          (dd if=/dev/zero of='{s}/filler' bs=4k 2>/dev/null; true) && \
-         CLOISTER_FAULT=enqueue:segv XDG_STATE_HOME='{s}' '{c}' run --driver '{d}' --profile pocl -- '{e}'; \
+         CLOISTER_FAULT=enqueue:segv CLOISTER_RECOVERY=report XDG_STATE_HOME='{s}' '{c}' run --driver '{d}' --profile pocl -- '{e}'; \
          echo exit=$?; ls -a '{s}/cloister/crashes'",
         s = state.display(),
         c = cloister().display(),

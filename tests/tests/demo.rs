@@ -24,8 +24,9 @@ fn mandelbrot_survives_a_crash_in_frame_five() {
     assert!(!d.status.success(), "{}", text(&d));
     assert!(!dir.join("direct/frame05.ppm").exists());
 
-    // Caged, it recreates its context and renders every frame.
+    // Caged in report mode, it recreates its context and renders every frame.
     let mut env = fault.to_vec();
+    env.push(("CLOISTER_RECOVERY", "report"));
     let cache = dir.join("cache");
     env.push(("XDG_CACHE_HOME", cache.to_str().unwrap()));
     let c = caged(

@@ -1,7 +1,11 @@
 //! A driver that crashes kills the application when used directly, and only its worker when
-//! caged: the application sees CL_DEVICE_NOT_AVAILABLE and keeps running.
+//! caged. These tests are of report mode (`CLOISTER_RECOVERY=report`, set explicitly: replay is
+//! the default): the application sees CL_DEVICE_NOT_AVAILABLE and keeps running.
 
 use cloister_tests::*;
+
+/// Report mode: a worker's death costs the application its objects.
+const REPORT: (&str, &str) = ("CLOISTER_RECOVERY", "report");
 
 fn run_fault(fault: &str) -> (std::process::Output, std::process::Output) {
     run_fault_with(fault, &[])
@@ -15,7 +19,8 @@ fn run_fault_with(fault: &str, env: &[(&str, &str)]) -> (std::process::Output, s
     let direct_env = [("CLOISTER_FAULT", fault), ("OCL_ICD_VENDORS", vendors.to_str().unwrap())];
     let d = direct(&exe, &[], &direct_env);
     // The test driver wraps pocl, so it runs under the pocl profile.
-    let caged_env: Vec<(&str, &str)> = [("CLOISTER_FAULT", fault)].into_iter().chain(env.iter().copied()).collect();
+    let caged_env: Vec<(&str, &str)> =
+        [("CLOISTER_FAULT", fault), REPORT].into_iter().chain(env.iter().copied()).collect();
     let c = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &exe, &[], &caged_env);
     (d, c)
 }
@@ -39,6 +44,30 @@ fn assert_caged_survived(fault: &str, step: &str, c: &std::process::Output) {
         "{fault}: expected CL_DEVICE_NOT_AVAILABLE at {step}:\n{t}"
     );
     assert!(t.contains("still running after the driver fault"), "{t}");
+}
+
+/// Without `CLOISTER_RECOVERY`, replay is on: the same crash in an enqueue costs the
+/// application nothing, and it is told it was carried over.
+#[test]
+fn by_default_the_application_is_carried_over() {
+    let cache = std::env::temp_dir().join(format!("cloister-faults-default-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let driver = fault_driver();
+    let out = std::process::Command::new(cloister())
+        .args(["run", "--driver", driver.to_str().unwrap(), "--profile", "pocl", "--"])
+        .arg(c_client("survivor"))
+        .env_remove("CLOISTER_RECOVERY")
+        // `:once` (its marker in the worker's cache folder): the replay does not crash again.
+        .env("CLOISTER_FAULT", "enqueue:segv:once")
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&cache);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
+    assert!(t.contains("completed without fault") && !t.contains("ERROR step="), "{t}");
+    assert!(t.contains("carried over to a new worker"), "{t}");
 }
 
 #[test]
@@ -108,7 +137,7 @@ fn crash_during_platform_init_leaves_no_platforms() {
     // Started without that check, the application lives on with no platform.
     let driver = fault_driver();
     let args = ["--no-check", "--driver", driver.to_str().unwrap(), "--profile", "pocl"];
-    let c = caged(&args, &c_client("survivor"), &[], &[("CLOISTER_FAULT", "init:segv")]);
+    let c = caged(&args, &c_client("survivor"), &[], &[("CLOISTER_FAULT", "init:segv"), REPORT]);
     let t = text(&c);
     assert!(c.status.success() && t.contains("ERROR step=platforms code=-1001"), "{t}");
 }
@@ -123,7 +152,7 @@ fn assert_hang_caught(fault: &str, step: &str, call: &str, deadline_var: &str) {
         &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
         &exe,
         &[],
-        &[("CLOISTER_FAULT", fault), (deadline_var, "1500")],
+        &[("CLOISTER_FAULT", fault), (deadline_var, "1500"), REPORT],
     );
     let t = text(&c);
     assert_caged_survived(fault, step, &c);
@@ -150,7 +179,7 @@ fn crash_report_names_the_call_in_flight_and_the_last_calls() {
         &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
         &exe,
         &[],
-        &[("CLOISTER_FAULT", "enqueue:segv"), ("XDG_STATE_HOME", state.to_str().unwrap())],
+        &[("CLOISTER_FAULT", "enqueue:segv"), ("XDG_STATE_HOME", state.to_str().unwrap()), REPORT],
     );
     assert!(c.status.success(), "{}", text(&c));
     let dir = state.join("cloister/crashes");

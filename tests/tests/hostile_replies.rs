@@ -11,6 +11,13 @@ use std::time::{Duration, Instant};
 /// Runs the client in `mode` against the worker scripted with `worker_mode`, with a hard limit
 /// (the application is killed past it, so a hang fails the test instead of stalling it).
 fn run(worker_mode: &str, mode: &str) -> String {
+    run_in(worker_mode, mode, "report")
+}
+
+/// As `run`, with `CLOISTER_RECOVERY=recovery`. The lies are checked in report mode, where a
+/// fault ends the worker's objects; in replay mode (the default) the replacement would then
+/// answer the application's call again.
+fn run_in(worker_mode: &str, mode: &str, recovery: &str) -> String {
     let exe = c_client("hostile_replies");
     let worker = env!("CARGO_BIN_EXE_cloister-hostile-worker");
     let fault = format!("hostile:{worker_mode}");
@@ -20,7 +27,12 @@ fn run(worker_mode: &str, mode: &str) -> String {
         &[],
         std::path::Path::new("/usr/bin/timeout"),
         &["-s", "KILL", "60", &exe, mode],
-        &[("CLOISTER_WORKER", worker), ("CLOISTER_FAULT", &fault), ("CLOISTER_QUIET", "1")],
+        &[
+            ("CLOISTER_WORKER", worker),
+            ("CLOISTER_FAULT", &fault),
+            ("CLOISTER_QUIET", "1"),
+            ("CLOISTER_RECOVERY", recovery),
+        ],
     );
     let t = text(&out);
     assert!(out.status.success(), "{mode}: the application failed or died ({:?}):\n{t}", out.status);
@@ -70,5 +82,13 @@ fn huge_welcome_is_refused() {
 #[test]
 fn released_context_callback_never_runs() {
     let t = run("die-on-finish", "context-callback");
+    assert!(t.contains("ok the released context's callback did not run"), "{t}");
+}
+
+/// Replay mode rebuilds a released context (objects made from it may live on) but never tells
+/// it of the carry-over: its `pfn_notify`'s user data is freed.
+#[test]
+fn released_context_callback_never_runs_in_replay_mode() {
+    let t = run_in("die-on-finish", "context-callback", "replay");
     assert!(t.contains("ok the released context's callback did not run"), "{t}");
 }

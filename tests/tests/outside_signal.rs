@@ -39,6 +39,8 @@ fn one_outside_sigsegv_ends_the_worker_and_the_old_context_reads_unavailable() {
         .args(["run", "--"])
         .arg(&exe)
         .env("XDG_STATE_HOME", &state)
+        // Report mode: the old context reads unavailable (replay would carry it over).
+        .env("CLOISTER_RECOVERY", "report")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,4 +1,5 @@
-//! Recovery: after a driver fault the application recreates its context on the same device
+//! Recovery in report mode (`CLOISTER_RECOVERY=report`, set explicitly: replay is the
+//! default): after a driver fault the application recreates its context on the same device
 //! handle and finishes its work correctly; restarts leak nothing; a crash-looping driver stops
 //! being restarted and its device reads unavailable.
 
@@ -11,7 +12,8 @@ fn recover(fault: &str, attempts: &str, extra: &[(&str, &str)]) -> (bool, String
     let tag = format!("{}-{attempts}", fault.replace(':', "-"));
     let cache = std::env::temp_dir().join(format!("cloister-recover-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
-    let mut env = vec![("CLOISTER_FAULT", fault), ("XDG_CACHE_HOME", cache.to_str().unwrap())];
+    let mut env =
+        vec![("CLOISTER_RECOVERY", "report"), ("CLOISTER_FAULT", fault), ("XDG_CACHE_HOME", cache.to_str().unwrap())];
     env.extend_from_slice(extra);
     let out = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &exe, &[attempts], &env);
     let _ = std::fs::remove_dir_all(&cache);

@@ -1,4 +1,4 @@
-//! Recovery by replay (`CLOISTER_RECOVERY=replay`): an application that never recreates its
+//! Recovery by replay (`CLOISTER_RECOVERY=replay`, the default): an application that never recreates its
 //! context runs through a driver crash, a `kill -9` of its worker, and a restart of the broker,
 //! and ends with exactly the results of an undisturbed run; a kernel that crashes the driver
 //! every time is dropped after a bounded number of retries, with a clear error.
@@ -43,6 +43,34 @@ fn assert_carried_over(status: std::process::ExitStatus, t: &str, expected: &str
     );
 }
 
+/// Asserts every crash report under `state` says the application was carried over (as the
+/// shim told the broker), as `cloister crashes` and `cloister crashes show` print them; returns
+/// the reports' JSON.
+fn assert_reports_say_carried_over(state: &std::path::Path) -> Vec<String> {
+    let dir = state.join("cloister/crashes");
+    let reports: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("no crash reports in {}: {e}", dir.display()))
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    for json in &reports {
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let c = &v["carried_over_says_the_application"];
+        assert!(c["objects_rebuilt"].as_u64().is_some_and(|n| n > 0), "the report does not say so: {json}");
+        assert!(c["to_worker"].as_u64().is_some_and(|p| p > 0 && p != v["pid"].as_u64().unwrap()), "{json}");
+        assert!(c["commands_replayed"].is_u64() && c["dropped"].is_array(), "{json}");
+    }
+    let crashes = |args: &[&str]| {
+        let out = Command::new(cloister()).arg("crashes").args(args).env("XDG_STATE_HOME", state).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        text(&out)
+    };
+    let listed = crashes(&[]);
+    assert!(listed.contains("carried over to worker") && listed.contains("objects rebuilt"), "{listed}");
+    let shown = crashes(&["show", "latest"]);
+    assert!(shown.contains("recovery:  carried over to worker") && shown.contains("(says the application)"), "{shown}");
+    reports
+}
+
 /// Runs the replay client caged on the fault-injecting driver with `fault` after `skip` calls
 /// of its point, and checks it ends as the undisturbed run.
 fn assert_survives_fault(fault: &str, skip: &str) {
@@ -65,11 +93,14 @@ fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objec
     let tag = fault.replace(':', "-");
     let cache = std::env::temp_dir().join(format!("cloister-replay-{client}-{tag}-{skip}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
+    let state = cache.with_extension("state");
+    let _ = std::fs::remove_dir_all(&state);
     let env = [
         ("CLOISTER_RECOVERY", "replay"),
         ("CLOISTER_FAULT", fault),
         ("CLOISTER_FAULT_SKIP", skip),
         ("XDG_CACHE_HOME", cache.to_str().unwrap()),
+        ("XDG_STATE_HOME", state.to_str().unwrap()),
     ];
     let out = caged(
         &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
@@ -82,6 +113,9 @@ fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objec
     assert!(t.contains("died"), "{fault}: the fault did not fire:\n{t}");
     if had_objects {
         assert_carried_over(out.status, &t, &expected);
+        let reports = assert_reports_say_carried_over(&state);
+        assert_eq!(reports.len(), 1, "{fault}: one death, one report:\n{t}");
+        let _ = std::fs::remove_dir_all(&state);
     } else {
         assert!(out.status.success() && !t.contains("ERROR step="), "{fault}:\n{t}");
         assert_eq!(checksum(&t), Some(expected), "{fault}: results differ:\n{t}");
@@ -99,6 +133,49 @@ fn an_injected_crash_mid_run_changes_nothing() {
 #[test]
 fn an_image_filter_runs_through_a_crash_mid_run() {
     assert_client_survives_fault("replay_image", "enqueue:segv:once", "10", true);
+}
+
+/// Kernels from `clCreateKernelsInProgram` and `clCloneKernel`, and buffers written through
+/// maps (whole and partial) each iteration: the 31st NDRange (iteration 10) crashes the driver.
+#[test]
+fn kernels_in_program_clones_and_mapped_writes_run_through_a_crash() {
+    assert_client_survives_fault("replay_more", "enqueue:segv:once", "30", true);
+}
+
+/// A program compiled with a header program and linked (`clCompileProgram`, `clLinkProgram`),
+/// every program released once its kernel exists: the 21st NDRange crashes the driver.
+#[test]
+fn compiled_and_linked_programs_run_through_a_crash() {
+    assert_client_survives_fault("replay_link", "enqueue:segv:once", "20", true);
+}
+
+/// The driver crashes (the 21st NDRange, iteration 10) while the application holds a writing
+/// map of one buffer and a reading map of a zero-copy one: it reads and writes through them
+/// after the death, unmaps, and the results are those of an undisturbed run.
+#[test]
+fn mappings_held_across_a_crash_keep_working() {
+    assert_client_survives_fault("replay_heldmap", "enqueue:segv:once", "20", true);
+}
+
+/// An image made from a buffer (`CL_MEM_OBJECT_IMAGE1D_BUFFER`) read by one kernel while
+/// another writes its buffer: the 21st NDRange crashes the driver.
+#[test]
+fn an_image_made_from_a_buffer_runs_through_a_crash() {
+    assert_client_survives_fault("replay_imagebuf", "enqueue:segv:once", "20", true);
+}
+
+/// A context and queue on a sub-device (`CL_DEVICE_PARTITION_EQUALLY`): the sub-devices are
+/// made again under their handles (their info still answers), the 21st NDRange crashes.
+#[test]
+fn a_context_on_a_sub_device_runs_through_a_crash() {
+    assert_client_survives_fault("replay_subdev", "enqueue:segv:once", "20", true);
+}
+
+/// A command buffer (made before what it records; a fill, a kernel, a copy with sync points),
+/// run every iteration after a plain kernel: the 11th plain NDRange crashes the driver.
+#[test]
+fn a_command_buffer_runs_through_a_crash() {
+    assert_client_survives_fault("replay_cmdbuf", "enqueue:segv:once", "10", true);
 }
 
 /// A crash a moment after an enqueue returned, while the kernel may be running.
@@ -155,6 +232,17 @@ fn workers_under(root: u32) -> Vec<u32> {
     out
 }
 
+/// `kill -9` of the application's worker and the processes of its cage, all at once, as of a
+/// process group.
+fn kill_workers_under(child: &Child) {
+    let workers = workers_under(child.id());
+    assert!(!workers.is_empty(), "no worker under {}", child.id());
+    for pid in workers {
+        // SAFETY: kill(2) on a process this test found in the application's worker's cage.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+}
+
 /// Reads `child`'s stdout until a line starting with `prefix`, returning what was read.
 fn read_until(lines: &mut impl Iterator<Item = std::io::Result<String>>, prefix: &str, seen: &mut String) -> bool {
     read_until_line(lines, seen, |line| line.starts_with(prefix))
@@ -207,13 +295,7 @@ fn a_worker_killed_with_sigkill_mid_run_changes_nothing() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = String::new();
     assert!(read_until(&mut lines, "iteration 5", &mut seen), "the run did not get going:\n{seen}");
-    let workers = workers_under(child.id());
-    assert!(!workers.is_empty(), "no worker under {}", child.id());
-    // The worker and the processes of its cage, all at once, as `kill -9` of a process group.
-    for pid in workers {
-        // SAFETY: kill(2) on a process this test found in the application's worker's cage.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    }
+    kill_workers_under(&child);
     read_until(&mut lines, "done", &mut seen);
     let status = wait_within(&mut child, Duration::from_secs(120));
     let mut err = String::new();
@@ -333,10 +415,14 @@ fn restarting_the_broker_gives_a_reporting_application_its_next_context() {
 
 #[test]
 fn a_kernel_that_crashes_every_time_is_dropped_after_bounded_retries() {
+    let state = std::env::temp_dir().join(format!("cloister-replay-crasher-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
     let mut child = Command::new(cloister())
         .args(["run", "--"])
         .arg(c_client("crasher"))
-        .env("CLOISTER_RECOVERY", "replay")
+        // Replay is the default: nothing asks for it.
+        .env_remove("CLOISTER_RECOVERY")
+        .env("XDG_STATE_HOME", &state)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -359,13 +445,20 @@ fn a_kernel_that_crashes_every_time_is_dropped_after_bounded_retries() {
         t.lines().filter(|l| l.starts_with("cloister: the worker for driver") && l.contains("SIGSEGV")).count();
     assert_eq!(deaths, 3, "{t}");
     assert!(!t.contains("not restarting it"), "{t}");
+    // Each death's report says where the application went and what was dropped.
+    let reports = assert_reports_say_carried_over(&state);
+    assert_eq!(reports.len(), 3, "{t}");
+    for json in &reports {
+        assert!(json.contains("kernel 'crash'") && json.contains("dropped"), "{json}");
+    }
+    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[test]
-fn report_mode_is_the_default_and_loses_the_context() {
-    let out = caged(&[], &c_client("crasher"), &[], &[]);
+fn report_mode_loses_the_context() {
+    let out = caged(&[], &c_client("crasher"), &[], &[("CLOISTER_RECOVERY", "report")]);
     let t = text(&out);
-    assert!(t.contains("finish: -2"), "without CLOISTER_RECOVERY the context is lost as before:\n{t}");
+    assert!(t.contains("finish: -2"), "with CLOISTER_RECOVERY=report the context is lost as before:\n{t}");
     assert!(t.contains("create a new context"), "{t}");
     assert!(!t.contains("carried over"), "{t}");
 }
@@ -433,12 +526,7 @@ fn a_pyopencl_program_runs_through_a_kill_of_its_worker() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = String::new();
     assert!(read_until(&mut lines, "iteration 5", &mut seen), "the run did not get going:\n{seen}");
-    let workers = workers_under(child.id());
-    assert!(!workers.is_empty(), "no worker under {}", child.id());
-    for pid in workers {
-        // SAFETY: kill(2) on a process of the application's worker's cage.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    }
+    kill_workers_under(&child);
     read_until(&mut lines, "done", &mut seen);
     let status = wait_within(&mut child, Duration::from_secs(120));
     let mut err = String::new();
@@ -538,12 +626,7 @@ fn ffmpeg_avgblur_opencl_runs_through_a_kill_of_its_worker_byte_identical() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(2000));
-    let workers = workers_under(child.id());
-    assert!(!workers.is_empty(), "no worker under {}", child.id());
-    for pid in workers {
-        // SAFETY: kill(2) on a process of the application's worker's cage.
-        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    }
+    kill_workers_under(&child);
     let status = wait_within(&mut child, Duration::from_secs(120));
     let mut t = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut t).unwrap();
@@ -575,4 +658,141 @@ fn a_non_blocking_read_in_flight_lands_after_the_crash() {
     assert!(out.status.success() && !t.contains("ERROR step="), "{t}");
     assert!(t.contains("2 commands run again"), "the kernel and the read should run again:\n{t}");
     assert_eq!(checksum(&t), Some(expected), "the read's data differs:\n{t}");
+}
+
+/// An OpenCV T-API script as people write them (`cv2.UMat`, OpenCL on): a generated image
+/// blurred, resized down and up, turned grey, thresholded and blended back, 20 times, each
+/// result fetched; the last written as PNG. pocl is a CPU device, which OpenCV leaves out unless
+/// `OPENCV_OPENCL_DEVICE=:CPU:` says otherwise.
+const OPENCV_PROGRAM: &str = r#"
+import hashlib, sys, time
+import numpy as np
+import cv2
+
+iterations, sleep_ms, out_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+cv2.ocl.setUseOpenCL(True)
+if not (cv2.ocl.haveOpenCL() and cv2.ocl.useOpenCL()):
+    sys.exit("OpenCV's OpenCL path is off")
+print("device", cv2.ocl.Device.getDefault().name(), flush=True)
+y, x = np.mgrid[0:480, 0:640]
+img = np.dstack([(x * 255 // 639), (y * 255 // 479), ((x ^ y) & 0xFF)]).astype(np.uint8)
+frame = cv2.UMat(img)
+digest = hashlib.sha256()
+for it in range(iterations):
+    blurred = cv2.GaussianBlur(frame, (7, 7), 1.5)
+    small = cv2.resize(blurred, (320, 240), interpolation=cv2.INTER_LINEAR)
+    big = cv2.resize(small, (640, 480), interpolation=cv2.INTER_LINEAR)
+    gray = cv2.cvtColor(big, cv2.COLOR_BGR2GRAY)
+    edges = cv2.threshold(gray, 100 + it, 255, cv2.THRESH_BINARY)[1]
+    frame = cv2.addWeighted(big, 0.9, cv2.cvtColor(edges, cv2.COLOR_GRAY2BGR), 0.1, 1.0)
+    digest.update(frame.get().tobytes())
+    print("iteration", it, flush=True)
+    time.sleep(sleep_ms / 1000)
+cv2.imwrite(out_path, frame.get())
+print("still OpenCL", cv2.ocl.useOpenCL(), flush=True)
+print("checksum", digest.hexdigest(), flush=True)
+print("done", flush=True)
+"#;
+
+/// An OpenCV run: the script and its folders (program cache, output), removed on drop.
+struct OpenCv {
+    dir: std::path::PathBuf,
+}
+
+impl OpenCv {
+    /// None (the test is skipped, said on stderr) when /usr/bin/python3 has no cv2.
+    fn new(tag: &str) -> Option<Self> {
+        let probe = Command::new("/usr/bin/python3").args(["-c", "import cv2, numpy"]).output();
+        if !probe.is_ok_and(|o| o.status.success()) {
+            eprintln!("skipped: /usr/bin/python3 has no cv2 (apt-get install python3-opencv; scripts/test.sh does)");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("cloister-opencv-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("tapi.py"), OPENCV_PROGRAM).unwrap();
+        Some(OpenCv { dir })
+    }
+
+    /// `cloister run [args] -- python3 tapi.py 20 SLEEP_MS OUT.png` with `env`. The runs share
+    /// a cache folder of their own: the undisturbed run builds OpenCV's programs from source
+    /// (minutes on a loaded 2-core machine), the others find them built, as a user's would.
+    fn command(&self, cloister_args: &[&str], sleep_ms: &str, out: &str, env: &[(&str, &str)]) -> Command {
+        let mut c = Command::new(cloister());
+        c.arg("run").args(cloister_args).arg("--").arg("/usr/bin/python3").arg(self.dir.join("tapi.py"));
+        c.args(["20", sleep_ms]).arg(self.dir.join(out));
+        let cache = self.dir.join("cache");
+        c.env("OPENCV_OPENCL_DEVICE", ":CPU:").env("XDG_CACHE_HOME", cache).env_remove("CLOISTER_RECOVERY");
+        c.envs(env.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    }
+
+    /// The undisturbed caged run: its checksum and PNG. The call log shows the kernels went
+    /// through cloister to the caged driver.
+    fn undisturbed(&self) -> (String, Vec<u8>) {
+        let calls = self.dir.join("calls.log");
+        let out = self.command(&[], "0", "plain.png", &[("CLOISTER_LOG_CALLS", calls.to_str().unwrap())]);
+        let out = { out }.output().unwrap();
+        let t = text(&out);
+        assert!(out.status.success() && t.contains("still OpenCL True"), "undisturbed:\n{t}");
+        assert!(t.contains("device pthread-"), "OpenCV did not use pocl:\n{t}");
+        let log = std::fs::read_to_string(&calls).unwrap_or_default();
+        let kernels = log.matches("] clEnqueueNDRangeKernel(").count();
+        assert!(kernels >= 100, "{kernels} kernels went through cloister:\n{t}");
+        (checksum(&t).unwrap_or_else(|| panic!("{t}")), std::fs::read(self.dir.join("plain.png")).unwrap())
+    }
+
+    /// Asserts a disturbed run ended as the undisturbed one, on OpenCL throughout.
+    fn assert_same(&self, status: std::process::ExitStatus, t: &str, out: &str, expected: &(String, Vec<u8>)) {
+        assert!(status.success(), "the script did not survive ({status:?}):\n{t}");
+        assert!(t.contains("carried over"), "the worker's death went unnoticed:\n{t}");
+        assert!(t.contains("still OpenCL True") && !t.contains("ERROR"), "OpenCV left OpenCL:\n{t}");
+        assert_eq!(checksum(t).as_ref(), Some(&expected.0), "results differ from the undisturbed run:\n{t}");
+        let png = std::fs::read(self.dir.join(out)).unwrap_or_default();
+        assert!(png == expected.1, "the PNG differs from the undisturbed run's:\n{t}");
+    }
+}
+
+impl Drop for OpenCv {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn an_opencv_tapi_script_runs_through_a_kill_of_its_worker_byte_identical() {
+    let Some(cv) = OpenCv::new("kill") else { return };
+    let expected = cv.undisturbed();
+    let mut child = cv.command(&[], "100", "killed.png", &[]).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    assert!(read_until(&mut lines, "iteration 5", &mut seen), "the run did not get going:\n{seen}");
+    kill_workers_under(&child);
+    read_until(&mut lines, "done", &mut seen);
+    let status = wait_within(&mut child, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let t = format!("{seen}{err}");
+    assert!(t.contains("SIGKILL"), "the worker was not killed:\n{t}");
+    cv.assert_same(status, &t, "killed.png", &expected);
+}
+
+#[test]
+fn an_opencv_tapi_script_runs_through_a_driver_crash_byte_identical() {
+    let Some(cv) = OpenCv::new("fault") else { return };
+    let expected = cv.undisturbed();
+    let driver = fault_driver();
+    let state = cv.dir.join("state");
+    // The 31st NDRange (of 160) crashes the driver, once.
+    let env = [
+        ("CLOISTER_FAULT", "enqueue:segv:once"),
+        ("CLOISTER_FAULT_SKIP", "30"),
+        ("XDG_STATE_HOME", state.to_str().unwrap()),
+    ];
+    let args = ["--driver", driver.to_str().unwrap(), "--profile", "pocl"];
+    let out = cv.command(&args, "0", "crashed.png", &env).output().unwrap();
+    let t = text(&out);
+    assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
+    cv.assert_same(out.status, &t, "crashed.png", &expected);
+    assert_eq!(assert_reports_say_carried_over(&state).len(), 1, "{t}");
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::{
-    CopyKind, CreateCommandBuffer, EnqueueCommandBuffer, FinalizeCommandBuffer, InfoTarget, RecordCommand,
+    ArgValue, CopyKind, CreateCommandBuffer, EnqueueCommandBuffer, FinalizeCommandBuffer, InfoTarget, RecordCommand,
     RecordedCommand,
 };
 
@@ -36,7 +36,8 @@ pub unsafe fn clCreateCommandBufferKHR(
         // SAFETY: NULL or zero-terminated per the API contract.
         let properties = unsafe { property_list(properties) };
         create(&conn, Kind::CommandBuffer, ObjData::CommandBuffer, |id| {
-            conn.call(CreateCommandBuffer { id, queues: ids, properties })
+            let req = CreateCommandBuffer { id, queues: ids, properties };
+            crate::recovery::recorded(&conn, req)
         })
     })();
     // SAFETY: errcode_ret per API contract.
@@ -45,7 +46,13 @@ pub unsafe fn clCreateCommandBufferKHR(
 
 pub unsafe fn clFinalizeCommandBufferKHR(command_buffer: cl_command_buffer_khr) -> cl_int {
     match lookup(command_buffer, Kind::CommandBuffer) {
-        Ok(cb) => cb.conn.call(FinalizeCommandBuffer { buffer: cb.id }).unwrap_or_else(|e| e),
+        Ok(cb) => {
+            let rc = cb.conn.call(FinalizeCommandBuffer { buffer: cb.id });
+            if rc == Ok(CL_SUCCESS) && crate::recovery::on() {
+                cb.conn.journal.command_buffer_finalized(cb.id);
+            }
+            rc.unwrap_or_else(|e| e)
+        }
         Err(e) => e,
     }
 }
@@ -124,13 +131,26 @@ impl Recording {
         Ok(self.buffer.same_worker(lookup(m, Kind::Mem)?)?.id)
     }
 
-    fn record(self, command: RecordedCommand) -> Result<cl_int, cl_int> {
-        let reply = self.buffer.conn.call(RecordCommand {
+    /// Records `command`; `all_args`: an NDRange's every kernel argument (`command` carries
+    /// only those set since), for replay, which records it into a fresh kernel.
+    fn record(self, command: RecordedCommand, all_args: Option<Vec<(u32, ArgValue)>>) -> Result<cl_int, cl_int> {
+        let req = RecordCommand {
             buffer: self.buffer.id,
             queue: self.queue.as_ref().map(|q| q.id),
             command,
             wait: self.wait,
-        })?;
+        };
+        let copy = crate::recovery::on().then(|| {
+            let mut copy = req.clone();
+            if let (RecordedCommand::NdRange { args, .. }, Some(all)) = (&mut copy.command, all_args) {
+                *args = all;
+            }
+            copy
+        });
+        let reply = self.buffer.conn.call(req)?;
+        if let (Some(copy), CL_SUCCESS) = (copy, reply.status) {
+            self.buffer.conn.journal.command_recorded(copy);
+        }
         if reply.status == CL_SUCCESS && !self.sync_point.is_null() {
             // SAFETY: checked non-NULL; writable per the API contract.
             unsafe { *self.sync_point = reply.sync_point };
@@ -146,7 +166,7 @@ macro_rules! record_entry {
             // SAFETY: the sync point list and out-pointers per the API contract.
             let $rec = unsafe { Recording::new($cb, $q, $n, $wait, $sp, $mh)? };
             let command = $command;
-            $rec.record(command)
+            $rec.record(command, None)
         })();
         r.unwrap_or_else(|e| e)
     }};
@@ -376,7 +396,7 @@ pub unsafe fn clCommandNDRangeKernelKHR(
             global: dims(global_work_size),
             local: dims(local_work_size),
         };
-        let rc = rec.record(command);
+        let rc = rec.record(command, crate::recovery::on().then(|| super::kernel::all_args(&k.data)));
         if rc != Ok(CL_SUCCESS) {
             restore_dirty_args(&k.data, &args);
         }

@@ -102,9 +102,14 @@ pub unsafe fn clCreateSubDevices(
         let props: Vec<i64> = props.into_iter().map(|p| p as i64).collect();
         let ids: Vec<u64> =
             if out_devices.is_null() { Vec::new() } else { (0..num_devices).map(|_| d.conn.alloc_id()).collect() };
-        let reply = d.conn.call(CreateSubDevices { device: d.id, properties: props, ids: ids.clone() })?;
+        let req = CreateSubDevices { device: d.id, properties: props, ids: ids.clone() };
+        let copy = crate::recovery::on().then(|| req.clone());
+        let reply = d.conn.call(req)?;
         if reply.status != CL_SUCCESS {
             return Err(reply.status);
+        }
+        if let Some(copy) = copy.filter(|c| !c.ids.is_empty()) {
+            crate::recovery::note(&d.conn, &copy);
         }
         // A driver that made more sub-devices than the array holds must have failed instead.
         if !out_devices.is_null() && reply.count as usize > ids.len() {

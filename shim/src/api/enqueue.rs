@@ -536,14 +536,15 @@ pub unsafe fn clEnqueueMapBuffer(
             }
             return Err(rc.unwrap_or_else(|e| e));
         }
-        if crate::recovery::on() && map_flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
-            q.conn.journal.lose(m.id);
-        }
         // SAFETY: event per API contract; the mirror covers part of the buffer's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, (id, view), map_flags, mirror) };
         let ptr = mirror.map_or(view as usize, |m| m.at);
+        if crate::recovery::on() {
+            q.conn.journal.mapped(m.id, ptr, Some((offset as u64, size as u64)));
+        }
         if let ObjData::Mem { maps, .. } = &m.data {
-            let record = MapRecord { id, segment, flags: map_flags, mirror };
+            let range = Some((offset as u64, size as u64));
+            let record = MapRecord { id, segment, flags: map_flags, mirror, range, carried: false, keep: None };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
         }
         Ok(ptr as *mut c_void)
@@ -576,12 +577,18 @@ pub unsafe fn clEnqueueUnmapMemObject(
             }
             rec
         };
+        if record.carried {
+            // SAFETY: the record is the application's mapping at `mapped_ptr`, whose memory it
+            // holds; event per API contract.
+            return unsafe { unmap_carried(&q, &m, mapped_ptr, record, &sync, event) };
+        }
         // A non-blocking map not yet seen complete needs no filling any more.
         let unsettled_map = q.conn.pending().forget_map(&q.conn, record.id);
-        if crate::recovery::on() && record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
-            q.conn.journal.lose(m.id);
-        }
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
+        if crate::recovery::on() {
+            // SAFETY: the record was this mapping's, live until the unmap below.
+            unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, &sync) };
+        }
         if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
             // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
             // holds the packed rows.
@@ -608,6 +615,42 @@ pub unsafe fn clEnqueueUnmapMemObject(
         Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
     })();
     r.unwrap_or_else(|e| e)
+}
+
+/// Unmaps a mapping made in a worker that died since (replay mode carried `m` over while the
+/// application held it): the replacement has no such mapping, so what a writing map holds is
+/// written to the buffer (and journaled), and a reading one needs only its event. The mapping's
+/// memory goes with the record.
+///
+/// # Safety
+/// `record` is the application's mapping at `mapped_ptr`, valid until now; `event` is NULL or
+/// valid for a write.
+unsafe fn unmap_carried(
+    q: &Object,
+    m: &Object,
+    mapped_ptr: *mut c_void,
+    record: MapRecord,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+) -> Result<cl_int, cl_int> {
+    let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
+    if crate::recovery::on() {
+        // SAFETY: as the caller says.
+        unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, sync) };
+    }
+    let rc = match (write_back, record.range) {
+        (true, Some((offset, size))) => {
+            // SAFETY: the mapping covers `size` bytes at `mapped_ptr`, its memory held by the
+            // record (a segment, the dead worker's zero-copy memory, or the application's own).
+            let data = unsafe { std::slice::from_raw_parts(mapped_ptr as *const u8, size as usize) };
+            crate::recovery::write_buffer(&q.conn, q.id, m.id, offset, data, sync.clone())
+        }
+        (true, None) => Err(CL_DEVICE_NOT_AVAILABLE),
+        (false, _) => q.conn.call(EnqueueMarkerOrBarrier { queue: q.id, barrier: false, sync: sync.clone() }),
+    };
+    drop(record);
+    // SAFETY: event per the caller.
+    Ok(unsafe { finish_enqueue(q, sync, event, rc) })
 }
 
 /// Has the worker unmap mapping `id` of `m` (copying its view back first if `write_back` and

@@ -91,8 +91,12 @@ pub unsafe fn clCreateKernelsInProgram(
     }
     if !kernels.is_null() {
         for (i, (&id, &n)) in ids.iter().zip(&reply.num_args).enumerate() {
+            let h = new_handle(Kind::Kernel, id, &p.conn, kernel_data(n));
             // SAFETY: kernels holds num_kernels slots and reply.num_args has at most that many.
-            unsafe { *kernels.add(i) = new_handle(Kind::Kernel, id, &p.conn, kernel_data(n)) };
+            unsafe { *kernels.add(i) = h };
+            if crate::recovery::on() {
+                record_by_name(&p, id, h);
+            }
         }
     }
     if !num_kernels_ret.is_null() {
@@ -100,6 +104,19 @@ pub unsafe fn clCreateKernelsInProgram(
         unsafe { *num_kernels_ret = reply.count };
     }
     CL_SUCCESS
+}
+
+/// Replay mode: records kernel `id` (handle `h`) of program `p`, made otherwise than by name
+/// (`clCreateKernelsInProgram`), as made by its name, which the driver says: the replacement
+/// makes it with `clCreateKernel`. A kernel whose name cannot be had is not recorded (after a
+/// death it answers `CL_DEVICE_NOT_AVAILABLE`).
+fn record_by_name(p: &crate::handle::Object, id: cloister_ipc::ObjectId, h: cl_kernel) {
+    let Ok(k) = lookup(h, Kind::Kernel) else { return };
+    let Ok(mut name) = info::query(&k, InfoTarget::Kernel, 0, CL_KERNEL_FUNCTION_NAME) else { return };
+    if name.last() == Some(&0) {
+        name.pop();
+    }
+    crate::recovery::note(&p.conn, &CreateKernel { id, program: p.id, name });
 }
 
 /// An argument as `clSetKernelArg` received it, before anything is allocated for it.
@@ -354,7 +371,15 @@ pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) 
             KernelArgs { values: a.values.clone(), dirty: a.dirty.clone(), accepted: a.accepted.clone() }
         };
         let data = ObjData::Kernel { num_args: *num_args, args: Mutex::new(copy) };
-        super::create(&k.conn, Kind::Kernel, data, |id| k.conn.call(cloister_ipc::CloneKernel { id, source: k.id }))
+        super::create(&k.conn, Kind::Kernel, data, |id| {
+            let rc = k.conn.call(cloister_ipc::CloneKernel { id, source: k.id });
+            if rc == Ok(CL_SUCCESS) && crate::recovery::on() {
+                // The replacement makes it as its source was made: every enqueue carries all
+                // of a kernel's arguments, so the ones the clone copied need no replay.
+                k.conn.journal.cloned(id, k.id);
+            }
+            rc
+        })
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }

@@ -389,6 +389,10 @@ unsafe fn create_image(
 /// Records an image just created (`recovery`): its description without pitches, and its host
 /// data, if any, packed the same way.
 fn record_image(conn: &Conn, req: CreateImage, elem: usize, host_ptr: *mut c_void) {
+    if req.desc.buffer.is_some() {
+        // Its memory is its buffer's: made again over the rebuilt buffer, pitches and all.
+        return conn.journal.image(req, None);
+    }
     let d = &req.desc;
     let Some((row, slice, _)) = cloister_ipc::image::host_extent(elem as u64, d) else { return };
     let [w, h, depth] = crate::recovery::image_box(d).map(|v| v as usize);

@@ -321,7 +321,11 @@ pub unsafe fn clCompileProgram(
         let options = crate::intercept::program::build_options(unsafe { c_bytes(options) });
         let notify = build_notify(&p.conn, program, pfn_notify, user_data)?;
         let (options, includes) = with_includes(&p, options);
-        let reply = p.conn.call(CompileProgram { program: p.id, devices, options, headers, includes, notify });
+        let req = CompileProgram { program: p.id, devices, options, headers, includes, notify };
+        if crate::recovery::on() {
+            p.conn.journal.compiled(req.clone());
+        }
+        let reply = p.conn.call(req);
         finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)))
     })();
     r.unwrap_or_else(|e| e)
@@ -361,7 +365,9 @@ pub unsafe fn clLinkProgram(
             Ok(n) => n,
             Err(e) => return discard(e),
         };
-        let reply = match ctx.conn.call(LinkProgram { id, context: ctx.id, devices, options, inputs, notify }) {
+        let req = LinkProgram { id, context: ctx.id, devices, options, inputs, notify };
+        let copy = crate::recovery::on().then(|| LinkProgram { notify: None, ..req.clone() });
+        let reply = match ctx.conn.call(req) {
             Ok(r) => r,
             Err(e) => {
                 let _ = finish_build(&ctx.conn, notify, Err(e));
@@ -373,6 +379,9 @@ pub unsafe fn clLinkProgram(
             return discard(if reply.status == CL_SUCCESS { CL_OUT_OF_RESOURCES } else { reply.status });
         }
         let _ = finish_build(&ctx.conn, notify, Ok((reply.status, reply.callback_sent)));
+        if let Some(copy) = copy {
+            crate::recovery::note(&ctx.conn, &copy);
+        }
         // A program that failed to link still exists (its log says why).
         Ok((handle, reply.status))
     })();

@@ -666,8 +666,12 @@ pub unsafe fn clEnqueueMapImage(
                 *image_slice_pitch = slice_pitch;
             }
         }
+        if crate::recovery::on() {
+            q.conn.journal.mapped(m.id, ptr, None);
+        }
         if let ObjData::Mem { maps, .. } = &m.data {
-            let record = MapRecord { id: segment.id, segment: Some(segment), flags: map_flags, mirror };
+            let (id, segment, flags) = (segment.id, Some(segment), map_flags);
+            let record = MapRecord { id, segment, flags, mirror, range: None, carried: false, keep: None };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
         }
         Ok(ptr as *mut c_void)

@@ -1,0 +1,993 @@
+//! What replay mode keeps per worker (see the parent module): a recipe per object, buffer
+//! contents at the last checkpoint, and the journal of commands since; checkpoints.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use cloister_ipc::cl::*;
+use cloister_ipc::image::Strided;
+use cloister_ipc::*;
+
+use super::budget;
+use super::rebuild::read_memory;
+use crate::conn::{Conn, ContextNotifyFn};
+use crate::pending::Mirror;
+
+/// A journal this long is checkpointed at the next blocking read or `clFinish` even when that
+/// costs a read-back.
+const LONG_JOURNAL: usize = 64;
+
+/// Most commands the journal holds: an application that never waits (so never gives a
+/// checkpoint) makes what its commands wrote lost instead of growing the journal without end.
+const MAX_JOURNAL: usize = 16384;
+
+/// `CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`.
+const OUT_OF_ORDER: u64 = 1;
+
+/// A buffer's contents at the last checkpoint.
+#[derive(Clone)]
+pub(super) enum Base {
+    /// Never written: any contents will do (OpenCL leaves them undefined).
+    Undefined,
+    Known(Arc<Vec<u8>>),
+    /// Not known (over budget, or written where the shim cannot see): the buffer cannot be
+    /// restored until a checkpoint reads it back.
+    Lost,
+}
+
+impl Base {
+    /// Makes `data` the known contents, overwriting the last copy when it is as large (no new
+    /// pages to fault in: a whole read or write of a large buffer costs one memory copy more).
+    pub(super) fn set(&mut self, data: &[u8]) {
+        let in_place = match self {
+            Base::Known(old) => Arc::get_mut(old).filter(|v| v.len() == data.len()),
+            _ => None,
+        };
+        match in_place {
+            Some(v) => v.copy_from_slice(data),
+            None => *self = Base::Known(Arc::new(data.to_vec())),
+        }
+    }
+}
+
+/// What rebuilds one object.
+pub(super) struct Recipe {
+    pub(super) req: Request,
+    /// The application released it; still rebuilt while the journal may use it.
+    pub(super) released: bool,
+    /// A context's `pfn_notify` (function, user data, token).
+    pub(super) notify: Option<(ContextNotifyFn, usize, u64)>,
+    /// A program's build.
+    pub(super) build: Option<BuildProgram>,
+    /// A program's compilation (`clCompileProgram`, with its header programs).
+    pub(super) compile: Option<CompileProgram>,
+    /// A command buffer's recorded commands (every kernel argument with each NDRange), and
+    /// whether it was finalized.
+    pub(super) recorded: Vec<RecordCommand>,
+    pub(super) finalized: bool,
+    /// A buffer's contents.
+    pub(super) base: Base,
+    /// A zero-copy buffer (its memory is a segment shared with the worker).
+    pub(super) zero_copy: bool,
+    /// A user event's status, once set.
+    pub(super) status: Option<i32>,
+}
+
+impl Recipe {
+    pub(super) fn new(req: Request) -> Self {
+        Recipe {
+            req,
+            released: false,
+            notify: None,
+            build: None,
+            compile: None,
+            recorded: Vec::new(),
+            finalized: false,
+            base: Base::Undefined,
+            zero_copy: false,
+            status: None,
+        }
+    }
+
+    /// The bytes of a buffer, or of an image packed without padding.
+    pub(super) fn buffer_size(&self) -> Option<u64> {
+        match &self.req {
+            Request::CreateBuffer(b) => Some(b.size),
+            Request::CreateImage(i) if i.desc.buffer.is_none() => {
+                let [w, h, d] = image_box(&i.desc);
+                let elem = cloister_ipc::image::element_size(i.format.0, i.format.1)?;
+                w.checked_mul(elem)?.checked_mul(h)?.checked_mul(d)
+            }
+            _ => None,
+        }
+    }
+
+    /// The objects it needs made before it (`depends_on`), and a compilation's headers.
+    pub(super) fn needs(&self) -> Vec<ObjectId> {
+        let mut v = depends_on(&self.req);
+        v.extend(self.compile.iter().flat_map(|c| c.headers.iter().map(|(h, _)| *h)));
+        v.extend(self.recorded.iter().flat_map(recorded_uses));
+        v
+    }
+
+    pub(super) fn base_bytes(&self) -> u64 {
+        match &self.base {
+            Base::Known(b) => b.len() as u64,
+            _ => 0,
+        }
+    }
+}
+
+/// A command enqueued since the last checkpoint.
+pub(super) enum Cmd {
+    Write {
+        queue: ObjectId,
+        mem: ObjectId,
+        offset: u64,
+        data: Vec<u8>,
+        sync: EnqueueSync,
+    },
+    /// An NDRange (with every argument), a copy, a fill, a marker or a barrier.
+    Enqueue(Request),
+    /// A rectangular or image write (`req.data` is replaced by `data`, packed).
+    Region {
+        req: EnqueueRegionTransfer,
+        data: Vec<u8>,
+    },
+    /// A non-blocking read (`EnqueueReadBuffer` or a region read) into the application's
+    /// `dst` (rows `shape`, and `mirror` for a `CL_MEM_USE_HOST_PTR` object): read again if the
+    /// worker died before its data landed (`State::unfinished` has its `event`).
+    Read {
+        req: Request,
+        event: ObjectId,
+        dst: usize,
+        shape: Strided,
+        mirror: Option<Mirror>,
+    },
+    /// A command buffer run (its queues named, never empty), with the objects its recorded
+    /// commands use and the memory objects they may write, as recorded.
+    Batch {
+        req: EnqueueCommandBuffer,
+        uses: Vec<ObjectId>,
+        writes: Vec<ObjectId>,
+    },
+}
+
+impl Cmd {
+    /// A non-blocking read's queue and memory object.
+    pub(super) fn read_target(req: &Request) -> (ObjectId, ObjectId) {
+        match req {
+            Request::EnqueueReadBuffer(r) => (r.queue, r.mem),
+            Request::EnqueueRegionTransfer(r) => (r.queue, r.mem),
+            _ => (0, 0),
+        }
+    }
+
+    pub(super) fn queue(&self) -> ObjectId {
+        match self {
+            Cmd::Write { queue, .. } => *queue,
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => r.queue,
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => r.queue,
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => r.queue,
+            Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => r.queue,
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => r.queue,
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => r.queue,
+            Cmd::Region { req, .. } => req.queue,
+            Cmd::Read { req, .. } => Cmd::read_target(req).0,
+            Cmd::Batch { req, .. } => req.queues.first().copied().unwrap_or(0),
+            Cmd::Enqueue(_) => 0,
+        }
+    }
+
+    pub(super) fn sync(&self) -> Option<&EnqueueSync> {
+        match self {
+            Cmd::Write { sync, .. } => Some(sync),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => Some(&r.sync),
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => Some(&r.sync),
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => Some(&r.sync),
+            Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => Some(&r.sync),
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => Some(&r.sync),
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => Some(&r.sync),
+            Cmd::Region { req, .. } => Some(&req.sync),
+            Cmd::Read { req: Request::EnqueueReadBuffer(r), .. } => Some(&r.sync),
+            Cmd::Read { req: Request::EnqueueRegionTransfer(r), .. } => Some(&r.sync),
+            Cmd::Batch { req, .. } => Some(&req.sync),
+            Cmd::Read { .. } | Cmd::Enqueue(_) => None,
+        }
+    }
+
+    pub(super) fn sync_mut(&mut self) -> Option<&mut EnqueueSync> {
+        match self {
+            Cmd::Write { sync, .. } => Some(sync),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(Request::EnqueueMarkerOrBarrier(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => Some(&mut r.sync),
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => Some(&mut r.sync),
+            Cmd::Region { req, .. } => Some(&mut req.sync),
+            Cmd::Read { req: Request::EnqueueReadBuffer(r), .. } => Some(&mut r.sync),
+            Cmd::Read { req: Request::EnqueueRegionTransfer(r), .. } => Some(&mut r.sync),
+            Cmd::Batch { req, .. } => Some(&mut req.sync),
+            Cmd::Read { .. } | Cmd::Enqueue(_) => None,
+        }
+    }
+
+    /// Every object it uses (queue, kernel, memory objects and samplers in its arguments).
+    pub(super) fn uses(&self) -> Vec<ObjectId> {
+        let mut v = vec![self.queue()];
+        match self {
+            Cmd::Write { mem, .. } => v.push(*mem),
+            Cmd::Region { req, .. } => v.push(req.mem),
+            Cmd::Read { req, .. } => v.push(Cmd::read_target(req).1),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
+                v.push(r.kernel);
+                v.extend(r.args.iter().filter_map(|(_, a)| match a {
+                    ArgValue::Object(id) => Some(*id),
+                    _ => None,
+                }));
+            }
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => v.extend([r.src, r.dst]),
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => v.push(r.mem),
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => v.extend([r.src, r.dst]),
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => v.push(r.mem),
+            Cmd::Batch { req, uses, .. } => {
+                v.extend(req.queues.iter().copied().chain([req.buffer]));
+                v.extend(uses.iter().copied());
+            }
+            _ => {}
+        }
+        v
+    }
+
+    /// What the application would call it (for `pfn_notify`).
+    pub(super) fn describe(&self, recipes: &BTreeMap<ObjectId, Recipe>) -> String {
+        match self {
+            Cmd::Write { mem, .. } => format!("clEnqueueWriteBuffer of buffer #{mem}"),
+            Cmd::Region { req, .. } => format!("a rectangular or image write of #{}", req.mem),
+            Cmd::Read { req, .. } => format!("a non-blocking read of #{}", Cmd::read_target(req).1),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
+                let name = match recipes.get(&r.kernel).map(|k| &k.req) {
+                    Some(Request::CreateKernel(k)) => String::from_utf8_lossy(&k.name).into_owned(),
+                    _ => format!("#{}", r.kernel),
+                };
+                format!("clEnqueueNDRangeKernel of kernel '{name}'")
+            }
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(_)) => "clEnqueueCopyBuffer".into(),
+            Cmd::Enqueue(Request::EnqueueFillBuffer(_)) => "clEnqueueFillBuffer".into(),
+            Cmd::Enqueue(Request::EnqueueCopyRegion(_)) => "a rectangular or image copy".into(),
+            Cmd::Enqueue(Request::EnqueueFillImage(_)) => "clEnqueueFillImage".into(),
+            Cmd::Batch { req, .. } => format!("clEnqueueCommandBufferKHR of command buffer #{}", req.buffer),
+            Cmd::Enqueue(_) => "clEnqueueMarker/Barrier".into(),
+        }
+    }
+}
+
+/// A step of a rebuild: an object's recipe, or a command of the journal.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Step {
+    Recipe(ObjectId),
+    Cmd(usize),
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Recipe(id) => write!(f, "making object #{id}"),
+            Step::Cmd(i) => write!(f, "running command {} of the journal", i + 1),
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct State {
+    pub(super) recipes: BTreeMap<ObjectId, Recipe>,
+    pub(super) cmds: Vec<Cmd>,
+    /// Bytes of known contents and of write data the journal holds.
+    pub(super) bytes: u64,
+    /// How many replacement workers each step has crashed.
+    pub(super) attempts: HashMap<Step, u32>,
+    /// Events of non-blocking reads and maps the worker's death cut short (their data never
+    /// reached the application): they fail in the replacement.
+    pub(super) unfinished: HashSet<ObjectId>,
+    /// Mappings the application holds, by memory object and pointer: (offset, size) of a
+    /// buffer's, `None` for an image's. An object mapped when its worker dies is not carried
+    /// over (the application's pointer and its unmap belong to the dead worker's mapping): it
+    /// answers `CL_DEVICE_NOT_AVAILABLE`.
+    pub(super) open_maps: HashMap<(ObjectId, usize), Vec<Option<MapRange>>>,
+}
+
+/// A buffer mapping's (offset, size).
+pub(super) type MapRange = (u64, u64);
+
+/// The recovery record of one worker's objects (empty unless replay mode is on).
+#[derive(Default)]
+pub struct Journal {
+    state: Mutex<State>,
+}
+
+impl Journal {
+    pub(super) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Takes the record out, for a rebuild.
+    pub fn take(&self) -> State {
+        self.with(std::mem::take)
+    }
+
+    /// Puts a record in (the rebuilt worker's).
+    pub fn put(&self, st: State) {
+        self.with(|s| *s = st);
+    }
+
+    /// An object was created by `req` (which holds its id).
+    pub fn created(&self, req: Request) {
+        let Some(id) = created_id(&req) else { return };
+        self.with(|s| s.recipes.insert(id, Recipe::new(req)));
+    }
+
+    /// A context was created with a `pfn_notify`.
+    pub fn context_notify(&self, context: ObjectId, pfn: ContextNotifyFn, user_data: usize, token: u64) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&context) {
+                r.notify = Some((pfn, user_data, token));
+            }
+        });
+    }
+
+    /// A buffer was created; `initial` is its `CL_MEM_COPY_HOST_PTR`/`USE_HOST_PTR` data.
+    pub fn buffer(&self, req: CreateBuffer, initial: Option<&[u8]>, zero_copy: bool) {
+        self.memory(Request::CreateBuffer(req), initial, zero_copy);
+    }
+
+    /// An image was created (`req.desc` without pitches, unless it is made from a buffer);
+    /// `initial` is its host data, packed. An image made from a buffer has no contents of its
+    /// own: they are its buffer's (`State::storage`).
+    pub fn image(&self, req: CreateImage, initial: Option<&[u8]>) {
+        self.memory(Request::CreateImage(req), initial, false);
+    }
+
+    pub(super) fn memory(&self, req: Request, initial: Option<&[u8]>, zero_copy: bool) {
+        let Some(id) = created_id(&req) else { return };
+        self.with(|s| {
+            let mut r = Recipe::new(req);
+            r.zero_copy = zero_copy;
+            r.base = match initial {
+                None => Base::Undefined,
+                Some(d) if s.bytes + d.len() as u64 <= budget() => {
+                    s.bytes += d.len() as u64;
+                    Base::Known(Arc::new(d.to_vec()))
+                }
+                Some(_) => Base::Lost,
+            };
+            s.recipes.insert(id, r);
+        });
+    }
+
+    /// A program was compiled (successfully or not: the replacement compiles it the same way).
+    pub fn compiled(&self, req: CompileProgram) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&req.program) {
+                r.compile = Some(CompileProgram { notify: None, ..req });
+            }
+        });
+    }
+
+    /// A command was recorded into a command buffer (`req.command`'s NDRange with all of the
+    /// kernel's arguments).
+    pub fn command_recorded(&self, req: RecordCommand) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&req.buffer) {
+                r.recorded.push(req);
+            }
+        });
+    }
+
+    /// A command buffer was finalized.
+    pub fn command_buffer_finalized(&self, buffer: ObjectId) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&buffer) {
+                r.finalized = true;
+            }
+        });
+    }
+
+    /// Kernel `id` is a clone of `source`: recorded as made the way `source` was, by name.
+    pub fn cloned(&self, id: ObjectId, source: ObjectId) {
+        self.with(|s| {
+            if let Some(Request::CreateKernel(k)) = s.recipes.get(&source).map(|r| &r.req) {
+                let req = Request::CreateKernel(CreateKernel { id, ..k.clone() });
+                s.recipes.insert(id, Recipe::new(req));
+            }
+        });
+    }
+
+    /// A program was built (successfully or not: the replacement builds it the same way).
+    pub fn built(&self, req: BuildProgram) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&req.program) {
+                r.build = Some(BuildProgram { notify: None, ..req });
+            }
+        });
+    }
+
+    pub fn user_status(&self, event: ObjectId, status: i32) {
+        self.with(|s| {
+            if let Some(r) = s.recipes.get_mut(&event) {
+                r.status = Some(status);
+            }
+        });
+    }
+
+    /// The application's last reference to `id` is gone.
+    pub fn released(&self, id: ObjectId) {
+        self.with(|s| {
+            // The journal's commands may use it, and objects made from it (a program's kernels,
+            // a link's inputs, a compilation's headers) need it made again first.
+            let in_use = s.cmds.iter().any(|c| c.uses().contains(&id))
+                || s.recipes.iter().any(|(&other, r)| other != id && r.needs().contains(&id));
+            match s.recipes.get(&id) {
+                Some(r)
+                    if !in_use && !matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) =>
+                {
+                    s.bytes = s.bytes.saturating_sub(r.base_bytes());
+                    s.recipes.remove(&id);
+                }
+                Some(_) => {
+                    if let Some(r) = s.recipes.get_mut(&id) {
+                        r.released = true;
+                        // Its `pfn_notify`'s user data may be freed: a released context never
+                        // hears of a carry-over.
+                        r.notify = None;
+                    }
+                }
+                None => {}
+            }
+        });
+    }
+
+    /// A non-blocking read went to the worker (see `Cmd::Read`).
+    pub fn reading(&self, req: Request, event: ObjectId, dst: usize, shape: Strided, mirror: Option<Mirror>) {
+        self.with(|s| {
+            if s.cmds.len() >= MAX_JOURNAL {
+                s.give_up_journal();
+            }
+            s.cmds.push(Cmd::Read { req, event, dst, shape, mirror });
+        });
+    }
+
+    /// The non-blocking read or map of `event` ended without its data (see `State::unfinished`).
+    pub fn unfinished(&self, event: ObjectId) {
+        self.with(|s| s.unfinished.insert(event));
+    }
+
+    /// `mem` was mapped at `ptr`; `range` is a buffer's (offset, size), `None` for an image.
+    pub fn mapped(&self, mem: ObjectId, ptr: usize, range: Option<MapRange>) {
+        self.with(|s| s.open_maps.entry((mem, ptr)).or_default().push(range));
+    }
+
+    /// The application unmaps `mem`'s mapping at `ptr` (before the unmap goes to the worker).
+    /// A writing map of a buffer becomes a journaled write of what the mapping holds now (what
+    /// the buffer holds after the unmap); an image written through a map is lost until a
+    /// checkpoint.
+    ///
+    /// # Safety
+    /// `ptr` is the application's live mapping of `mem` recorded by `mapped`, valid until
+    /// this unmap.
+    pub unsafe fn unmapping(&self, queue: ObjectId, mem: ObjectId, ptr: usize, write: bool, sync: &EnqueueSync) {
+        self.with(|s| {
+            let Some(list) = s.open_maps.get_mut(&(mem, ptr)) else { return };
+            let range = list.pop().flatten();
+            if list.is_empty() {
+                s.open_maps.remove(&(mem, ptr));
+            }
+            match (write, range) {
+                (false, _) => {}
+                (true, Some((offset, size))) => {
+                    // SAFETY: per the caller, `ptr` is the live mapping of `size` bytes made by
+                    // the map that recorded this range.
+                    let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, size as usize) };
+                    s.write(queue, mem, offset, data, sync.clone());
+                }
+                (true, None) => s.lose(mem),
+            }
+        });
+    }
+
+    /// A buffer was written with `data` at `offset`.
+    pub fn wrote(&self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
+        self.with(|s| s.write(queue, mem, offset, data, sync));
+    }
+
+    /// A rectangular or image write went to the worker with `data`, packed.
+    pub fn wrote_region(&self, req: EnqueueRegionTransfer, data: Vec<u8>) {
+        self.with(|s| s.push_write(req.mem, data.len(), || Cmd::Region { req, data }));
+    }
+
+    /// An enqueue went to the worker: recorded if replay knows it, else what it may write is
+    /// lost until the next checkpoint.
+    pub fn enqueued(&self, req: Request) {
+        self.with(|s| match req {
+            Request::EnqueueNdRange(_)
+            | Request::EnqueueCopyBuffer(_)
+            | Request::EnqueueFillBuffer(_)
+            | Request::EnqueueMarkerOrBarrier(_)
+            | Request::EnqueueCopyRegion(_)
+            | Request::EnqueueFillImage(_) => {
+                if s.cmds.len() >= MAX_JOURNAL {
+                    s.give_up_journal();
+                }
+                s.cmds.push(Cmd::Enqueue(req))
+            }
+            Request::EnqueueMapBuffer(r) if r.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 => {
+                s.lose(r.mem)
+            }
+            Request::EnqueueCommandBuffer(req) => s.batch(req),
+            _ => {}
+        });
+    }
+
+    /// After the application's blocking read of `data` from `mem` at `offset`: a checkpoint if
+    /// it is cheap (see the module's doc).
+    pub fn read(&self, conn: &Conn, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8]) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let whole = offset == 0 && s.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
+        let dirty = s.dirty();
+        let free = whole && dirty.iter().all(|&m| m == mem) && s.cmds.iter().all(|c| s.in_order(c.queue(), queue));
+        if free {
+            s.checkpoint(conn, queue, whole.then_some((mem, data)), false);
+        } else if s.cmds.len() >= LONG_JOURNAL || s.bytes > budget() / 2 {
+            s.checkpoint(conn, queue, whole.then_some((mem, data)), true);
+        }
+    }
+
+    /// After `clFinish` of `queue`: a checkpoint once the journal is long (its read-back then
+    /// costs the application one round trip per `LONG_JOURNAL` commands, not per `clFinish`).
+    pub fn finished(&self, conn: &Conn, queue: ObjectId) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.cmds.len() >= LONG_JOURNAL || s.bytes > budget() / 2 {
+            s.checkpoint(conn, queue, None, true);
+        }
+    }
+}
+
+impl State {
+    /// Journals a run of a command buffer: with what its commands use and may write, or, for a
+    /// buffer replay does not know, by losing every buffer's contents until a checkpoint.
+    fn batch(&mut self, mut req: EnqueueCommandBuffer) {
+        let Some(r) = self.recipes.get(&req.buffer) else {
+            let ids: Vec<ObjectId> = self.recipes.keys().copied().collect();
+            ids.into_iter().for_each(|id| self.lose(id));
+            return;
+        };
+        if req.queues.is_empty() {
+            // Its own queues: named, so the run is on the same ones.
+            if let Request::CreateCommandBuffer(c) = &r.req {
+                req.queues = c.queues.clone();
+            }
+        }
+        let uses: Vec<ObjectId> = r.recorded.iter().flat_map(recorded_uses).collect();
+        let writes: Vec<ObjectId> = r
+            .recorded
+            .iter()
+            .flat_map(|c| match &c.command {
+                RecordedCommand::CopyBuffer { dst, .. } | RecordedCommand::CopyRegion { dst, .. } => vec![*dst],
+                RecordedCommand::FillBuffer { mem, .. } | RecordedCommand::FillImage { mem, .. } => vec![*mem],
+                // Every memory argument may be written (what is read-only is sorted by `writes`,
+                // through the NDRange it makes).
+                RecordedCommand::NdRange { kernel, args, work_dim, .. } => {
+                    self.writes(&Cmd::Enqueue(Request::EnqueueNdRange(EnqueueNdRange {
+                        queue: 0,
+                        kernel: *kernel,
+                        args: args.clone(),
+                        work_dim: *work_dim,
+                        offset: None,
+                        global: None,
+                        local: None,
+                        sync: EnqueueSync::default(),
+                    })))
+                }
+                RecordedCommand::Barrier => Vec::new(),
+            })
+            .collect();
+        if self.cmds.len() >= MAX_JOURNAL {
+            self.give_up_journal();
+        }
+        self.cmds.push(Cmd::Batch { req, uses, writes });
+    }
+
+    /// Journals a write of `data` into buffer `mem` at `offset` (or makes it the checkpoint's
+    /// contents, `superseded_by`).
+    pub(super) fn write(&mut self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
+        if !self.superseded_by(mem, offset, data) {
+            self.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: data.to_vec(), sync })
+        }
+    }
+
+    /// A write of all of buffer `mem` that nothing in the journal needs the old contents of
+    /// (the journal only writes it, with writes and fills): its data becomes the checkpoint's
+    /// contents of `mem` (the last copy reused when it is as large: no allocation), and the
+    /// earlier writes of `mem` go. Returns whether it did.
+    pub(super) fn superseded_by(&mut self, mem: ObjectId, offset: u64, data: &[u8]) -> bool {
+        let whole = offset == 0
+            && self.storage(mem) == mem
+            && self.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
+        let only_written = |c: &Cmd| match c {
+            Cmd::Write { mem: m, .. } => self.storage(*m) == mem,
+            Cmd::Enqueue(Request::EnqueueFillBuffer(f)) => self.storage(f.mem) == mem,
+            _ => false,
+        };
+        let untouched = |c: &Cmd| c.uses().iter().all(|u| self.storage(*u) != mem);
+        if !whole || !self.cmds.iter().all(|c| only_written(c) || untouched(c)) {
+            return false;
+        }
+        let kept_bytes = |c: &Cmd| match c {
+            Cmd::Write { data, .. } | Cmd::Region { data, .. } => data.len() as u64,
+            Cmd::Read { .. } | Cmd::Enqueue(_) | Cmd::Batch { .. } => 0,
+        };
+        let before = self.recipes.get(&mem).map_or(0, Recipe::base_bytes);
+        let freed: u64 = self.cmds.iter().filter(|c| only_written(c)).map(kept_bytes).sum();
+        let after = self.bytes.saturating_sub(before + freed) + data.len() as u64;
+        if after > budget() {
+            return false;
+        }
+        let gone: Vec<bool> = self.cmds.iter().map(only_written).collect();
+        let mut i = 0;
+        self.cmds.retain(|_| {
+            i += 1;
+            !gone[i - 1]
+        });
+        let Some(r) = self.recipes.get_mut(&mem) else { return false };
+        r.base.set(data);
+        self.bytes = after;
+        true
+    }
+
+    /// Journals a write of `len` bytes of data into `mem`, or loses `mem` if the data does not
+    /// fit the budget.
+    pub(super) fn push_write(&mut self, mem: ObjectId, len: usize, cmd: impl FnOnce() -> Cmd) {
+        if !self.recipes.contains_key(&mem) {
+            return;
+        }
+        if self.bytes + len as u64 > budget() {
+            self.lose(mem);
+            return;
+        }
+        if self.cmds.len() >= MAX_JOURNAL {
+            self.give_up_journal();
+        }
+        self.bytes += len as u64;
+        self.cmds.push(cmd());
+    }
+
+    /// Drops the journal: what its commands wrote is lost until the next checkpoint.
+    pub(super) fn give_up_journal(&mut self) {
+        for m in self.dirty() {
+            self.lose(m);
+        }
+        self.cmds.clear();
+        self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
+    }
+
+    /// The recipes a rebuild needs once the journal is empty: the objects the application has
+    /// not released, every context, and what those need, transitively.
+    pub(super) fn needed(&self) -> HashSet<ObjectId> {
+        let is_context = |r: &Recipe| matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_));
+        let mut keep: HashSet<ObjectId> =
+            self.recipes.iter().filter(|(_, r)| !r.released || is_context(r)).map(|(id, _)| *id).collect();
+        let mut todo: Vec<ObjectId> = keep.iter().copied().collect();
+        while let Some(id) = todo.pop() {
+            for n in self.recipes.get(&id).map(Recipe::needs).unwrap_or_default() {
+                if self.recipes.contains_key(&n) && keep.insert(n) {
+                    todo.push(n);
+                }
+            }
+        }
+        keep
+    }
+
+    /// The replacement worker died running `step`.
+    pub fn count_attempt(&mut self, step: Step) {
+        *self.attempts.entry(step).or_insert(0) += 1;
+    }
+
+    /// `mem`'s contents are unknown from now until a checkpoint reads it back.
+    pub(super) fn lose(&mut self, mem: ObjectId) {
+        let mem = self.storage(mem);
+        if let Some(r) = self.recipes.get_mut(&mem) {
+            if r.buffer_size().is_some() {
+                self.bytes = self.bytes.saturating_sub(r.base_bytes());
+                r.base = Base::Lost;
+            }
+        }
+    }
+
+    /// Whether a command on `cmd_queue` is complete once a blocking call on `queue` returned.
+    pub(super) fn in_order(&self, cmd_queue: ObjectId, queue: ObjectId) -> bool {
+        cmd_queue == queue && !self.out_of_order(queue)
+    }
+
+    pub(super) fn out_of_order(&self, queue: ObjectId) -> bool {
+        match self.recipes.get(&queue).map(|r| &r.req) {
+            Some(Request::CreateCommandQueue(q)) => q.properties & OUT_OF_ORDER != 0,
+            Some(Request::CreateCommandQueueWithProperties(q)) => q
+                .properties
+                .as_deref()
+                .unwrap_or(&[])
+                .chunks(2)
+                .any(|kv| kv.len() == 2 && kv[0] == u64::from(CL_QUEUE_PROPERTIES) && kv[1] & OUT_OF_ORDER != 0),
+            _ => true,
+        }
+    }
+
+    /// Buffers the journal's commands may write, and those whose contents are lost.
+    pub(super) fn dirty(&self) -> BTreeSet<ObjectId> {
+        let mut out: BTreeSet<ObjectId> = self.cmds.iter().flat_map(|c| self.writes(c)).collect();
+        out.extend(self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost)).map(|(id, _)| *id));
+        out
+    }
+
+    /// The buffer whose memory `mem` is: a sub-buffer's parent, else itself.
+    pub(super) fn storage(&self, mem: ObjectId) -> ObjectId {
+        match self.recipes.get(&mem).map(|r| &r.req) {
+            Some(Request::CreateSubBuffer(s)) => s.buffer,
+            Some(Request::CreateImage(CreateImage { desc: ImageDesc { buffer: Some(b), .. }, .. })) => *b,
+            _ => mem,
+        }
+    }
+
+    /// The buffers whose contents a command may change (a kernel: every buffer argument not
+    /// read-only; a sub-buffer's writes change its parent).
+    pub(super) fn writes(&self, cmd: &Cmd) -> Vec<ObjectId> {
+        let writable = |id: &ObjectId| match self.recipes.get(id).map(|r| &r.req) {
+            Some(Request::CreateBuffer(b)) => b.flags & CL_MEM_READ_ONLY == 0,
+            Some(Request::CreateSubBuffer(s)) => s.flags & CL_MEM_READ_ONLY == 0,
+            Some(Request::CreateImage(i)) => i.flags & CL_MEM_READ_ONLY == 0,
+            _ => false,
+        };
+        let written = match cmd {
+            Cmd::Write { mem, .. } => vec![*mem],
+            Cmd::Region { req, .. } => vec![req.mem],
+            Cmd::Read { .. } => Vec::new(),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => r
+                .args
+                .iter()
+                .filter_map(|(_, a)| match a {
+                    ArgValue::Object(id) if writable(id) => Some(*id),
+                    _ => None,
+                })
+                .collect(),
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => vec![r.dst],
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => vec![r.mem],
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => vec![r.dst],
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => vec![r.mem],
+            Cmd::Batch { writes, .. } => writes.clone(),
+            Cmd::Enqueue(_) => Vec::new(),
+        };
+        written.into_iter().map(|m| self.storage(m)).collect()
+    }
+
+    /// Makes the contents of every buffer known now and drops the journal: `have` is a whole
+    /// buffer the application just read; with `read_back`, the other written ones are read
+    /// from the worker (after every queue the journal used is finished). Nothing changes if
+    /// that fails or does not fit the budget.
+    pub(super) fn checkpoint(
+        &mut self,
+        conn: &Conn,
+        queue: ObjectId,
+        have: Option<(ObjectId, &[u8])>,
+        read_back: bool,
+    ) {
+        let is_have = |id: ObjectId| have.is_some_and(|(h, _)| h == id);
+        let missing: Vec<ObjectId> = self
+            .dirty()
+            .into_iter()
+            .filter(|m| !is_have(*m) && self.recipes.get(m).is_some_and(|r| !r.released))
+            .collect();
+        if !missing.is_empty() && !read_back {
+            return;
+        }
+        let kept: u64 = self
+            .recipes
+            .iter()
+            .filter(|(id, r)| !missing.contains(id) && !is_have(**id) && !r.released)
+            .map(|(_, r)| r.base_bytes())
+            .sum();
+        let new: u64 = missing.iter().filter_map(|m| self.recipes.get(m)?.buffer_size()).sum::<u64>()
+            + have.map_or(0, |(_, d)| d.len() as u64);
+        if kept + new > budget() {
+            return;
+        }
+        let mut fresh: Vec<(ObjectId, Vec<u8>)> = Vec::new();
+        if read_back {
+            let queues: BTreeSet<ObjectId> = self.cmds.iter().map(Cmd::queue).chain([queue]).collect();
+            for q in queues {
+                if !matches!(conn.call(FlushOrFinish { queue: q, finish: true }), Ok(CL_SUCCESS)) {
+                    return;
+                }
+            }
+            for m in &missing {
+                let Some(r) = self.recipes.get(m) else { continue };
+                let Some(size) = r.buffer_size() else { continue };
+                let image = match &r.req {
+                    Request::CreateImage(i) => Some(image_box(&i.desc)),
+                    _ => None,
+                };
+                match read_memory(conn, queue, *m, size as usize, image) {
+                    Some(d) => fresh.push((*m, d)),
+                    None => return,
+                }
+            }
+        }
+        self.cmds.clear();
+        self.attempts.clear();
+        let keep = self.needed();
+        self.recipes.retain(|id, _| keep.contains(id));
+        for (m, d) in fresh {
+            if let Some(r) = self.recipes.get_mut(&m) {
+                r.base = Base::Known(Arc::new(d));
+            }
+        }
+        if let Some(r) = have.and_then(|(m, _)| self.recipes.get_mut(&m)) {
+            r.base.set(have.map_or(&[][..], |(_, d)| d));
+        }
+        self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
+    }
+}
+
+/// An image's size in pixels, rows and slices (an array's layers count as rows or slices).
+pub fn image_box(d: &ImageDesc) -> [u64; 3] {
+    let at_least_1 = |v: u64| v.max(1);
+    match d.image_type {
+        CL_MEM_OBJECT_IMAGE2D => [d.width, at_least_1(d.height), 1],
+        CL_MEM_OBJECT_IMAGE3D => [d.width, at_least_1(d.height), at_least_1(d.depth)],
+        CL_MEM_OBJECT_IMAGE1D_ARRAY => [d.width, at_least_1(d.array_size), 1],
+        CL_MEM_OBJECT_IMAGE2D_ARRAY => [d.width, at_least_1(d.height), at_least_1(d.array_size)],
+        _ => [d.width, 1, 1],
+    }
+}
+
+/// The id a creating request gives its object.
+pub(super) fn created_id(req: &Request) -> Option<ObjectId> {
+    Some(match req {
+        Request::CreateContext(r) => r.id,
+        Request::CreateContextFromType(r) => r.id,
+        Request::CreateCommandQueue(r) => r.id,
+        Request::CreateCommandQueueWithProperties(r) => r.id,
+        Request::CreateBuffer(r) => r.id,
+        Request::CreateProgramWithSource(r) => r.id,
+        Request::CreateProgramWithBinary(r) => r.id,
+        Request::CreateKernel(r) => r.id,
+        Request::CreateUserEvent(r) => r.id,
+        Request::CreateSampler(r) => r.id,
+        Request::CreateSubBuffer(r) => r.id,
+        Request::CreateImage(r) => r.id,
+        Request::LinkProgram(r) => r.id,
+        Request::CreateCommandBuffer(r) => r.id,
+        // The first of the sub-devices names the recipe; the rebuild makes them all.
+        Request::CreateSubDevices(r) => *r.ids.first()?,
+        _ => return None,
+    })
+}
+
+/// The shim's objects a creating request needs.
+pub(super) fn depends_on(req: &Request) -> Vec<ObjectId> {
+    // A root device is the worker's own (rebound, not rebuilt); a sub-device is ours.
+    let sub = |d: &ObjectId| *d & WORKER_ID_BIT == 0;
+    match req {
+        Request::CreateContext(r) => r.devices.iter().copied().filter(sub).collect(),
+        Request::CreateCommandQueue(r) => [r.context].into_iter().chain(Some(r.device).filter(sub)).collect(),
+        Request::CreateCommandQueueWithProperties(r) => {
+            [r.context].into_iter().chain(Some(r.device).filter(sub)).collect()
+        }
+        Request::CreateBuffer(r) => vec![r.context],
+        Request::CreateProgramWithSource(r) => vec![r.context],
+        Request::CreateProgramWithBinary(r) => vec![r.context],
+        Request::CreateKernel(r) => vec![r.program],
+        Request::CreateUserEvent(r) => vec![r.context],
+        Request::CreateSampler(r) => vec![r.context],
+        Request::CreateSubBuffer(r) => vec![r.buffer],
+        Request::CreateImage(r) => [r.context].into_iter().chain(r.desc.buffer).collect(),
+        Request::LinkProgram(r) => [r.context].into_iter().chain(r.inputs.iter().copied()).collect(),
+        Request::CreateSubDevices(r) => Some(r.device).filter(sub).into_iter().collect(),
+        Request::CreateCommandBuffer(r) => r.queues.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// The objects a recorded command uses (its queue, kernel, memory objects, samplers).
+pub(super) fn recorded_uses(r: &RecordCommand) -> Vec<ObjectId> {
+    let mut v: Vec<ObjectId> = r.queue.into_iter().collect();
+    match &r.command {
+        RecordedCommand::Barrier => {}
+        RecordedCommand::CopyBuffer { src, dst, .. } | RecordedCommand::CopyRegion { src, dst, .. } => {
+            v.extend([*src, *dst])
+        }
+        RecordedCommand::FillBuffer { mem, .. } | RecordedCommand::FillImage { mem, .. } => v.push(*mem),
+        RecordedCommand::NdRange { kernel, args, .. } => {
+            v.push(*kernel);
+            v.extend(args.iter().filter_map(|(_, a)| match a {
+                ArgValue::Object(id) => Some(*id),
+                _ => None,
+            }));
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffer(id: ObjectId, size: u64, flags: u64) -> Request {
+        Request::CreateBuffer(CreateBuffer {
+            id,
+            context: 1,
+            properties: None,
+            flags,
+            size,
+            host_data: None,
+            memory: None,
+        })
+    }
+
+    fn kernel_on(args: &[ObjectId]) -> Cmd {
+        Cmd::Enqueue(Request::EnqueueNdRange(EnqueueNdRange {
+            queue: 2,
+            kernel: 9,
+            args: args.iter().enumerate().map(|(i, &a)| (i as u32, ArgValue::Object(a))).collect(),
+            work_dim: 1,
+            offset: None,
+            global: Some(vec![1]),
+            local: None,
+            sync: EnqueueSync::default(),
+        }))
+    }
+
+    fn write(mem: ObjectId, offset: u64, data: &[u8]) -> Cmd {
+        Cmd::Write { queue: 2, mem, offset, data: data.to_vec(), sync: EnqueueSync::default() }
+    }
+
+    fn state() -> State {
+        let mut st = State::default();
+        st.recipes.insert(10, Recipe::new(buffer(10, 4, CL_MEM_READ_ONLY)));
+        st.recipes.insert(11, Recipe::new(buffer(11, 4, 0)));
+        let sub = CreateSubBuffer { id: 12, buffer: 11, flags: 0, origin: 0, size: 2 };
+        st.recipes.insert(12, Recipe::new(Request::CreateSubBuffer(sub)));
+        st
+    }
+
+    #[test]
+    fn kernels_dirty_their_writable_arguments_and_sub_buffers_their_parents() {
+        let mut st = state();
+        st.cmds.push(kernel_on(&[10, 12]));
+        assert_eq!(st.dirty().into_iter().collect::<Vec<_>>(), vec![11]);
+        st.cmds.push(write(10, 0, b"ab"));
+        assert_eq!(st.dirty().into_iter().collect::<Vec<_>>(), vec![10, 11]);
+    }
+
+    #[test]
+    fn a_whole_write_supersedes_only_what_never_reads_the_old_contents() {
+        let mut st = state();
+        st.cmds.push(write(11, 0, b"xy"));
+        assert!(st.superseded_by(11, 0, b"1234"), "earlier writes of the buffer alone go");
+        assert!(st.cmds.is_empty());
+        assert!(matches!(&st.recipes[&11].base, Base::Known(d) if d.as_slice() == b"1234"));
+        // A partial write is journaled; a kernel reading the buffer keeps the journal.
+        assert!(!st.superseded_by(11, 1, b"12"));
+        st.cmds.push(kernel_on(&[11]));
+        assert!(!st.superseded_by(11, 0, b"5678"), "the kernel needs the old contents");
+        // A buffer the journal does not touch is superseded at once.
+        assert!(st.superseded_by(10, 0, b"abcd"));
+        assert_eq!(st.cmds.len(), 1);
+    }
+
+    #[test]
+    fn losing_a_sub_buffer_loses_its_parent() {
+        let mut st = state();
+        st.lose(12);
+        assert!(matches!(st.recipes[&11].base, Base::Lost));
+        assert!(matches!(st.recipes[&12].base, Base::Undefined));
+    }
+}

@@ -1,0 +1,165 @@
+//! Recovery (`CLOISTER_RECOVERY=replay`, the default): the application's objects and memory contents are
+//! rebuilt in the replacement of a worker that died, under the same handles and the same ids,
+//! and the commands the dead worker may have lost are run again, so an application that never
+//! recreates its context carries on (DESIGN.md, Faults).
+//!
+//! What is kept, per worker (`Journal`, in the connection):
+//! - a recipe per object the shim can rebuild (the creating request, the program's build, a
+//!   context's `pfn_notify`, a user event's status); the shim allocates object ids, so the
+//!   same requests create the same ids in the replacement, and only device and platform ids
+//!   (the worker's own) are translated;
+//! - per buffer, its contents at the last checkpoint (`Base`), and the commands enqueued since
+//!   (`Cmd`): writes with their data, kernels with all their arguments, copies, fills, markers.
+//!
+//! A checkpoint makes every buffer's contents known at one point, so the journal before it can
+//! go: taken when it costs nothing (the application's blocking read of a whole buffer, when
+//! nothing else was written since), or when the journal grows long (the shim reads back what
+//! commands wrote, at a blocking read or `clFinish`). Everything is bounded by
+//! `CLOISTER_RECOVERY_BUDGET_MB`: a buffer whose contents do not fit is lost (it answers
+//! `CL_DEVICE_NOT_AVAILABLE` after a crash, as today) until a checkpoint reads it back.
+//!
+//! Replay restores every buffer to its checkpoint before any command runs again, so a kernel
+//! that ran partly before the crash is rerun on its inputs, never on half-updated memory.
+//! A step that crashes the replacement worker too is tried `RETRIES` more times at most, then
+//! dropped: its event fails, what it writes is lost, and the context's `pfn_notify` says so.
+//!
+//! `journal` keeps the record (recipes, contents, the journal, checkpoints); `rebuild` makes it
+//! again in a replacement and carries the handles over; this module has the mode, the retry of
+//! calls that met a death, and the creating calls' recording.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use cloister_ipc::cl::*;
+use cloister_ipc::Call;
+
+use crate::conn::Conn;
+
+mod journal;
+mod rebuild;
+
+pub use journal::{image_box, Journal};
+pub use rebuild::{carry_over, fire_kept_callbacks, keep_event_callback, rebuild, write_buffer, Outcome};
+
+/// How many times a step that crashed the driver is run again before it is dropped.
+pub const RETRIES: u32 = 2;
+
+/// Whether replay mode is on (read once).
+pub fn on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| cloister_ipc::settings::recovery() == "replay")
+}
+
+fn budget() -> u64 {
+    static B: OnceLock<u64> = OnceLock::new();
+    *B.get_or_init(|| cloister_ipc::settings::recovery_budget_mb().saturating_mul(1 << 20))
+}
+
+/// Dead workers whose deaths the shim has dealt with, by serial: whether their objects were
+/// carried over to a replacement.
+#[derive(Default)]
+struct Concluded {
+    deaths: Mutex<HashMap<u64, bool>>,
+    changed: std::sync::Condvar,
+}
+
+fn concluded() -> &'static Concluded {
+    static C: OnceLock<Concluded> = OnceLock::new();
+    C.get_or_init(Default::default)
+}
+
+/// The death of worker `serial` has been dealt with (its objects carried over or not): calls
+/// that met it (`retrying`) stop waiting.
+pub fn conclude(serial: u64) {
+    let c = concluded();
+    c.deaths.lock().unwrap_or_else(|e| e.into_inner()).entry(serial).or_insert(false);
+    c.changed.notify_all();
+}
+
+/// Waits (boundedly) until the death of worker `serial` has been dealt with; returns whether
+/// its objects were carried over. A call can meet a death before the shim has noticed it (a
+/// send on the worker's closed socket), so the restart may not have begun yet.
+fn carried_over(serial: u64) -> bool {
+    let c = concluded();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut deaths = c.deaths.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if let Some(&carried) = deaths.get(&serial) {
+            return carried;
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        deaths = c.changed.wait_timeout(deaths, left).unwrap_or_else(|e| e.into_inner()).0;
+    }
+}
+
+thread_local! {
+    /// The serial of a dead worker this thread's current call met (see `retrying`).
+    static MET_DEATH: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// A call on this thread failed because worker `serial` is dead.
+pub fn met_death(serial: u64) {
+    DEATHS_MET.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
+}
+
+/// Set once any call met its worker's death: until then `retrying` skips the thread-local (in a
+/// library the loader opened, each access is a `__tls_get_addr` call). A thread sees its own
+/// `met_death` in program order, which is all `retrying` needs.
+static DEATHS_MET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This thread's death met since the last take, if any.
+fn take_met_death() -> Option<u64> {
+    match DEATHS_MET.load(std::sync::atomic::Ordering::Relaxed) {
+        false => None,
+        true => MET_DEATH.try_with(|m| m.take()).ok().flatten(),
+    }
+}
+
+/// Runs an entry point; in replay mode, one that failed because its worker died runs again
+/// once the objects are carried over (at most `RETRIES` + 1 times in all).
+pub fn retrying<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R) -> R {
+    if !on() {
+        return f();
+    }
+    let outer = take_met_death();
+    let mut tries = 0;
+    let r = loop {
+        let r = f();
+        let met = take_met_death();
+        match met {
+            Some(serial) if failed(&r) && tries < RETRIES => {
+                if !carried_over(serial) {
+                    break r;
+                }
+                tries += 1;
+            }
+            _ => break r,
+        }
+    };
+    if let Some(o) = outer {
+        met_death(o);
+    }
+    r
+}
+
+/// Makes a creating call, and records it if it succeeded in replay mode (nothing is copied
+/// otherwise).
+pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32, i32> {
+    let copy = on().then(|| req.clone());
+    let rc = conn.call(req);
+    if let (Some(c), Ok(CL_SUCCESS)) = (copy, &rc) {
+        conn.journal.created(c.into_request());
+    }
+    rc
+}
+
+/// Records a successful creating call made otherwise (replay mode only).
+pub fn note<C: Call + Clone>(conn: &Conn, req: &C) {
+    if on() {
+        conn.journal.created(req.clone().into_request());
+    }
+}

@@ -1,0 +1,108 @@
+/* Replay of an image made from a buffer (CL_MEM_OBJECT_IMAGE1D_BUFFER): a kernel reads the
+ * image, another writes the buffer behind it, each iteration, with a blocking read of the
+ * result. One context, never recreated; every result folded into a checksum, which a run whose
+ * driver crashed mid-run must match.
+ *
+ * usage: replay_imagebuf ITERATIONS [SLEEP_MS]
+ * Prints "iteration N", "context notified (replay): ..." for each pfn_notify, then
+ * "checksum X" and "done", or "ERROR step=... code=..." and exits 1. */
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define N 4096
+
+#define STEP(name, expr)                                                  \
+    do {                                                                  \
+        cl_int e_ = (expr);                                               \
+        if (e_ != CL_SUCCESS) {                                           \
+            printf("ERROR step=%s code=%d\n", name, e_);                  \
+            fflush(stdout);                                               \
+            return 1;                                                     \
+        }                                                                 \
+    } while (0)
+
+static void CL_CALLBACK notified(const char *errinfo, const void *p, size_t cb, void *user) {
+    (void)p;
+    (void)cb;
+    printf("context notified (%s): %s\n", (const char *)user, errinfo);
+    fflush(stdout);
+}
+
+static const char *src =
+    "__kernel void sample(__read_only image1d_buffer_t img, __global uint *out, uint k) {\n"
+    "  int i = get_global_id(0);\n"
+    "  uint4 v = read_imageui(img, i);\n"
+    "  out[i] = out[i] * 33u + v.x * k + v.w;\n"
+    "}\n"
+    "__kernel void feed(__global uint *px, __global const uint *out) {\n"
+    "  int i = get_global_id(0);\n"
+    "  px[i] = (out[(i * 7) % 4096] & 0xFFu) * 0x01010101u;\n"
+    "}\n";
+
+int main(int argc, char **argv) {
+    int iterations = argc > 1 ? atoi(argv[1]) : 20;
+    int sleep_ms = argc > 2 ? atoi(argv[2]) : 0;
+    cl_platform_id p;
+    cl_device_id d;
+    cl_int err;
+    STEP("platforms", clGetPlatformIDs(1, &p, NULL));
+    STEP("devices", clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &d, NULL));
+    cl_context ctx = clCreateContext(NULL, 1, &d, notified, "replay", &err);
+    STEP("context", err);
+    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
+    STEP("queue", err);
+    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
+    STEP("program", err);
+    STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL));
+    cl_kernel sample = clCreateKernel(prog, "sample", &err);
+    STEP("kernel", err);
+    cl_kernel feed = clCreateKernel(prog, "feed", &err);
+    STEP("kernel", err);
+    static cl_uint init[N], host[N];
+    for (int i = 0; i < N; i++) init[i] = (cl_uint)(i * 2654435761u);
+    cl_mem px = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof init, init, &err);
+    STEP("pixels", err);
+    cl_image_format fmt = {CL_RGBA, CL_UNSIGNED_INT8};
+    cl_image_desc desc = {0};
+    desc.image_type = CL_MEM_OBJECT_IMAGE1D_BUFFER;
+    desc.image_width = N;
+    desc.buffer = px;
+    cl_mem img = clCreateImage(ctx, CL_MEM_READ_ONLY, &fmt, &desc, NULL, &err);
+    STEP("image from buffer", err);
+    for (int i = 0; i < N; i++) init[i] = 0;
+    cl_mem out = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof init, init, &err);
+    STEP("out", err);
+    STEP("arg", clSetKernelArg(sample, 0, sizeof img, &img));
+    STEP("arg", clSetKernelArg(sample, 1, sizeof out, &out));
+    STEP("arg", clSetKernelArg(feed, 0, sizeof px, &px));
+    STEP("arg", clSetKernelArg(feed, 1, sizeof out, &out));
+    uint64_t sum = 1469598103934665603ull;
+    size_t global = N;
+    for (int it = 0; it < iterations; it++) {
+        cl_uint k = (cl_uint)it + 3;
+        STEP("arg", clSetKernelArg(sample, 2, sizeof k, &k));
+        STEP("sample", clEnqueueNDRangeKernel(q, sample, 1, NULL, &global, NULL, 0, NULL, NULL));
+        STEP("feed", clEnqueueNDRangeKernel(q, feed, 1, NULL, &global, NULL, 0, NULL, NULL));
+        STEP("read", clEnqueueReadBuffer(q, out, CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
+        for (int i = 0; i < N; i++) sum = (sum ^ host[i]) * 1099511628211ull;
+        printf("iteration %d\n", it);
+        fflush(stdout);
+        if (sleep_ms) usleep(sleep_ms * 1000);
+    }
+    STEP("finish", clFinish(q));
+    printf("checksum %016llx\n", (unsigned long long)sum);
+    printf("done\n");
+    clReleaseKernel(sample);
+    clReleaseKernel(feed);
+    clReleaseMemObject(img);
+    clReleaseMemObject(px);
+    clReleaseMemObject(out);
+    clReleaseProgram(prog);
+    clReleaseCommandQueue(q);
+    clReleaseContext(ctx);
+    return 0;
+}
