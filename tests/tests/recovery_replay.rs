@@ -157,6 +157,13 @@ fn mappings_held_across_a_crash_keep_working() {
     assert_client_survives_fault("replay_heldmap", "enqueue:segv:once", "20", true);
 }
 
+/// As above, the crash asynchronous (150 ms after the 22nd NDRange returned): it lands where it
+/// lands (a map, an unmap, a read, with mappings held or not) and changes nothing.
+#[test]
+fn an_asynchronous_crash_around_maps_changes_nothing() {
+    assert_client_survives_fault("replay_heldmap", "enqueue:async-segv:once", "21", true);
+}
+
 /// An image made from a buffer (`CL_MEM_OBJECT_IMAGE1D_BUFFER`) read by one kernel while
 /// another writes its buffer: the 21st NDRange crashes the driver.
 #[test]
