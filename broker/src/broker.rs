@@ -271,8 +271,24 @@ fn serve_client(
             return Err(reason);
         }
     };
-    let (BrokerRequest::Hello(hello), fds) = channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())? else {
-        return Err("the first message must be a hello".into());
+    let (hello, fds) = match channel::recv::<BrokerRequest>(client).map_err(|e| e.to_string())? {
+        (BrokerRequest::Hello(hello), fds) => (hello, fds),
+        (BrokerRequest::ServeReports(hello), _) => {
+            hello.check()?;
+            let (pid, name) = app.as_ref().map(|a| (a.pid, a.name.clone())).ok_or("cannot identify the client")?;
+            let sock = client.try_clone().map_err(|e| format!("cannot keep a report connection: {e}"))?;
+            crate::reports::register(pid, name, sock);
+            return Ok(());
+        }
+        (BrokerRequest::AskReports { hello, pid }, _) => {
+            if let Err(reason) = hello.check() {
+                let _ = channel::send(client, &BrokerReply::Refused { reason: reason.clone() }, &[]);
+                return Err(reason);
+            }
+            let reports = crate::reports::ask(pid);
+            return channel::send(client, &BrokerReply::Reports { reports }, &[]).map_err(|e| e.to_string());
+        }
+        _ => return Err("the first message must be a hello".into()),
     };
     let stdio = AppStdio::from_hello(fds);
     if let Err(reason) = hello.check() {
@@ -314,6 +330,7 @@ fn serve_client(
             }
             BrokerRequest::CarriedOver(carried) => crate::carried::record(&mut notes, carried),
             BrokerRequest::Hello(_) => return Err("a second hello on one connection".into()),
+            _ => return Err("a request out of turn".into()),
         }
     }
 }

@@ -10,6 +10,7 @@ mod embedded;
 mod install;
 mod observe;
 mod probe;
+mod reports;
 mod watchdog;
 
 use std::process::{Command, ExitCode};
@@ -110,6 +111,16 @@ enum Cmd {
     },
     /// Print the manual page, in roff (`cloister manpage > cloister.1; man ./cloister.1`).
     Manpage,
+    /// Print the timing report of a running application started with --timing (every such
+    /// application at the broker, without PID): asked of its shim through its broker, while it runs.
+    Timing {
+        /// The application's process id; its broker is the one its CLOISTER_SOCKET names
+        /// (as `cloister run` sets it), else the per-user broker.
+        pid: Option<u32>,
+        /// Ask the broker listening here.
+        #[arg(long)]
+        socket: Option<std::path::PathBuf>,
+    },
     /// Run the same micro-benchmarks directly on the driver and through the cage; print both
     /// and the ratio.
     Bench {
@@ -245,6 +256,7 @@ fn main() -> ExitCode {
         Cmd::Install(args) => install::install(&args),
         Cmd::Uninstall(args) => install::uninstall(&args),
         Cmd::Config(args) => config_cmd::run(args),
+        Cmd::Timing { pid, socket } => reports::cli(pid, socket),
         Cmd::Coverage => {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)

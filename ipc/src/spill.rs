@@ -17,8 +17,9 @@ use crate::{Frame, IpcError, RawBytes};
 
 /// Messages up to this size travel inline, in the lane's message area.
 pub const INLINE_MAX: usize = 1 << 20;
-// The frame's own header (variant and length) must fit next to the largest inline message.
-const _: () = assert!(INLINE_MAX + 16 <= crate::lane::MSG_CAP);
+// The frame's own header (variant and length) must fit next to the largest inline message, twice
+// over for a timed one (`TimeIt` or `Timed`, with its time: up to 10 bytes more).
+const _: () = assert!(INLINE_MAX + 48 <= crate::lane::MSG_CAP);
 
 /// The worker's exit status when a lane cannot post its reply (see the worker's `cannot_reply`).
 pub const EXIT_CANNOT_REPLY: i32 = 70;
@@ -92,15 +93,36 @@ impl LaneSpill {
     /// Answers one lane message: `serve` runs the request's encoded bytes and returns the
     /// encoded reply, of any size; `segment` finds a segment the shim sent. Returns the frame
     /// to post, or why this lane cannot answer (the worker treats that as its own fault).
+    /// A `TimeIt` request is answered `Timed`, with the time `serve` took: the only clock reads
+    /// are for requests that ask.
     pub fn serve<S: std::ops::Deref<Target = SharedRegion>>(
         &mut self,
         msg: &[u8],
         segment: impl Fn(u64) -> Option<S>,
         serve: impl FnOnce(&[u8]) -> Vec<u8>,
     ) -> Result<Vec<u8>, String> {
+        let frame = decode(msg);
+        let Ok(Frame::TimeIt(RawBytes(inner))) = frame else { return self.answer(frame, segment, serve) };
+        let mut worker_ns = 0u64;
+        let framed = self.answer(decode(inner), segment, |request| {
+            let start = std::time::Instant::now();
+            let reply = serve(request);
+            worker_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            reply
+        })?;
+        Ok(encode(&Frame::Timed { worker_ns, inner: RawBytes(&framed) }))
+    }
+
+    /// `serve` without the timing, for the decoded `frame` (a `TimeIt` in it is no request).
+    fn answer<S: std::ops::Deref<Target = SharedRegion>>(
+        &mut self,
+        frame: Result<Frame<'_>, IpcError>,
+        segment: impl Fn(u64) -> Option<S>,
+        serve: impl FnOnce(&[u8]) -> Vec<u8>,
+    ) -> Result<Vec<u8>, String> {
         // A held reply is fetched by the very next message, or never (the shim gave up on it).
         let held = self.held.take();
-        let reply = match decode(msg) {
+        let reply = match frame {
             Ok(Frame::Inline(RawBytes(request))) => serve(request),
             Ok(Frame::InSegment { segment: id, len }) => {
                 let region = segment(id).ok_or_else(|| format!("request segment {id} never arrived"))?;
@@ -117,7 +139,9 @@ impl LaneSpill {
                 return Ok(encode(&Frame::Fetched { len: held.len() as u64 }));
             }
             // Not a request: answered with no reply at all, which the shim reads as a fault.
-            Ok(Frame::Held { .. } | Frame::Fetched { .. }) | Err(_) => return Ok(inline(&[])),
+            Ok(Frame::Held { .. } | Frame::Fetched { .. } | Frame::TimeIt(_) | Frame::Timed { .. }) | Err(_) => {
+                return Ok(inline(&[]))
+            }
         };
         if reply.len() <= INLINE_MAX {
             return Ok(inline(&reply));
@@ -167,6 +191,29 @@ mod tests {
             let out = lane.serve(&junk, find, |_| unreachable!()).unwrap();
             assert_eq!(decode(&out).unwrap(), Frame::Inline(RawBytes(b"")));
         }
+    }
+
+    #[test]
+    fn a_timed_request_is_answered_with_the_time_its_serving_took() {
+        let mut lane = LaneSpill::default();
+        let none = |_: u64| None::<&SharedRegion>;
+        let asked = inline(b"ping");
+        let out = lane
+            .serve(&encode(&Frame::TimeIt(RawBytes(&asked))), none, |req| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                [req, b"-pong"].concat()
+            })
+            .unwrap();
+        let Frame::Timed { worker_ns, inner: RawBytes(inner) } = decode(&out).unwrap() else { panic!("not timed") };
+        assert!((20_000_000..2_000_000_000).contains(&worker_ns), "{worker_ns} ns");
+        assert_eq!(decode(inner).unwrap(), Frame::Inline(RawBytes(b"ping-pong")));
+        // An untimed request gets no time; a timed one inside another is no request.
+        let out = lane.serve(&asked, none, |req| req.to_vec()).unwrap();
+        assert_eq!(decode(&out).unwrap(), Frame::Inline(RawBytes(b"ping")));
+        let twice = encode(&Frame::TimeIt(RawBytes(&encode(&Frame::TimeIt(RawBytes(&asked))))));
+        let out = lane.serve(&twice, none, |_| unreachable!()).unwrap();
+        let Frame::Timed { inner: RawBytes(inner), .. } = decode(&out).unwrap() else { panic!("not timed") };
+        assert_eq!(decode(inner).unwrap(), Frame::Inline(RawBytes(b"")));
     }
 
     #[test]

@@ -613,7 +613,9 @@ wire_calls! {
     EnqueueCommandBuffer { queues: Vec<ObjectId>, buffer: ObjectId, sync: EnqueueSync } -> i32;
     /// The execution status of each event (`CL_INVALID_EVENT` for an id the worker does not
     /// hold), in order: the shim settles its non-blocking transfers with one call, not one each.
-    EventStatuses { events: Vec<ObjectId> } -> StatusesReply;
+    /// Each event of `events` also in `release_settled` (the shim's own, which the application
+    /// never saw) is released once its status is `CL_COMPLETE` or an error, in the same call.
+    EventStatuses { events: Vec<ObjectId>, release_settled: Vec<ObjectId> } -> StatusesReply;
 }
 
 /// A borrowed byte string, encoded as postcard encodes bytes (its length, then the bytes, in one
@@ -651,6 +653,20 @@ pub enum Frame<'a> {
     Fetch { segment: u64 },
     /// Reply to `Fetch`: the `len` bytes are in the segment.
     Fetched { len: u64 },
+    /// Request: the frame `inner` (`Inline` or `InSegment`), and how long the worker spent on
+    /// it, asked for. The shim sends it only while the application's timing report is on, so
+    /// the worker reads no clock for anyone else.
+    #[serde(borrow)]
+    TimeIt(RawBytes<'a>),
+    /// Reply to `TimeIt`: the answer's frame `inner` (`Inline` or `Held`), and the nanoseconds
+    /// the worker spent serving the request (decoding it, the driver's call, encoding the reply)
+    /// by its own monotonic clock. The worker's claim: the shim clamps it to the round trip it
+    /// measured itself.
+    Timed {
+        worker_ns: u64,
+        #[serde(borrow)]
+        inner: RawBytes<'a>,
+    },
 }
 
 impl Request {
@@ -756,10 +772,33 @@ pub enum BrokerRequest {
     WhyDied {
         driver: String,
     },
+    /// The first message of a shim's second connection, made while its timing report is on:
+    /// the connection then answers the broker's `Query` with `Report`, for the application the
+    /// kernel says is at its other end, until it closes.
+    ServeReports(crate::handshake::Hello),
+    /// The shim's answer to `Query`: its timing report as it stands (`None`: timing is off).
+    Report {
+        timing: Option<String>,
+    },
+    /// `cloister timing`: the reports of application `pid` (`None`: of every application that
+    /// serves them here); answered with `Reports`.
+    AskReports {
+        hello: crate::handshake::Hello,
+        pid: Option<u32>,
+    },
     /// Replay recovery carried the application over to this driver's newest worker (not
     /// answered): the broker adds it to the crash reports of the workers that died since the
     /// last carry-over. The application's word, bounded by the broker (`CarriedOver::MAX_*`).
     CarriedOver(CarriedOver),
+}
+
+/// One application's answer to `AskReports`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct AppReport {
+    pub pid: u32,
+    pub app: String,
+    /// The report, or why the application gave none.
+    pub timing: Result<String, String>,
 }
 
 /// What replay recovery did after a worker's death, as the shim tells the broker.
@@ -804,6 +843,12 @@ pub enum BrokerReply {
     /// The cause and the crash report's path, once the broker has written it.
     Death {
         note: Option<String>,
+    },
+    /// On a `ServeReports` connection: the broker asks for the reports (answered `Report`).
+    Query,
+    /// The answer to `AskReports`.
+    Reports {
+        reports: Vec<AppReport>,
     },
 }
 

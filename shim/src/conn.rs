@@ -184,6 +184,9 @@ fn waits_for_completion(req: &cloister_ipc::Request) -> bool {
 }
 
 /// How much unused segment memory a connection keeps for reuse.
+/// The smallest shared segment made for a transfer.
+const SEGMENT_MIN: usize = 64 << 10;
+
 const SEGMENT_POOL_BYTES: usize = 256 << 20;
 
 /// The error every call on a dead or misbehaving worker gets.
@@ -597,7 +600,9 @@ impl Conn {
     /// A shared segment of at least `len` bytes, known to the worker: a pooled one when one
     /// fits (its pages are already faulted in on both sides), else a fresh one.
     pub fn acquire_segment(&self, len: usize) -> Result<Segment, cl_int> {
-        let len = len.max(1);
+        // Small transfers share one size, so the pool serves them and its byte limit bounds
+        // how many segments (and descriptors) it keeps.
+        let len = len.max(SEGMENT_MIN);
         {
             let mut pool = self.segment_pool.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(i) = pool.iter().position(|s| s.region.len() >= len && s.region.len() <= len.saturating_mul(2))

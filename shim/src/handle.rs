@@ -202,14 +202,18 @@ pub enum ObjData {
     Platform,
     Device,
     Context,
-    Queue,
+    /// What direct transfers need to know of a queue (`direct`).
+    Queue(crate::direct::QueueState),
     /// `host_ptr` is the application's memory of a `CL_MEM_USE_HOST_PTR` buffer (0 otherwise),
     /// kept in step with the device on blocking reads and maps; `image` is set for images.
     Mem {
+        /// The object's context (an enqueue the shim vouches for checks its queue's against it).
+        context: ObjectId,
         flags: u64,
         host_ptr: usize,
-        /// The bytes of the application's memory at `host_ptr` (the buffer's size): the shim
-        /// never copies outside them.
+        /// A buffer's size (for a `CL_MEM_USE_HOST_PTR` one, the bytes of the application's
+        /// memory at `host_ptr`, outside which the shim never copies); for an image, the bytes
+        /// its host memory spans (0 without); 0 for a pipe.
         host_len: usize,
         image: Option<ImageMeta>,
         maps: Mutex<HashMap<usize, Vec<MapRecord>>>,
@@ -244,19 +248,36 @@ impl ObjData {
         ObjData::Program { app_source, binary_sizes: Mutex::new(None) }
     }
 
-    pub fn mem(flags: u64, host_ptr: usize, host_len: usize, image: Option<ImageMeta>) -> Self {
-        ObjData::Mem { flags, host_ptr, host_len, image, maps: Mutex::new(HashMap::new()), shared: None }
+    pub fn mem(context: ObjectId, flags: u64, host_ptr: usize, host_len: usize, image: Option<ImageMeta>) -> Self {
+        ObjData::Mem { context, flags, host_ptr, host_len, image, maps: Mutex::new(HashMap::new()), shared: None }
     }
 
     /// A zero-copy buffer (or sub-buffer) whose memory is `view`.
     pub fn shared_mem(flags: u64, view: SharedView) -> Self {
         ObjData::Mem {
+            context: view.context,
             flags,
             host_ptr: 0,
-            host_len: 0,
+            host_len: view.len,
             image: None,
             maps: Mutex::new(HashMap::new()),
             shared: Some(view),
+        }
+    }
+
+    /// A queue's state for direct transfers, if this is a queue.
+    pub fn queue_state(&self) -> Option<&crate::direct::QueueState> {
+        match self {
+            ObjData::Queue(state) => Some(state),
+            _ => None,
+        }
+    }
+
+    /// A memory object's `CL_MEM_*` flags as the application gave them (0 for other objects).
+    pub fn mem_flags(&self) -> u64 {
+        match self {
+            ObjData::Mem { flags, .. } => *flags,
+            _ => 0,
         }
     }
 
@@ -275,6 +296,8 @@ impl ObjData {
 /// data, never a length or pointer the shim trusts.
 #[derive(Clone)]
 pub struct SharedView {
+    /// The buffer's context (a direct transfer checks its queue's against it).
+    pub context: ObjectId,
     pub memory: Arc<cloister_ipc::shm::SharedMapping>,
     pub offset: usize,
     pub len: usize,
@@ -295,7 +318,7 @@ impl SharedView {
     /// The window `[origin, origin + size)` of this view, for a sub-buffer.
     pub fn window(&self, origin: usize, size: usize) -> Option<SharedView> {
         self.at(origin, size)?;
-        Some(SharedView { memory: self.memory.clone(), offset: self.offset + origin, len: size })
+        Some(SharedView { context: self.context, memory: self.memory.clone(), offset: self.offset + origin, len: size })
     }
 }
 
@@ -435,7 +458,7 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
     let mut reg = registry().write().unwrap_or_else(|e| e.into_inner());
     let Some(old) = reg.get(&h).cloned() else { return };
     let data = match &old.data {
-        ObjData::Mem { flags, host_ptr, host_len, image, shared, maps } => {
+        ObjData::Mem { context, flags, host_ptr, host_len, image, shared, maps } => {
             // Mappings the application still holds keep their memory (the dead worker's
             // segment or zero-copy memory) until it unmaps them (`MapRecord::carried`).
             let mut held = std::mem::take(&mut *maps.lock().unwrap_or_else(|e| e.into_inner()));
@@ -446,6 +469,7 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
                 }
             }
             ObjData::Mem {
+                context: *context,
                 flags: *flags,
                 host_ptr: *host_ptr,
                 host_len: *host_len,
@@ -469,7 +493,7 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
         ObjData::Platform => ObjData::Platform,
         ObjData::Device => ObjData::Device,
         ObjData::Context => ObjData::Context,
-        ObjData::Queue => ObjData::Queue,
+        ObjData::Queue(state) => ObjData::Queue(state.rebuilt()),
         ObjData::Event => ObjData::Event,
         ObjData::Sampler => ObjData::Sampler,
         ObjData::CommandBuffer => ObjData::CommandBuffer,
@@ -719,7 +743,7 @@ mod tests {
     #[test]
     fn shared_views_never_reach_outside_their_buffer() {
         let region = cloister_ipc::shm::SharedRegion::create("test", 1 << 16).unwrap();
-        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: 1 << 16 };
+        let view = SharedView { context: 1, memory: Arc::new(region.into_mapping()), offset: 0, len: 1 << 16 };
         assert!(view.at(0, 1 << 16).is_some());
         assert!(view.at(1, 1 << 16).is_none());
         assert!(view.at(usize::MAX, 2).is_none());

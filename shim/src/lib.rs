@@ -10,6 +10,7 @@
 
 mod api;
 mod conn;
+mod direct;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handle;

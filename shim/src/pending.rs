@@ -138,9 +138,13 @@ impl Pending {
         };
         let found = !taken.is_empty();
         for op in taken {
-            complete(conn, op, CL_QUEUED);
+            complete(conn, op, CL_QUEUED, false);
         }
         found
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -151,9 +155,9 @@ impl Pending {
 /// The execution status of each of `events`, asked in one call. A worker that answers with
 /// another count than it was asked for is cut off; a worker that cannot answer makes them all
 /// `CL_DEVICE_NOT_AVAILABLE`.
-fn event_statuses(conn: &Conn, events: Vec<ObjectId>) -> Vec<cl_int> {
+fn event_statuses(conn: &Conn, events: Vec<ObjectId>, release_settled: Vec<ObjectId>) -> Vec<cl_int> {
     let n = events.len();
-    match conn.call(EventStatuses { events }) {
+    match conn.call(EventStatuses { events, release_settled }) {
         Ok(r) if r.status == CL_SUCCESS && r.statuses.len() == n => r.statuses,
         Ok(r) if r.status == CL_SUCCESS => {
             let what = format!("{} statuses for {n} events", r.statuses.len());
@@ -183,17 +187,23 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
     if mine.is_empty() {
         return;
     }
-    let statuses = event_statuses(conn, mine.iter().map(|op| op.event).collect());
+    // The shim's own events the worker releases in the same call once they are settled.
+    let own = mine.iter().filter(|op| op.app_event.is_none()).map(|op| op.event).collect();
+    let statuses = event_statuses(conn, mine.iter().map(|op| op.event).collect(), own);
     for (op, status) in mine.into_iter().zip(statuses) {
         if status > CL_COMPLETE && !conn.is_dead() {
             pending.push(op);
             continue;
         }
-        complete(conn, op, status);
+        // A status the worker answered (not one the shim made up for a dead worker or a bad
+        // answer) says the worker released the shim's own event.
+        let released = status == CL_COMPLETE || (status < 0 && status != CL_INVALID_EVENT && !conn.is_dead());
+        complete(conn, op, status, released);
     }
 }
 
-fn complete(conn: &Conn, op: PendingOp, status: cl_int) {
+/// Completes `op` with `status`; `released`: the worker has released the shim's own event.
+fn complete(conn: &Conn, op: PendingOp, status: cl_int, released: bool) {
     if status < 0 && crate::recovery::on() && !matches!(op.transfer, Transfer::Write) {
         // A read or map that never landed: recovery must not call its event complete.
         conn.journal.unfinished(op.event);
@@ -225,6 +235,7 @@ fn complete(conn: &Conn, op: PendingOp, status: cl_int) {
         Some(h) => {
             handle::release(h as *mut _, Kind::Event);
         }
+        None if released => {}
         None => {
             let _ = conn.call(Release { object: op.event });
         }

@@ -239,7 +239,7 @@ fn ask_respawn(sock: &OwnedFd, driver: &str) -> Result<(OwnedFd, String), Asked>
             _ => Err(Asked::Refused(errors.join("; "))),
         },
         BrokerReply::Refused { reason } => Err(Asked::Refused(reason)),
-        BrokerReply::Death { .. } => Err(Asked::Refused("the broker answered out of turn".into())),
+        _ => Err(Asked::Refused("the broker answered out of turn".into())),
     }
 }
 
@@ -289,7 +289,7 @@ fn hello(sock: &OwnedFd) -> Result<(Vec<cloister_ipc::WorkerGrant>, Vec<OwnedFd>
             Ok((grants, fds))
         }
         BrokerReply::Refused { reason } => Err(format!("broker refused: {reason}")),
-        BrokerReply::Death { .. } => Err("the broker answered out of turn".into()),
+        _ => Err("the broker answered out of turn".into()),
     }
 }
 
@@ -366,6 +366,7 @@ fn connect() -> Result<Runtime, String> {
         },
     };
     cloister_ipc::log::in_shim(|| tracing::info!(broker = %path, "connected to the broker"));
+    crate::intercept::serve_reports(&path);
     let broker_path = shared.then_some(path);
     let (grants, fds) = hello(&sock)?;
     let mut slots = Vec::new();
@@ -439,7 +440,7 @@ fn connect_with_retries(broker: &OwnedFd, fd: OwnedFd, driver: &str) -> Result<A
             (BrokerReply::Workers { .. }, Some(next)) => next,
             (BrokerReply::Workers { errors, .. }, None) => return Err(errors.join("; ")),
             (BrokerReply::Refused { reason }, _) => return Err(reason),
-            (BrokerReply::Death { .. }, _) => return Err("the broker answered out of turn".into()),
+            _ => return Err("the broker answered out of turn".into()),
         };
     }
 }

@@ -15,12 +15,29 @@ pub(crate) fn exchange(
     request: &[u8],
     mut round_trip: impl FnMut(&[u8]) -> Result<Vec<u8>, cl_int>,
 ) -> Result<Vec<u8>, cl_int> {
+    // While the timing report is on, the worker is asked for its own time (`Frame::TimeIt`).
+    let timed = crate::intercept::timing_on();
+    let mut send = |frame: Vec<u8>| {
+        if !timed {
+            return round_trip(&frame);
+        }
+        let start = std::time::Instant::now();
+        let reply = round_trip(&spill::encode(&Frame::TimeIt(RawBytes(&frame))))?;
+        let waited = start.elapsed();
+        match spill::decode(&reply) {
+            Ok(Frame::Timed { worker_ns, inner: RawBytes(inner) }) => {
+                crate::intercept::note_worker_time(worker_ns, waited);
+                Ok(inner.to_vec())
+            }
+            _ => Err(conn.reject(call, "an untimed answer to a timed request")),
+        }
+    };
     let reply = if request.len() <= INLINE_MAX {
-        round_trip(&spill::inline(request))?
+        send(spill::inline(request))?
     } else {
         let seg = conn.acquire_segment(request.len())?;
         let posted = if spill::write_segment(&seg.region, request) {
-            round_trip(&spill::encode(&Frame::InSegment { segment: seg.id, len: request.len() as u64 }))
+            send(spill::encode(&Frame::InSegment { segment: seg.id, len: request.len() as u64 }))
         } else {
             Err(CL_OUT_OF_HOST_MEMORY)
         };

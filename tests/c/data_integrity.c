@@ -240,6 +240,65 @@ static void host_ptr_flags(size_t n) {
 }
 
 /* Many large buffers alive at once, under a descriptor limit far below their number. */
+/* What a transfer the cage makes without the driver (issue 12: zero-copy buffers on an idle
+ * in-order queue of a CPU device) must still refuse, and the order it must keep. Each refusal
+ * prints its code, so the caged run must print what the driver printed directly. */
+static void direct_rules(void) {
+  enum { N = (256 << 10) + 7 };
+  cl_int err;
+  unsigned char *ref = malloc(N), *got = malloc(N);
+  randomize(ref, N);
+  CHECK(clFinish(q)); /* idle: the cage may copy by itself from here */
+  cl_mem_flags refused[] = { CL_MEM_HOST_READ_ONLY, CL_MEM_HOST_NO_ACCESS, CL_MEM_HOST_WRITE_ONLY };
+  for (int i = 0; i < 3; i++) {
+    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | refused[i], N, NULL, &err);
+    CHECK(err);
+    cl_int w = clEnqueueWriteBuffer(q, m, CL_TRUE, 0, N, ref, 0, NULL, NULL);
+    cl_int r = clEnqueueReadBuffer(q, m, CL_TRUE, 0, N, got, 0, NULL, NULL);
+    printf("host access flags %#llx: write %d, read %d\n", (unsigned long long)refused[i], w, r);
+    CHECK(clReleaseMemObject(m));
+  }
+  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, N, NULL, &err);
+  CHECK(err);
+  CHECK(clFinish(q));
+  printf("past the end: %d, empty: %d\n", clEnqueueWriteBuffer(q, m, CL_TRUE, N - 3, 4, ref, 0, NULL, NULL),
+         clEnqueueReadBuffer(q, m, CL_TRUE, 0, 0, got, 0, NULL, NULL));
+  cl_context other = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  CHECK(err);
+  cl_mem foreign = clCreateBuffer(other, CL_MEM_READ_WRITE, N, NULL, &err);
+  CHECK(err);
+  printf("buffer of another context: %d\n", clEnqueueWriteBuffer(q, foreign, CL_TRUE, 0, N, ref, 0, NULL, NULL));
+  CHECK(clReleaseMemObject(foreign));
+  CHECK(clReleaseContext(other));
+  /* Order: an idle write, a kernel, a non-blocking write behind the kernel, a kernel, a blocking
+   * read behind it: ref+1 overwritten by ref2, then +1. */
+  CHECK(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, N, ref, 0, NULL, NULL));
+  run_add1(m, N);
+  unsigned char *ref2 = malloc(N);
+  randomize(ref2, N);
+  CHECK(clEnqueueWriteBuffer(q, m, CL_FALSE, 0, N, ref2, 0, NULL, NULL));
+  run_add1(m, N);
+  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, N, got, 0, NULL, NULL));
+  for (size_t i = 0; i < N; i++) ref2[i] += 1;
+  same(got, ref2, N, "write behind a kernel, read behind another", N);
+  /* Back to back on the now idle queue, at odd offsets: what was written is read. */
+  for (int k = 0; k < 50; k++) {
+    size_t off, len;
+    range(N, &off, &len);
+    randomize(ref + off, len);
+    CHECK(clEnqueueWriteBuffer(q, m, k % 2, off, len, ref + off, 0, NULL, NULL));
+    memcpy(ref2 + off, ref + off, len);
+    range(N, &off, &len);
+    CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, off, len, got, 0, NULL, NULL));
+    same(got, ref2 + off, len, "idle writes and reads", N);
+  }
+  CHECK(clReleaseMemObject(m));
+  free(ref);
+  free(ref2);
+  free(got);
+  printf("direct transfer rules ok\n");
+}
+
 static void many_buffers(void) {
   enum { COUNT = 3000 };
   struct rlimit lim = { 256, 256 };
@@ -285,6 +344,7 @@ int main(void) {
   size_t sizes[] = { 4096 + 3, (64 << 10) + 17, (1 << 20) + 5, (20 << 20) + 123, (65 << 20) + 4099 };
   for (int i = 0; i < 5; i++) transfers(sizes[i]);
   sub_buffers();
+  direct_rules();
   host_ptr_flags(4096);
   host_ptr_flags((1 << 20) + 3);
   many_buffers();

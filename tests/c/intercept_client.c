@@ -1,6 +1,6 @@
 /* A client for cloister's intercept features (tests/tests/intercept.rs): builds one small kernel,
    runs it and prints its first results; makes exactly one failing call (a zero-size buffer);
-   LEAK=1 leaves two buffers and a kernel unreleased; THREADS=N runs the work in N threads; its queues are made without profiling, and it
+   LEAK=1 leaves two buffers and a kernel unreleased; COMPILE=1 compiles and links instead of building; THREADS=N runs the work in N threads; its queues are made without profiling, and it
    prints what their queries say. */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -48,7 +48,17 @@ int main(void) {
   CHECK(clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
   ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err); CHECK(err);
   prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err); CHECK(err);
-  err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2", NULL, NULL);
+  if (getenv("COMPILE")) {
+    /* Compiled, then linked, instead of built (COMPILE=1): build options appended by cloister
+       must reach the compile. */
+    err = clCompileProgram(prog, 1, &dev, "-cl-std=CL1.2", 0, NULL, NULL, NULL, NULL);
+    if (err == CL_SUCCESS) {
+      cl_program linked = clLinkProgram(ctx, 1, &dev, NULL, 1, &prog, NULL, NULL, &err);
+      if (err == CL_SUCCESS) { CHECK(clReleaseProgram(prog)); prog = linked; }
+    }
+  } else {
+    err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2", NULL, NULL);
+  }
   char log[8192] = {0}; size_t ls = 0;
   clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, &ls);
   if (err != CL_SUCCESS) { printf("build failed %d: %s\n", err, log); return 2; }

@@ -152,6 +152,26 @@ fn call_log_lists_the_smoke_clients_calls_in_order_with_names() {
     }
     assert_eq!(counts, want, "timing report:\n{timing}");
     assert!(timing.contains(&format!("cloister timing: {} calls", SMOKE_CALLS.len())), "{timing}");
+    // Each row's time splits into the driver's (the worker's own measure) and the cage's: they
+    // add up, the driver's is never more than the whole, and a build is mostly the driver's.
+    let mut split = 0;
+    for l in host.lines().filter(|l| l.starts_with("cl") && !l.starts_with("cloister")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let num = |i: usize| f[i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {l:?}"));
+        let (total, cage, cage_pct) = (num(2), num(4), num(5));
+        assert!((0.0..=100.0).contains(&cage_pct), "{l}");
+        if f[3] == "-" {
+            assert!((total - cage).abs() < 0.0015, "no split, all cage: {l}");
+            continue;
+        }
+        split += 1;
+        let driver = num(3);
+        assert!(driver <= total && (driver + cage - total).abs() < 0.0015, "{l}");
+        if f[0] == "clBuildProgram" {
+            assert!(driver > 0.5 * total, "a build is the driver's work: {l}");
+        }
+    }
+    assert!(split >= 20, "most calls waited for the worker and were split:\n{timing}");
     // Device time per kernel name and global size, from profiling: the client's own profiled
     // time of its `add` kernel is what the report says.
     let row = |label: &str| {
@@ -341,9 +361,15 @@ fn dump_then_inject_skips_the_compiler_and_appended_options_reach_the_driver() {
     assert_eq!(output(&injected), "out 0 1 2 3", "{}", text(&injected));
     assert!(text(&injected).contains(&format!("injected {}", dump.join(bin).display())), "{}", text(&injected));
 
-    // Appended options change what the kernel computes.
+    // Appended options change what the kernel computes, built or compiled (and linked).
     let foo = run_ok(&["--build-options-append=-DFOO=3"], &exe, &[]);
     assert_eq!(output(&foo), "out 0 3 6 9");
+    let compiled = run_ok(&[], &exe, &[("COMPILE", "1")]);
+    assert_eq!(output(&compiled), "out 0 1 2 3", "{}", text(&compiled));
+    let foo = run_ok(&["--build-options-append=-DFOO=3"], &exe, &[("COMPILE", "1")]);
+    assert_eq!(output(&foo), "out 0 3 6 9", "{}", text(&foo));
+    let broken = caged(&["--build-options-append=-DBROKEN"], &exe, &[], &[("COMPILE", "1")]);
+    assert!(!broken.status.success() && text(&broken).contains("BROKEN is defined"), "{}", text(&broken));
 
     // An injected source, named by the same hash, replaces the application's.
     let inject = dir.join("inject");
@@ -460,4 +486,235 @@ fn features_come_from_the_configuration_file_too() {
     assert!(text(&out).contains("cloister leaks: 3 objects not released at exit"), "{}", text(&out));
     let timing = std::fs::read_to_string(dir.join("timing.txt")).expect("the timing report, beside the file");
     assert!(timing.contains("clBuildProgram ") && timing.contains("NDRangeKernel fill [64]"), "{timing}");
+}
+
+/// An application `cloister run` started and the test ends, whatever happens to the test.
+struct Running(Option<std::process::Child>);
+
+impl Running {
+    fn start(cloister_args: &[&str], exe: &Path, env: &[(&str, &Path)]) -> Self {
+        let mut cmd = std::process::Command::new(cloister());
+        cmd.arg("run").args(cloister_args).arg("--").arg(exe);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        Running(Some(cmd.spawn().expect("start cloister run")))
+    }
+
+    fn finish(mut self) -> Output {
+        self.0.take().expect("running").wait_with_output().expect("wait for cloister run")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The pid the client wrote once its first rounds were done.
+fn ready_pid(ready: &Path) -> u32 {
+    assert!(wait_for_path(ready, std::time::Duration::from_secs(120)), "the client never got ready");
+    std::fs::read_to_string(ready).expect("read the ready file").trim().parse().expect("a pid")
+}
+
+/// The count of `entry`'s row in a timing report.
+fn count_of(report: &str, entry: &str) -> Option<u64> {
+    report.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        (f.next()? == entry).then_some(())?;
+        f.next()?.parse().ok()
+    })
+}
+
+/// `cloister timing PID` asks a running application's shim, through its broker, for its timing
+/// report as it stands: the calls so far, while the application goes on; told to stop, it then
+/// finishes normally, and its report at exit counts every round it ran.
+#[test]
+fn timing_report_on_demand_while_the_application_runs() {
+    let exe = c_client("long_running");
+    let dir = scratch("on-demand");
+    let (ready, stop, timing) = (dir.join("ready"), dir.join("stop"), dir.join("timing.txt"));
+    let app = Running::start(
+        &[&format!("--timing={}", timing.display())],
+        &exe,
+        &[("READY_FILE", &ready), ("STOP_FILE", &stop)],
+    );
+    let pid = ready_pid(&ready);
+    let ask = || {
+        let out = std::process::Command::new(cloister())
+            .args(["timing", &pid.to_string()])
+            .output()
+            .expect("run cloister timing");
+        assert!(out.status.success(), "cloister timing failed:\n{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = ask();
+    assert!(first.starts_with(&format!("== long_running (pid {pid}) ==\ncloister timing: ")), "{first}");
+    let enqueued = count_of(&first, "clEnqueueNDRangeKernel").unwrap_or_else(|| panic!("no enqueue row:\n{first}"));
+    assert!(enqueued >= 5, "the five rounds before ready, at least:\n{first}");
+    assert_eq!(count_of(&first, "clCreateBuffer"), Some(3), "{first}");
+    assert_eq!(count_of(&first, "clReleaseContext"), None, "the application has not finished:\n{first}");
+    // It goes on meanwhile: a later report counts more rounds.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let second = ask();
+    assert!(count_of(&second, "clEnqueueNDRangeKernel") > Some(enqueued), "{first}\n{second}");
+    // An application that serves no report is said so, with a failure.
+    let out = std::process::Command::new(cloister()).args(["timing", "1"]).output().expect("run cloister timing");
+    assert!(!out.status.success(), "{}", text(&out));
+    std::fs::write(&stop, "").expect("write the stop file");
+    let out = app.finish();
+    assert!(out.status.success() && text(&out).contains("PASS"), "{}", text(&out));
+    let rounds: u64 =
+        text(&out).lines().find_map(|l| l.strip_prefix("rounds ")?.trim().parse().ok()).expect("the client's rounds");
+    let at_exit = std::fs::read_to_string(&timing).expect("the report at exit");
+    assert_eq!(count_of(&at_exit, "clEnqueueNDRangeKernel"), Some(rounds), "{at_exit}");
+    assert_eq!(count_of(&at_exit, "clReleaseContext"), Some(1), "{at_exit}");
+}
+
+/// `--leaks` also says the peak of the bytes the application's memory objects held (the
+/// long-running client's 4 MiB and 1 MiB buffers and 16 KiB image, live at once; its
+/// sub-buffer holds none of its own; the 2 MiB one comes after the 4 MiB one went), what was
+/// held at exit (nothing: it releases everything), and its calls per second.
+/// (The client also forks a child and ends it by SIGTERM on the way.)
+#[test]
+fn statistics_at_exit_say_peak_memory_and_calls_per_second() {
+    let exe = c_client("long_running");
+    let dir = scratch("stats");
+    let (ready, log) = (dir.join("ready"), dir.join("calls.log"));
+    // The stop file is there from the start: the client stops after its first rounds.
+    let stop = dir.join("stop");
+    std::fs::write(&stop, "").expect("write the stop file");
+    let ready_s = ready.display().to_string();
+    let stop_s = stop.display().to_string();
+    let out = run_ok(
+        &["--leaks", &format!("--log-calls={}", log.display())],
+        &exe,
+        &[("READY_FILE", &ready_s), ("STOP_FILE", &stop_s), ("FORK_CHILD", "1")],
+    );
+    let t = text(&out);
+    // Its forked child, ended by SIGTERM, ended alone: the shim's handler it inherited did not
+    // have the parent write its reports and die.
+    assert!(t.contains("child ended by signal 15"), "{t}");
+    let line = t.lines().find(|l| l.starts_with("cloister stats: ")).unwrap_or_else(|| panic!("no stats:\n{t}"));
+    let peak = (4 << 20) + (1 << 20) + 64 * 64 * 4;
+    assert!(line.contains(&format!("peak memory objects {peak} bytes (5.0 MiB), 0 bytes at exit;")), "{line}");
+    let calls = std::fs::read_to_string(&log).expect("the call log").lines().count();
+    let (count, rate) = line
+        .split_once("; ")
+        .and_then(|(_, rest)| {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.first()?.parse::<usize>().ok()?, f.get(5)?.trim_start_matches('(').parse::<f64>().ok()?))
+        })
+        .unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(count, calls, "as many calls as the call log has lines: {line}");
+    assert!(rate > 0.0, "{line}");
+}
+
+/// An application ended by SIGTERM (left at its default action) still leaves its reports: the
+/// timing report, the statistics, a whole trace and the call log's last lines; and it still
+/// ends by SIGTERM, as `cloister run` shows.
+#[test]
+fn reports_are_written_when_sigterm_ends_the_application() {
+    use std::os::unix::process::ExitStatusExt;
+    let exe = c_client("long_running");
+    let dir = scratch("sigterm");
+    let (ready, timing, trace, log) =
+        (dir.join("ready"), dir.join("timing.txt"), dir.join("trace.json"), dir.join("calls.log"));
+    let app = Running::start(
+        &[
+            &format!("--timing={}", timing.display()),
+            "--leaks",
+            "--trace",
+            trace.to_str().unwrap_or_default(),
+            &format!("--log-calls={}", log.display()),
+        ],
+        &exe,
+        &[("READY_FILE", &ready)],
+    );
+    let pid = ready_pid(&ready);
+    // SAFETY: signalling the client's own process, alive until it is reaped by `cloister run`.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    let out = app.finish();
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{}", text(&out));
+    let report = std::fs::read_to_string(&timing).expect("the timing report, written on SIGTERM");
+    let enqueued = count_of(&report, "clEnqueueNDRangeKernel").unwrap_or_else(|| panic!("{report}"));
+    assert!(enqueued >= 5, "{report}");
+    assert!(text(&out).contains("cloister stats: peak memory objects"), "{}", text(&out));
+    assert!(text(&out).contains("cloister leaks: "), "{}", text(&out));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("the trace")).expect("a whole trace");
+    let events = json["traceEvents"].as_array().expect("events");
+    assert!(events.iter().filter(|e| e["name"] == "clEnqueueNDRangeKernel").count() as u64 >= enqueued);
+    let log = std::fs::read_to_string(&log).expect("the call log");
+    assert!(log.lines().filter(|l| l.contains("clEnqueueNDRangeKernel(")).count() as u64 >= enqueued, "{log}");
+}
+
+/// What a shim says on its report connection is untrusted: one that never answers is given up
+/// on at the broker's deadline and forgotten (the next ask does not meet it again); an answer's
+/// text reaches the terminal escaped. Two fake shims, made of the broker's own messages.
+#[test]
+fn report_connections_are_asked_within_a_deadline_and_their_text_is_escaped() {
+    use cloister_ipc::{channel, handshake::Hello, BrokerReply, BrokerRequest};
+    let dir = scratch("hostile-reports");
+    let socket = dir.join("broker.sock");
+    struct Broker(std::process::Child);
+    impl Drop for Broker {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let broker = Broker(
+        std::process::Command::new(cloister())
+            .args(["broker", "--socket"])
+            .arg(&socket)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start a broker"),
+    );
+    assert!(wait_for_path(&socket, std::time::Duration::from_secs(10)), "the broker never listened");
+    let silent = channel::connect_seqpacket(&socket).expect("connect");
+    channel::send(&silent, &BrokerRequest::ServeReports(Hello::new()), &[]).expect("send");
+    let talker = channel::connect_seqpacket(&socket).expect("connect");
+    channel::send(&talker, &BrokerRequest::ServeReports(Hello::new()), &[]).expect("send");
+    let answering = std::thread::spawn(move || {
+        while let Ok((BrokerReply::Query, _)) = channel::recv::<BrokerReply>(&talker) {
+            let timing = Some("rows\u{1b}[2J\n".to_string());
+            if channel::send(&talker, &BrokerRequest::Report { timing }, &[]).is_err() {
+                break;
+            }
+        }
+    });
+    let ask = || {
+        std::process::Command::new(cloister())
+            .args(["timing", "--socket"])
+            .arg(&socket)
+            .output()
+            .expect("run cloister timing")
+    };
+    // Both registered (each on its own connection's thread in the broker, which says nothing
+    // back: hence the pause and the retries): one report, one failure.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut first = ask();
+    for _ in 0..50 {
+        if text(&first).contains("no answer within") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        first = ask();
+    }
+    let t = text(&first);
+    assert!(!first.status.success() && t.contains("no answer within 3 s"), "{t}");
+    assert!(t.contains("rows\\u{1b}[2J") && !t.contains('\u{1b}'), "escaped: {t}");
+    // The silent one is forgotten: the next ask meets only the one that answers.
+    let second = ask();
+    let t = text(&second);
+    assert!(second.status.success() && !t.contains("no answer") && t.contains("rows\\u{1b}[2J"), "{t}");
+    drop(broker);
+    drop(silent);
+    answering.join().expect("the answering thread");
 }

@@ -82,6 +82,7 @@ pub unsafe fn clEnqueueCommandBufferKHR(
         if conn.is_some_and(|c| !Arc::ptr_eq(&c, &cb.conn)) {
             return Err(CL_INVALID_CONTEXT);
         }
+        crate::direct::command_buffer_enqueued(queues);
         let make = |sync| EnqueueCommandBuffer { queues: ids, buffer: cb.id, sync };
         // SAFETY: the wait list and event per API contract.
         unsafe { enqueue_call(&cb, n, list, event, make) }

@@ -70,6 +70,11 @@ unsafe fn chunked(
     let _settled = SettleAfter(q);
     for (start, len, first, last) in chunks(size) {
         let rc = step(start, len, chunk_sync(sync, first, last))?;
+        if rc == CL_SUCCESS && last {
+            if let Some(state) = q.data.queue_state() {
+                state.blocking_call_returned();
+            }
+        }
         if rc != CL_SUCCESS || last {
             // SAFETY: forwarded.
             return Ok(unsafe { finish_enqueue(q, sync, event, Ok(rc)) });
@@ -108,8 +113,17 @@ pub(super) unsafe fn track(
         h as usize
     });
     q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer });
+    // An application that never waits still gets its segments back: every so many pending
+    // transfers, the finished ones settle (one call).
+    if q.conn.pending().len() >= SETTLE_EVERY {
+        settle(&q.conn, None);
+    }
     rc
 }
+
+/// How many pending transfers make the next one settle the finished ones (each holds a shared
+/// segment, and with it a descriptor).
+const SETTLE_EVERY: usize = 64;
 
 /// After a successful map of mapping `id`, seen here at `view`: a blocking one fills the
 /// application's memory of a `CL_MEM_USE_HOST_PTR` object now, a non-blocking one is recorded
@@ -211,6 +225,12 @@ pub unsafe fn clEnqueueReadBuffer(
         if ptr.is_null() {
             return Err(CL_INVALID_VALUE);
         }
+        // SAFETY: ptr holds `size` writable bytes per the API contract.
+        if let Some(rc) =
+            unsafe { direct(&q, &m, false, blocking_read != CL_FALSE, offset, size, ptr.cast(), n, event) }
+        {
+            return Ok(rc);
+        }
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let mirror = use_host_ptr(&m, offset, size)?;
@@ -294,9 +314,18 @@ pub unsafe fn clEnqueueWriteBuffer(
         if ptr.is_null() {
             return Err(CL_INVALID_VALUE);
         }
+        let app = ptr.cast_mut().cast();
+        // SAFETY: ptr holds `size` bytes per the API contract (only read, for a write).
+        if let Some(rc) = unsafe { direct(&q, &m, true, blocking_write != CL_FALSE, offset, size, app, n, event) } {
+            return Ok(rc);
+        }
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        if blocking_write == CL_FALSE && size <= NON_BLOCKING_MAX {
+        let posted = match blocking_write {
+            CL_FALSE => size <= NON_BLOCKING_MAX,
+            _ => n == 0 && event.is_null() && size < PIPE_MIN && vouched_write(&q, &m, offset, size),
+        };
+        if posted {
             let segment = q.conn.acquire_segment(size)?;
             // The application may reuse its memory once the call returns only after the event
             // completes, but copying now costs the same and frees it at once.
@@ -347,6 +376,28 @@ pub unsafe fn clEnqueueWriteBuffer(
         unsafe { record_write(queue, buffer, offset, size, ptr, n, list, event) };
     }
     rc
+}
+
+/// Whether a blocking write may be posted like a non-blocking one: OpenCL lets a blocking write
+/// return once the application's memory may be reused ("the OpenCL implementation copies the
+/// data referred to by ptr and enqueues the write operation"), which the copy into a segment
+/// achieves. Only a write whose every refusal the shim can make itself: a buffer of the queue's
+/// context (not an image, a pipe, or the application's own memory), a range within it and not
+/// empty, host access allowed; without a wait list (a failed event in it must fail this call)
+/// or an event (drivers complete a blocking write's event before returning, and an application
+/// may count on it).
+/// The driver's remaining refusals (allocation failures) come late, as a posted enqueue's do.
+fn vouched_write(q: &Object, m: &Object, offset: usize, size: usize) -> bool {
+    let Some(state) = q.data.queue_state() else { return false };
+    match &m.data {
+        ObjData::Mem { context, flags, host_ptr: 0, host_len, image: None, .. } => {
+            *context == state.context
+                && size > 0
+                && offset.checked_add(size).is_some_and(|end| end <= *host_len)
+                && flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS) == 0
+        }
+        _ => false,
+    }
 }
 
 /// In replay mode, records a successful write with its data (`recovery`).
@@ -742,6 +793,42 @@ unsafe fn pipelined(
 /// round trip through the lane (and a second copy) beats a map and an unmap (two round trips):
 /// a round trip costs about what copying a few hundred KiB does.
 const IN_PLACE_MIN: usize = 256 << 10;
+
+/// A read or write the shim makes itself (`crate::direct`): `Some(code)` when it did. On an
+/// idle queue that is a copy; a blocking transfer on a busy queue first waits for the queue's
+/// earlier commands with `clFinish`, as the driver would have waited for them.
+///
+/// # Safety
+/// `app` holds `size` bytes, readable for a write, writable for a read.
+#[allow(clippy::too_many_arguments)]
+unsafe fn direct(
+    q: &Object,
+    m: &Object,
+    write: bool,
+    blocking: bool,
+    offset: usize,
+    size: usize,
+    app: *mut u8,
+    n: cl_uint,
+    event: *mut cl_event,
+) -> Option<cl_int> {
+    if n != 0 || !event.is_null() {
+        return None;
+    }
+    let transfer = crate::direct::Direct::check(q, m, write, offset, size, app)?;
+    // SAFETY: forwarded from the caller.
+    if unsafe { transfer.copy_if_idle(q) } {
+        return Some(CL_SUCCESS);
+    }
+    if !blocking {
+        return None;
+    }
+    match super::queue::flush_or_finish_queue(q, true) {
+        // SAFETY: forwarded from the caller.
+        CL_SUCCESS => unsafe { transfer.copy_if_idle(q) }.then_some(CL_SUCCESS),
+        e => Some(e),
+    }
+}
 
 /// A blocking read or write of a zero-copy buffer, with one copy as directly: the worker maps
 /// the range (so the driver's ordering and coherence hold), the shim copies between the

@@ -82,37 +82,54 @@ fn with_host_data<C: Call<Reply = i32>>(
     rc
 }
 
-/// Buffers smaller than this keep the copying path: a transfer that small costs a round trip
-/// either way, and a shared mapping per small buffer would cost a page and a map each.
+/// Buffers smaller than this keep the copying path, unless the context is one of CPU devices:
+/// elsewhere a transfer that small costs a round trip either way, and a shared mapping per small
+/// buffer would cost a page and a map each. On CPU devices a zero-copy buffer's transfers on an
+/// idle queue cost no round trip at all (`crate::direct`), which pays for the page and the map
+/// at creation.
 const ZERO_COPY_MIN: usize = 64 << 10;
 
 /// Whether buffers of this context get zero-copy memory: every device of it shares the host's
 /// memory (`CL_DEVICE_HOST_UNIFIED_MEMORY`), and `CLOISTER_ZERO_COPY=0` does not turn it off.
 /// Asked of the worker once per context; its answer only picks the path (both are safe).
-fn zero_copy_context(ctx: &Object) -> bool {
+pub(super) fn zero_copy_context(ctx: &Object) -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ENABLED.get_or_init(cloister_ipc::settings::zero_copy) {
-        return false;
-    }
-    // Kept in the context's own info cache under a device parameter no context query uses.
-    let key = (CL_DEVICE_HOST_UNIFIED_MEMORY, u64::MAX);
+    *ENABLED.get_or_init(cloister_ipc::settings::zero_copy)
+        && every_device(ctx, CL_DEVICE_HOST_UNIFIED_MEMORY, |unified| unified != 0)
+}
+
+/// Whether every device of `ctx` is a CPU device (see `crate::direct`).
+pub(super) fn cpu_context(ctx: &Object) -> bool {
+    every_device(ctx, CL_DEVICE_TYPE, |t| t & CL_DEVICE_TYPE_CPU != 0)
+}
+
+/// Whether every device of `ctx` answers `param` (a `cl_uint` or `cl_bitfield` query) with a
+/// value `accept` takes; `false` for a context without devices or a failing query. Kept in the
+/// context's own info cache under a device parameter no context query uses.
+pub(super) fn every_device(ctx: &Object, param: cl_uint, accept: fn(u64) -> bool) -> bool {
+    let key = (param, u64::MAX);
     if let Some(v) = ctx.cached_info(key, |v| v == [1]) {
         return v;
     }
-    let unified = (|| {
+    let all = (|| {
         let devices = info::query(ctx, InfoTarget::Context, 0, CL_CONTEXT_DEVICES).ok()?;
         let mut all = !devices.is_empty();
         for h in devices.chunks_exact(std::mem::size_of::<usize>()) {
             let h = usize::from_ne_bytes(h.try_into().ok()?);
             let dev = lookup(h as *const c_void, Kind::Device).ok()?;
-            let v = info::query(&dev, InfoTarget::Device, 0, CL_DEVICE_HOST_UNIFIED_MEMORY).ok()?;
-            all &= v.len() == 4 && u32::from_ne_bytes([v[0], v[1], v[2], v[3]]) != 0;
+            let v = info::query(&dev, InfoTarget::Device, 0, param).ok()?;
+            let value = match v.len() {
+                4 => u32::from_ne_bytes(v[..4].try_into().ok()?) as u64,
+                8 => u64::from_ne_bytes(v[..8].try_into().ok()?),
+                _ => return None,
+            };
+            all &= accept(value);
         }
         Some(all)
     })()
     .unwrap_or(false);
-    ctx.cache_info(key, vec![unified as u8]);
-    unified
+    ctx.cache_info(key, vec![all as u8]);
+    all
 }
 
 fn create_buffer(
@@ -129,11 +146,11 @@ fn create_buffer(
     }
     let conn = ctx.conn.clone();
     // The application's own memory (USE_HOST_PTR) cannot be shared: it keeps the mirror path.
-    if flags & CL_MEM_USE_HOST_PTR == 0 && size >= ZERO_COPY_MIN && zero_copy_context(&ctx) {
+    if flags & CL_MEM_USE_HOST_PTR == 0 && zero_copy_context(&ctx) && (size >= ZERO_COPY_MIN || cpu_context(&ctx)) {
         return create_zero_copy_buffer(&ctx, properties, flags, wire_flags, size, host_ptr);
     }
     let mirror = if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 };
-    create(&conn, Kind::Mem, ObjData::mem(flags, mirror, size, None), |id| {
+    create(&conn, Kind::Mem, ObjData::mem(ctx.id, flags, mirror, size, None), |id| {
         let req = CreateBuffer {
             id,
             context: ctx.id,
@@ -168,7 +185,7 @@ fn create_zero_copy_buffer(
     }
     let segment = conn.share_region(&region)?;
     // The fd travelled with the message: this side needs only the mapping.
-    let view = SharedView { memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
+    let view = SharedView { context: ctx.id, memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
     let r = create(conn, Kind::Mem, ObjData::shared_mem(flags, view), |id| {
         let req = CreateBuffer {
             id,
@@ -243,7 +260,8 @@ pub unsafe fn clCreateSubBuffer(
 ) -> cl_mem {
     let r = (|| {
         let parent = lookup(buffer, Kind::Mem)?;
-        let ObjData::Mem { flags: parent_flags, host_ptr, host_len, image: None, shared, .. } = &parent.data else {
+        let ObjData::Mem { context, flags: parent_flags, host_ptr, host_len, image: None, shared, .. } = &parent.data
+        else {
             return Err(CL_INVALID_MEM_OBJECT);
         };
         if create_type != CL_BUFFER_CREATE_TYPE_REGION || info.is_null() {
@@ -254,7 +272,7 @@ pub unsafe fn clCreateSubBuffer(
         // The sub-buffer inherits the parent's host-pointer flags, and its access flags unless
         // it names its own (as the driver reports them).
         const ACCESS: u64 = CL_MEM_READ_WRITE | CL_MEM_READ_ONLY | CL_MEM_WRITE_ONLY;
-        const HOST_ACCESS: u64 = (1 << 7) | (1 << 8) | (1 << 9);
+        const HOST_ACCESS: u64 = CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS;
         let mut own = flags | (parent_flags & (CL_MEM_USE_HOST_PTR | CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR));
         if flags & ACCESS == 0 {
             own |= parent_flags & ACCESS;
@@ -273,7 +291,7 @@ pub unsafe fn clCreateSubBuffer(
         // a USE_HOST_PTR buffer lives at the parent's host pointer plus its origin).
         let data = match shared {
             Some(view) => ObjData::shared_mem(own, view.window(region.origin, region.size).ok_or(CL_INVALID_VALUE)?),
-            None => ObjData::mem(own, mirror, region.size, None),
+            None => ObjData::mem(*context, own, mirror, region.size, None),
         };
         create(&parent.conn, Kind::Mem, data, |id| {
             crate::recovery::recorded(
@@ -348,7 +366,7 @@ unsafe fn create_image(
     };
     let meta = ImageMeta { elem: elem as usize, image_type: d.image_type, host };
     let mirror = host.map_or(0, |h| h.ptr);
-    let data = ObjData::mem(flags, mirror, host.map_or(0, |h| h.len), Some(meta));
+    let data = ObjData::mem(ctx.id, flags, mirror, host.map_or(0, |h| h.len), Some(meta));
     let conn = ctx.conn.clone();
     create(&conn, Kind::Mem, data, |id| {
         let req = CreateImage {
@@ -490,7 +508,7 @@ pub unsafe fn clCreatePipe(
         if !properties.is_null() && unsafe { *properties } != 0 {
             return Err(CL_INVALID_VALUE);
         }
-        create(&ctx.conn, Kind::Mem, ObjData::mem(flags, 0, 0, None), |id| {
+        create(&ctx.conn, Kind::Mem, ObjData::mem(ctx.id, flags, 0, 0, None), |id| {
             ctx.conn.call(CreatePipe { id, context: ctx.id, flags, packet_size, max_packets })
         })
     })();

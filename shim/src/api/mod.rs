@@ -112,6 +112,9 @@ pub unsafe fn enqueue_sync(
     if (n == 0) != list.is_null() {
         return Err(CL_INVALID_EVENT_WAIT_LIST);
     }
+    if let Some(state) = queue.data.queue_state() {
+        state.enqueuing();
+    }
     // SAFETY: checked non-NULL with n entries per the API contract.
     let events = unsafe { slice(list, n as usize, CL_INVALID_EVENT_WAIT_LIST)? };
     let (wait, conn) = ids_of(events, Kind::Event, CL_INVALID_EVENT_WAIT_LIST)?;

@@ -318,7 +318,7 @@ pub unsafe fn clCompileProgram(
             headers.push((hp.id, name));
         }
         // SAFETY: options is NULL or NUL-terminated.
-        let options = unsafe { c_bytes(options) };
+        let options = crate::intercept::program::build_options(unsafe { c_bytes(options) });
         let notify = build_notify(&p.conn, program, pfn_notify, user_data)?;
         let (options, includes) = with_includes(&p, options);
         let req = CompileProgram { program: p.id, devices, options, headers, includes, notify };

@@ -6,8 +6,17 @@ use cloister_ipc::cl::*;
 use cloister_ipc::{CreateCommandQueue, CreateCommandQueueWithProperties, FlushOrFinish, InfoTarget};
 
 use super::{create, creation, forward_info, retain_release};
-use crate::handle::{lookup, Kind, ObjData};
+use crate::direct::QueueState;
+use crate::handle::{lookup, Kind, ObjData, Object};
 use crate::info;
+
+/// A new queue's state for direct transfers (`direct`): capable if it runs in order on a
+/// context of CPU devices whose buffers are zero-copy.
+fn queue_state(ctx: &Object, properties: cl_bitfield) -> QueueState {
+    let in_order = properties & (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_ON_DEVICE) == 0;
+    let capable = in_order && super::memory::zero_copy_context(ctx) && super::memory::cpu_context(ctx);
+    QueueState::new(ctx.id, capable)
+}
 
 fn context_and_device(
     context: cl_context,
@@ -29,7 +38,8 @@ pub unsafe fn clCreateCommandQueue(
 ) -> cl_command_queue {
     let (properties, traced) = crate::intercept::device::add_profiling(properties);
     let r = context_and_device(context, device).and_then(|(ctx, dev)| {
-        create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
+        let state = queue_state(&ctx, properties);
+        create(&ctx.conn, Kind::Queue, ObjData::Queue(state), |id| {
             crate::recovery::recorded(&ctx.conn, CreateCommandQueue { id, context: ctx.id, device: dev, properties })
         })
     });
@@ -66,8 +76,12 @@ pub unsafe fn clCreateCommandQueueWithProperties(
             }
             Some(v)
         };
+        let queue_properties = props
+            .as_deref()
+            .and_then(|p| p.chunks_exact(2).find(|kv| kv[0] == CL_QUEUE_PROPERTIES as u64).map(|kv| kv[1]));
+        let state = queue_state(&ctx, queue_properties.unwrap_or(0));
         let (props, traced) = crate::intercept::device::add_profiling_list(props);
-        let r = create(&ctx.conn, Kind::Queue, ObjData::Queue, |id| {
+        let r = create(&ctx.conn, Kind::Queue, ObjData::Queue(state), |id| {
             let req = CreateCommandQueueWithProperties { id, context: ctx.id, device: dev, properties: props };
             crate::recovery::recorded(&ctx.conn, req)
         });
@@ -86,11 +100,21 @@ forward_info!(
 );
 
 fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
-    let q = match lookup(queue, Kind::Queue) {
-        Ok(q) => q,
-        Err(e) => return e,
-    };
+    match lookup(queue, Kind::Queue) {
+        Ok(q) => flush_or_finish_queue(&q, finish),
+        Err(e) => e,
+    }
+}
+
+/// `clFlush` or `clFinish` on a queue already looked up (a direct transfer on a busy queue
+/// finishes it first).
+pub(super) fn flush_or_finish_queue(q: &Object, finish: bool) -> cl_int {
     let rc = q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e);
+    if finish && rc == CL_SUCCESS {
+        if let Some(state) = q.data.queue_state() {
+            state.blocking_call_returned();
+        }
+    }
     if finish {
         crate::pending::settle(&q.conn, Some(q.id));
         if rc == CL_SUCCESS && crate::recovery::on() {

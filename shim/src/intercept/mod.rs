@@ -15,6 +15,8 @@ mod leaks;
 mod names;
 mod output;
 pub mod program;
+mod reports;
+mod signals;
 mod timing;
 mod trace;
 
@@ -105,6 +107,7 @@ fn init() -> u8 {
         if s.timing.is_some() || s.trace.is_some() || s.leaks || s.log.is_some() {
             // SAFETY: registering a function with the C signature atexit expects.
             unsafe { libc::atexit(at_exit) };
+            signals::install(at_exit);
         }
         s
     });
@@ -125,6 +128,42 @@ fn init() -> u8 {
     on
 }
 
+/// Called once the shim has its broker at `path`: with the timing report on, the report can be
+/// asked for while the application runs (`cloister timing PID`).
+pub fn serve_reports(path: &str) {
+    if active() & TIMING != 0 {
+        reports::serve(path);
+    }
+}
+
+/// Whether lane calls ask the worker for its own time (the timing report is on).
+#[inline]
+pub fn timing_on() -> bool {
+    state() & TIMING != 0
+}
+
+thread_local! {
+    /// The worker's time in the calling thread's current entry point: nanoseconds, and how many
+    /// timed replies it came from (none: the call never waited for the worker).
+    static WORKER_TIME: std::cell::Cell<(u64, u32)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// A timed reply said the worker spent `worker_ns` on it; the shim waited `waited` for it. The
+/// worker's figure is its claim only: clamped to what the shim saw, it cannot be more than the
+/// whole (nor less than nothing: it is unsigned).
+pub fn note_worker_time(worker_ns: u64, waited: std::time::Duration) {
+    let waited = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+    let _ = WORKER_TIME.try_with(|t| {
+        let (ns, n) = t.get();
+        t.set((ns.saturating_add(worker_ns.min(waited)), n.saturating_add(1)));
+    });
+}
+
+/// The worker's time since the last call, and forgets it.
+fn take_worker_time() -> (u64, u32) {
+    WORKER_TIME.try_with(|t| t.replace((0, 0))).unwrap_or((0, 0))
+}
+
 /// One observed call, from its start.
 pub struct Call {
     on: u8,
@@ -136,6 +175,9 @@ impl Call {
     pub fn begin(on: u8, name: &'static str) -> Self {
         if on & DEVICE != 0 && matches!(name, "clReleaseCommandQueue" | "clReleaseContext") {
             device::drain();
+        }
+        if on & TIMING != 0 {
+            take_worker_time();
         }
         Call { on, start: Instant::now() }
     }
@@ -154,9 +196,13 @@ impl Call {
         own_event: *mut std::ffi::c_void,
     ) {
         let elapsed = self.start.elapsed();
+        let worker = if self.on & TIMING != 0 { take_worker_time() } else { (0, 0) };
         let ok = status.is_none_or(|s| s >= 0);
         if ok {
             names::note_created(ret_ty, result, args);
+        }
+        if self.on & NAMES != 0 {
+            leaks::note_call(name, ret_ty, result, ok, args);
         }
         if self.on & DEVICE != 0 {
             let arg = |n: &str| args.iter().find(|a| a.name == n).map(|a| a.raw);
@@ -177,7 +223,8 @@ impl Call {
             }
         }
         if self.on & TIMING != 0 {
-            timing::add(name, elapsed);
+            let (ns, replies) = worker;
+            timing::add(name, elapsed, std::time::Duration::from_nanos(ns).min(elapsed), replies > 0);
         }
         if self.on & TRACE != 0 {
             if let Some(sink) = &s.trace {
@@ -203,8 +250,14 @@ fn micros(at: Instant) -> f64 {
     at.saturating_duration_since(epoch()).as_secs_f64() * 1e6
 }
 
-/// At exit: the timing report, the leak report, the trace's end, every file flushed.
+/// At exit (or on SIGTERM or SIGINT): the timing report, the leak report, the trace's end,
+/// every file flushed.
 extern "C" fn at_exit() {
+    // Once: at exit, or on SIGTERM or SIGINT (`signals`), whichever comes first.
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, Ordering::AcqRel) {
+        return;
+    }
     let Some(s) = SETTINGS.get() else { return };
     device::drain();
     if s.leaks {
@@ -218,5 +271,22 @@ extern "C" fn at_exit() {
     }
     if let Some(l) = &s.log {
         l.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The worker's time is its claim: more than the round trip the shim measured is cut to
+    /// it, and claims add up per call until taken.
+    #[test]
+    fn the_workers_time_is_clamped_to_the_round_trip() {
+        take_worker_time();
+        note_worker_time(u64::MAX, Duration::from_micros(5));
+        note_worker_time(1_000, Duration::from_micros(5));
+        assert_eq!(take_worker_time(), (6_000, 2));
+        assert_eq!(take_worker_time(), (0, 0));
     }
 }

@@ -14,6 +14,9 @@ pub struct Sink {
 enum Out {
     Stderr,
     File(std::io::BufWriter<std::fs::File>),
+    /// Its last record is written (`close`): what other threads still send is dropped, so a
+    /// report or a trace stays whole.
+    Closed,
 }
 
 impl Sink {
@@ -47,7 +50,19 @@ impl Sink {
         let _ = match &mut *out {
             Out::Stderr => std::io::stderr().lock().write_all(record),
             Out::File(f) => f.write_all(record),
+            Out::Closed => Ok(()),
         };
+    }
+
+    /// Writes the last record, flushed; nothing more is written after it.
+    pub fn close(&self, last: &[u8]) {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = match &mut *out {
+            Out::Stderr => std::io::stderr().lock().write_all(last),
+            Out::File(f) => f.write_all(last).and_then(|()| f.flush()),
+            Out::Closed => Ok(()),
+        };
+        *out = Out::Closed;
     }
 
     pub fn flush(&self) {

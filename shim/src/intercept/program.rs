@@ -179,7 +179,9 @@ fn handles(query: impl Fn(usize, *mut c_void, *mut usize) -> cl_int) -> Result<V
         .collect())
 }
 
-/// `CLOISTER_BUILD_OPTIONS_APPEND` added to a build's options.
+/// `CLOISTER_BUILD_OPTIONS_APPEND` added to the options of a build or a compile (as the
+/// Intercept Layer's AppendBuildOptions). Not to a link's: compiler options such as `-D` are
+/// invalid there (`CL_INVALID_LINKER_OPTIONS`).
 pub fn build_options(options: Option<Vec<u8>>) -> Option<Vec<u8>> {
     static APPEND: OnceLock<Option<String>> = OnceLock::new();
     let append = APPEND

@@ -83,8 +83,7 @@ pub fn device_command(sink: &Sink, name: &str, queue: &str, start: u64, end: u64
 
 /// The end of the array and object; the file is complete JSON from here on.
 pub fn finish(sink: &Sink) {
-    sink.write(b"\n]}\n");
-    sink.flush();
+    sink.close(b"\n]}\n");
 }
 
 fn json_escape(s: &str) -> String {

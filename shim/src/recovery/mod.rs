@@ -102,7 +102,21 @@ thread_local! {
 
 /// A call on this thread failed because worker `serial` is dead.
 pub fn met_death(serial: u64) {
+    DEATHS_MET.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
+}
+
+/// Set once any call met its worker's death: until then `retrying` skips the thread-local (in a
+/// library the loader opened, each access is a `__tls_get_addr` call). A thread sees its own
+/// `met_death` in program order, which is all `retrying` needs.
+static DEATHS_MET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This thread's death met since the last take, if any.
+fn take_met_death() -> Option<u64> {
+    match DEATHS_MET.load(std::sync::atomic::Ordering::Relaxed) {
+        false => None,
+        true => MET_DEATH.try_with(|m| m.take()).ok().flatten(),
+    }
 }
 
 /// Runs an entry point; in replay mode, one that failed because its worker died runs again
@@ -111,11 +125,11 @@ pub fn retrying<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R) -> R {
     if !on() {
         return f();
     }
-    let outer = MET_DEATH.try_with(|m| m.take()).ok().flatten();
+    let outer = take_met_death();
     let mut tries = 0;
     let r = loop {
         let r = f();
-        let met = MET_DEATH.try_with(|m| m.take()).ok().flatten();
+        let met = take_met_death();
         match met {
             Some(serial) if failed(&r) && tries < RETRIES => {
                 if !carried_over(serial) {

@@ -4,7 +4,7 @@ use super::*;
 
 impl Serve<EventStatuses> for LaneServer<'_> {
     fn serve(&self, r: EventStatuses) -> StatusesReply {
-        let statuses = r
+        let statuses: Vec<i32> = r
             .events
             .iter()
             .map(|&id| match self.obj(id, Kind::Event) {
@@ -12,6 +12,11 @@ impl Serve<EventStatuses> for LaneServer<'_> {
                 Err(_) => CL_INVALID_EVENT,
             })
             .collect();
+        for (&id, &status) in r.events.iter().zip(&statuses) {
+            if status <= CL_COMPLETE && status != CL_INVALID_EVENT && r.release_settled.contains(&id) {
+                self.serve(Release { object: id });
+            }
+        }
         StatusesReply { status: CL_SUCCESS, statuses }
     }
 }

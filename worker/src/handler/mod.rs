@@ -230,19 +230,26 @@ impl LaneServer<'_> {
         sync: &EnqueueSync,
         call: impl FnOnce(u32, *const *mut c_void, *mut *mut c_void) -> cl_int,
     ) -> cl_int {
-        let wait = match self.wait_list(sync) {
+        let wait = match self.waits_for(sync) {
             Ok(w) => w,
             Err(e) => return e,
         };
-        if !wait.is_empty() {
-            let failed = self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner());
-            if wait.iter().any(|w| failed.contains(&(*w as usize))) {
-                return CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
-            }
-        }
         let mut ev = null_mut();
         let rc = call(wait.len() as u32, wait_ptr(&wait), ev_ptr(sync, &mut ev));
         self.adopt_event(sync, ev, rc)
+    }
+
+    /// The driver's events of `sync`'s wait list, or the code for a command that must not run:
+    /// an unknown event, or one the worker knows failed.
+    fn waits_for(&self, sync: &EnqueueSync) -> Result<Vec<*mut c_void>, cl_int> {
+        let wait = self.wait_list(sync)?;
+        if !wait.is_empty() {
+            let failed = self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner());
+            if wait.iter().any(|w| failed.contains(&(*w as usize))) {
+                return Err(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+            }
+        }
+        Ok(wait)
     }
 
     /// Notes that the event of the command just enqueued for `sync` stands for a command of
