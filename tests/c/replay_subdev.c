@@ -1,6 +1,7 @@
 /* Replay of sub-devices: the device is split (CL_DEVICE_PARTITION_EQUALLY, one compute unit
- * each), the context and its queue use the first sub-device, and a kernel loop runs with a
- * blocking read each iteration. One context, never recreated; every result folded into a
+ * each), the context and its queue use the first sub-device, whose handle is then released
+ * (the context keeps it), and a kernel loop runs with a blocking read each iteration, asking the
+ * second sub-device's compute units too. One context, never recreated; every result folded into a
  * checksum, which a run whose driver crashed mid-run must match.
  *
  * usage: replay_subdev ITERATIONS [SLEEP_MS]
@@ -50,8 +51,12 @@ int main(int argc, char **argv) {
     cl_device_id subs[64];
     cl_uint n_subs = 0;
     STEP("sub-devices", clCreateSubDevices(d, props, 64, subs, &n_subs));
+    if (n_subs < 2) {
+        printf("ERROR step=sub-device-count code=%u\n", n_subs);
+        return 1;
+    }
     cl_uint units = 0;
-    STEP("sub-device info", clGetDeviceInfo(subs[0], CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL));
+    STEP("sub-device info", clGetDeviceInfo(subs[1], CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL));
     printf("%u sub-devices, the first with %u compute units\n", n_subs, units);
     cl_context ctx = clCreateContext(NULL, 1, &subs[0], notified, "replay", &err);
     STEP("context", err);
@@ -62,6 +67,7 @@ int main(int argc, char **argv) {
     STEP("build", clBuildProgram(prog, 1, &subs[0], "", NULL, NULL));
     cl_kernel k = clCreateKernel(prog, "spin", &err);
     STEP("kernel", err);
+    STEP("release first sub-device", clReleaseDevice(subs[0]));
     static cl_uint host[N];
     for (int i = 0; i < N; i++) host[i] = (cl_uint)i * 3u;
     cl_mem acc = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof host, host, &err);
@@ -77,7 +83,7 @@ int main(int argc, char **argv) {
         STEP("read", clEnqueueReadBuffer(q, acc, CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
         for (int i = 0; i < N; i++) sum = (sum ^ host[i]) * 1099511628211ull;
         cl_uint now = 0;
-        STEP("sub-device info", clGetDeviceInfo(subs[0], CL_DEVICE_MAX_COMPUTE_UNITS, sizeof now, &now, NULL));
+        STEP("sub-device info", clGetDeviceInfo(subs[1], CL_DEVICE_MAX_COMPUTE_UNITS, sizeof now, &now, NULL));
         if (now != units) {
             printf("ERROR step=sub-device-units code=%u\n", now);
             return 1;
@@ -94,6 +100,6 @@ int main(int argc, char **argv) {
     clReleaseProgram(prog);
     clReleaseCommandQueue(q);
     clReleaseContext(ctx);
-    for (cl_uint i = 0; i < n_subs; i++) clReleaseDevice(subs[i]);
+    for (cl_uint i = 1; i < n_subs; i++) clReleaseDevice(subs[i]);
     return 0;
 }

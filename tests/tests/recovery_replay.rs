@@ -157,6 +157,13 @@ fn mappings_held_across_a_crash_keep_working() {
     assert_client_survives_fault("replay_heldmap", "enqueue:segv:once", "20", true);
 }
 
+/// As above, the crash asynchronous (150 ms after the 22nd NDRange returned): it lands where it
+/// lands (a map, an unmap, a read, with mappings held or not) and changes nothing.
+#[test]
+fn an_asynchronous_crash_around_maps_changes_nothing() {
+    assert_client_survives_fault("replay_heldmap", "enqueue:async-segv:once", "21", true);
+}
+
 /// An image made from a buffer (`CL_MEM_OBJECT_IMAGE1D_BUFFER`) read by one kernel while
 /// another writes its buffer: the 21st NDRange crashes the driver.
 #[test]
@@ -164,8 +171,9 @@ fn an_image_made_from_a_buffer_runs_through_a_crash() {
     assert_client_survives_fault("replay_imagebuf", "enqueue:segv:once", "20", true);
 }
 
-/// A context and queue on a sub-device (`CL_DEVICE_PARTITION_EQUALLY`): the sub-devices are
-/// made again under their handles (their info still answers), the 21st NDRange crashes.
+/// A context and queue on a sub-device (`CL_DEVICE_PARTITION_EQUALLY`) whose handle the
+/// application released (the context keeps it): the sub-devices are made again under their
+/// handles (the other's info still answers), the 21st NDRange crashes.
 #[test]
 fn a_context_on_a_sub_device_runs_through_a_crash() {
     assert_client_survives_fault("replay_subdev", "enqueue:segv:once", "20", true);

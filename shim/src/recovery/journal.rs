@@ -102,6 +102,12 @@ impl Recipe {
         }
     }
 
+    /// Kept once released: a context (what was made in it may live on), and a partition into
+    /// sub-devices (named by its first one: the others may live on).
+    pub(super) fn kept_released(&self) -> bool {
+        matches!(self.req, Request::CreateContext(_) | Request::CreateContextFromType(_) | Request::CreateSubDevices(_))
+    }
+
     /// The objects it needs made before it (`depends_on`), and a compilation's headers.
     pub(super) fn needs(&self) -> Vec<ObjectId> {
         let mut v = depends_on(&self.req);
@@ -428,9 +434,7 @@ impl Journal {
             let in_use = s.cmds.iter().any(|c| c.uses().contains(&id))
                 || s.recipes.iter().any(|(&other, r)| other != id && r.needs().contains(&id));
             match s.recipes.get(&id) {
-                Some(r)
-                    if !in_use && !matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_)) =>
-                {
+                Some(r) if !in_use && !r.kept_released() => {
                     s.bytes = s.bytes.saturating_sub(r.base_bytes());
                     s.recipes.remove(&id);
                 }
@@ -673,9 +677,8 @@ impl State {
     /// The recipes a rebuild needs once the journal is empty: the objects the application has
     /// not released, every context, and what those need, transitively.
     pub(super) fn needed(&self) -> HashSet<ObjectId> {
-        let is_context = |r: &Recipe| matches!(r.req, Request::CreateContext(_) | Request::CreateContextFromType(_));
         let mut keep: HashSet<ObjectId> =
-            self.recipes.iter().filter(|(_, r)| !r.released || is_context(r)).map(|(id, _)| *id).collect();
+            self.recipes.iter().filter(|(_, r)| !r.released || r.kept_released()).map(|(id, _)| *id).collect();
         let mut todo: Vec<ObjectId> = keep.iter().copied().collect();
         while let Some(id) = todo.pop() {
             for n in self.recipes.get(&id).map(Recipe::needs).unwrap_or_default() {

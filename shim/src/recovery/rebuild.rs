@@ -208,23 +208,13 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
                 new.call(CreateCommandQueueWithProperties { device: translate(q.device), ..q.clone() })
             }
             Request::CreateBuffer(b) => rebuild_buffer(new, b, r, &mut out.views),
-            Request::CreateProgramWithSource(p) => new.call(p.clone()).and_then(|rc| match (&r.build, rc) {
-                (Some(b), CL_SUCCESS) => {
-                    let devices = b.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
-                    new.call(BuildProgram { devices, ..b.clone() }).map(|_| CL_SUCCESS)
-                }
-                _ => Ok(rc),
-            }),
+            Request::CreateProgramWithSource(p) => {
+                new.call(p.clone()).and_then(|rc| build_again(new, r, rc, &translate))
+            }
             Request::CreateProgramWithBinary(p) => {
                 let req =
                     CreateProgramWithBinary { devices: p.devices.iter().map(|&d| translate(d)).collect(), ..p.clone() };
-                new.call(req).and_then(|reply| match (&r.build, reply.status) {
-                    (Some(b), CL_SUCCESS) => {
-                        let devices = b.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
-                        new.call(BuildProgram { devices, ..b.clone() }).map(|_| CL_SUCCESS)
-                    }
-                    (_, s) => Ok(s),
-                })
+                new.call(req).and_then(|reply| build_again(new, r, reply.status, &translate))
             }
             Request::CreateKernel(k) => new.call(k.clone()).map(|reply| reply.status),
             Request::CreateSampler(s) => new.call(s.clone()),
@@ -465,6 +455,18 @@ pub(super) fn compile_ready(
         pending.remove(i);
     }
     Ok(())
+}
+
+/// After program `r` was made again in `new` with status `made`: built as the application
+/// built it, if it did (a failed build fails again, as it did: the program exists either way).
+fn build_again(new: &Conn, r: &Recipe, made: i32, translate: &dyn Fn(ObjectId) -> ObjectId) -> Result<i32, i32> {
+    match (&r.build, made) {
+        (Some(b), CL_SUCCESS) => {
+            let devices = b.devices.as_ref().map(|d| d.iter().map(|&d| translate(d)).collect());
+            new.call(BuildProgram { devices, ..b.clone() }).map(|_| CL_SUCCESS)
+        }
+        _ => Ok(made),
+    }
 }
 
 /// Makes command buffer `r` in `new` again: created, its commands recorded in order (so with
