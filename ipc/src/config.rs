@@ -258,7 +258,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "recovery",
         env: "CLOISTER_RECOVERY",
         kind: Kind::Choice(&["report", "replay"]),
-        default: DefaultValue::Value("replay"),
+        default: DefaultValue::Value("report"),
         doc: "`report`: after a worker's death its objects answer `CL_DEVICE_NOT_AVAILABLE`; `replay`: they are rebuilt in the replacement and the application carries on (see \"Recovery\")",
         per_driver: false,
         in_file: true,

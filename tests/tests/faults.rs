@@ -49,22 +49,27 @@ fn assert_caged_survived(fault: &str, step: &str, c: &std::process::Output) {
 /// Without `CLOISTER_RECOVERY`, replay is on: the same crash in an enqueue costs the
 /// application nothing, and it is told it was carried over.
 #[test]
-fn by_default_the_application_is_carried_over() {
+fn by_default_a_crash_is_reported_and_replay_carries_the_application_over() {
     let cache = std::env::temp_dir().join(format!("cloister-faults-default-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&cache);
     let driver = fault_driver();
-    let out = std::process::Command::new(cloister())
-        .args(["run", "--driver", driver.to_str().unwrap(), "--profile", "pocl", "--"])
-        .arg(c_client("survivor"))
-        .env_remove("CLOISTER_RECOVERY")
+    let run = |recovery: Option<&str>| {
+        let _ = std::fs::remove_dir_all(&cache);
+        let mut c = std::process::Command::new(cloister());
+        c.args(["run", "--driver", driver.to_str().unwrap(), "--profile", "pocl", "--"]).arg(c_client("survivor"));
+        match recovery {
+            Some(r) => c.env("CLOISTER_RECOVERY", r),
+            None => c.env_remove("CLOISTER_RECOVERY"),
+        };
         // `:once` (its marker in the worker's cache folder): the replay does not crash again.
-        .env("CLOISTER_FAULT", "enqueue:segv:once")
-        .env("XDG_CACHE_HOME", &cache)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&cache);
-    let t = text(&out);
-    assert!(out.status.success(), "{t}");
+        let out = c.env("CLOISTER_FAULT", "enqueue:segv:once").env("XDG_CACHE_HOME", &cache).output().unwrap();
+        let _ = std::fs::remove_dir_all(&cache);
+        text(&out)
+    };
+    // The default is `report`: the crash costs the context, and the application is told so.
+    let t = run(None);
+    assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
+    assert!(t.contains("ERROR step=") && !t.contains("carried over"), "the default is not report mode:\n{t}");
+    let t = run(Some("replay"));
     assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
     assert!(t.contains("completed without fault") && !t.contains("ERROR step="), "{t}");
     assert!(t.contains("carried over to a new worker"), "{t}");
