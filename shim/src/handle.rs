@@ -634,6 +634,43 @@ pub fn with_object<R>(h: *const c_void, kind: Kind, f: impl FnOnce(&Object) -> R
     }
 }
 
+/// `with_object` for a call that looks up a second handle while it holds the first (the
+/// argument of `clSetKernelArg`): `f` gets a lookup of its own that reads the same borrow of
+/// this thread's `RECENT`, one thread-local access for both. The second object is lent to `g`.
+#[inline]
+pub fn with_object_then<R>(
+    h: *const c_void,
+    kind: Kind,
+    f: impl FnOnce(&Object, &dyn Fn(*const c_void, Kind, &mut dyn FnMut(&Object))) -> R,
+) -> Result<R, cl_int> {
+    let second = |recent: Option<&Recent>, h2: *const c_void, kind2: Kind, g: &mut dyn FnMut(&Object)| match recent
+        .and_then(|r| r.find(h2 as usize, kind2))
+    {
+        Some(o) => g(o),
+        None => {
+            if let Ok(o) = lookup(h2, kind2) {
+                g(&o)
+            }
+        }
+    };
+    let addr = h as usize;
+    let mut f = Some(f);
+    let lent = RECENT.try_with(|r| {
+        let r = r.try_borrow().ok()?;
+        let obj = r.find(addr, kind)?;
+        let f = f.take()?;
+        Some(f(obj, &|h2, k2, g| second(Some(&r), h2, k2, g)))
+    });
+    if let Ok(Some(v)) = lent {
+        return Ok(v);
+    }
+    let obj = lookup(h, kind)?;
+    match f.take() {
+        Some(f) => Ok(f(&obj, &|h2, k2, g| second(None, h2, k2, g))),
+        None => Err(kind.invalid()), // not reached: `f` is taken only when it ran
+    }
+}
+
 pub fn retain(h: *const c_void, kind: Kind) -> cl_int {
     match lookup(h, kind) {
         Ok(o) => {

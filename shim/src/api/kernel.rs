@@ -123,13 +123,11 @@ fn record_by_name(p: &crate::handle::Object, id: cloister_ipc::ObjectId, h: cl_k
 enum Incoming<'a> {
     /// `arg_value == NULL`: a `__local` buffer of this many bytes.
     Local(u64),
-    /// One of our memory objects or samplers (`bytes` hold its handle): its id, whether it
-    /// is a sampler, and the address of its worker's connection.
+    /// One of our memory objects or samplers, of the kernel's worker: its id, and whether it
+    /// is a sampler.
     Object {
         id: cloister_ipc::ObjectId,
         sampler: bool,
-        conn: usize,
-        bytes: &'a [u8],
     },
     Bytes(&'a [u8]),
 }
@@ -168,8 +166,13 @@ impl Incoming<'_> {
     fn store(&self, slot: &mut Option<ArgValue>) -> bool {
         match (self, slot.as_mut()) {
             (Incoming::Bytes(new), Some(ArgValue::Bytes(old))) if old.len() == new.len() => {
-                let changed = old.as_slice() != *new;
-                old.copy_from_slice(new);
+                // Byte by byte: arguments are a few bytes, where a memcmp and a memcpy call each
+                // cost more than the loop.
+                let mut changed = false;
+                for (o, n) in old.iter_mut().zip(new.iter()) {
+                    changed |= *o != *n;
+                    *o = *n;
+                }
                 changed
             }
             (Incoming::Local(n), Some(ArgValue::Local(old))) if old == n => false,
@@ -192,27 +195,22 @@ pub unsafe fn clSetKernelArg(
     arg_size: usize,
     arg_value: *const c_void,
 ) -> cl_int {
-    let incoming = if arg_value.is_null() {
-        Incoming::Local(arg_size as u64)
-    } else {
-        // SAFETY: arg_value points at arg_size bytes per the API contract.
-        let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
-        object_arg(bytes).unwrap_or(Incoming::Bytes(bytes))
-    };
-    // The kernel is lent (`with_object`): no reference count is touched.
-    let r = crate::handle::with_object(kernel, Kind::Kernel, |k| {
+    // The kernel is lent (`with_object`): no reference count is touched. The argument is
+    // classified inside, where the kernel's worker is known, so nothing is moved or converted
+    // twice on this path, which applications take before every enqueue.
+    let r = crate::handle::with_object_then(kernel, Kind::Kernel, |k, also| {
         let ObjData::Kernel { num_args, args } = &k.data else {
             return CL_INVALID_KERNEL;
         };
         if arg_index >= *num_args {
             return CL_INVALID_ARG_INDEX;
         }
-        // An object of another worker is not one the driver knows: its handle is just bytes.
-        let incoming = match incoming {
-            Incoming::Object { conn, bytes, .. } if conn != std::sync::Arc::as_ptr(&k.conn) as usize => {
-                Incoming::Bytes(bytes)
-            }
-            other => other,
+        let incoming = if arg_value.is_null() {
+            Incoming::Local(arg_size as u64)
+        } else {
+            // SAFETY: arg_value points at arg_size bytes per the API contract.
+            let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
+            object_arg(bytes, &k.conn, also).unwrap_or(Incoming::Bytes(bytes))
         };
         let shape = (arg_index, arg_size as u64, incoming.shape_kind());
         let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
@@ -240,22 +238,27 @@ pub unsafe fn clSetKernelArg(
     r.unwrap_or_else(|e| e)
 }
 
-/// A pointer-sized argument holding one of our memory-object or sampler handles travels as its
-/// id (with the kind of object it is).
-fn object_arg(bytes: &[u8]) -> Option<Incoming<'_>> {
+/// A pointer-sized argument holding one of our memory-object or sampler handles of the
+/// kernel's worker travels as its id (with the kind of object it is); an object of another
+/// worker is not one the driver knows, so its handle is just bytes. `lookup` finds handles
+/// (`handle::with_object_then`).
+fn object_arg<'a>(
+    bytes: &'a [u8],
+    kernel_conn: &std::sync::Arc<crate::conn::Conn>,
+    lookup: &dyn Fn(*const c_void, Kind, &mut dyn FnMut(&crate::handle::Object)),
+) -> Option<Incoming<'a>> {
     let raw = usize::from_ne_bytes(bytes.try_into().ok()?) as *const c_void;
     if raw.is_null() {
         return None;
     }
-    let found = |kind| {
-        crate::handle::with_object(raw, kind, |o| Incoming::Object {
-            id: o.id,
-            sampler: kind == Kind::Sampler,
-            conn: std::sync::Arc::as_ptr(&o.conn) as usize,
-            bytes,
-        })
-    };
-    found(Kind::Mem).or_else(|_| found(Kind::Sampler)).ok()
+    for kind in [Kind::Mem, Kind::Sampler] {
+        let mut found = None;
+        lookup(raw, kind, &mut |o| found = Some(std::sync::Arc::ptr_eq(&o.conn, kernel_conn).then_some(o.id)));
+        if let Some(same_worker) = found {
+            return same_worker.map(|id| Incoming::Object { id, sampler: kind == Kind::Sampler });
+        }
+    }
+    None
 }
 
 /// Takes the arguments set since the last enqueue, to ship with the next one.
