@@ -634,6 +634,10 @@ pub fn with_object<R>(h: *const c_void, kind: Kind, f: impl FnOnce(&Object) -> R
     }
 }
 
+/// A lookup `with_object_then` hands its caller: lends the object of `kind` behind a handle,
+/// if there is one, to the callback.
+pub type SecondLookup<'a> = dyn Fn(*const c_void, Kind, &mut dyn FnMut(&Object)) + 'a;
+
 /// `with_object` for a call that looks up a second handle while it holds the first (the
 /// argument of `clSetKernelArg`): `f` gets a lookup of its own that reads the same borrow of
 /// this thread's `RECENT`, one thread-local access for both. The second object is lent to `g`.
@@ -641,7 +645,7 @@ pub fn with_object<R>(h: *const c_void, kind: Kind, f: impl FnOnce(&Object) -> R
 pub fn with_object_then<R>(
     h: *const c_void,
     kind: Kind,
-    f: impl FnOnce(&Object, &dyn Fn(*const c_void, Kind, &mut dyn FnMut(&Object))) -> R,
+    f: impl FnOnce(&Object, &SecondLookup) -> R,
 ) -> Result<R, cl_int> {
     let second = |recent: Option<&Recent>, h2: *const c_void, kind2: Kind, g: &mut dyn FnMut(&Object)| match recent
         .and_then(|r| r.find(h2 as usize, kind2))

@@ -245,7 +245,7 @@ pub unsafe fn clSetKernelArg(
 fn object_arg<'a>(
     bytes: &'a [u8],
     kernel_conn: &std::sync::Arc<crate::conn::Conn>,
-    lookup: &dyn Fn(*const c_void, Kind, &mut dyn FnMut(&crate::handle::Object)),
+    lookup: &crate::handle::SecondLookup,
 ) -> Option<Incoming<'a>> {
     let raw = usize::from_ne_bytes(bytes.try_into().ok()?) as *const c_void;
     if raw.is_null() {
