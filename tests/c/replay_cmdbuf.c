@@ -6,38 +6,17 @@
  * usage: replay_cmdbuf ITERATIONS [SLEEP_MS]
  * Prints "iteration N", "context notified (replay): ..." for each pfn_notify, then
  * "checksum X" and "done", or "ERROR step=... code=..." and exits 1. */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "replay_common.h"
 #include <CL/cl_ext.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #define N 4096
 
-#define STEP(name, expr)                                                  \
-    do {                                                                  \
-        cl_int e_ = (expr);                                               \
-        if (e_ != CL_SUCCESS) {                                           \
-            printf("ERROR step=%s code=%d\n", name, e_);                  \
-            fflush(stdout);                                               \
-            return 1;                                                     \
-        }                                                                 \
-    } while (0)
 #define GET(name)                                                                             \
     name##_fn name = (name##_fn)clGetExtensionFunctionAddressForPlatform(p, #name);           \
     if (!name) {                                                                              \
         printf("ERROR step=no-" #name " code=0\n");                                          \
         return 1;                                                                             \
     }
-
-static void CL_CALLBACK notified(const char *errinfo, const void *p, size_t cb, void *user) {
-    (void)p;
-    (void)cb;
-    printf("context notified (%s): %s\n", (const char *)user, errinfo);
-    fflush(stdout);
-}
 
 static const char *src =
     "__kernel void bump(__global uint *a, uint k) {\n"
@@ -50,8 +29,8 @@ static const char *src =
     "}\n";
 
 int main(int argc, char **argv) {
-    int iterations = argc > 1 ? atoi(argv[1]) : 20;
-    int sleep_ms = argc > 2 ? atoi(argv[2]) : 0;
+    int iterations, sleep_ms;
+    replay_args(argc, argv, &iterations, &sleep_ms);
     cl_platform_id p;
     cl_device_id d;
     cl_int err;
@@ -108,13 +87,10 @@ int main(int argc, char **argv) {
         STEP("run command buffer", clEnqueueCommandBufferKHR(0, NULL, cb, 0, NULL, NULL));
         STEP("read", clEnqueueReadBuffer(q, out, CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
         for (int i = 0; i < N; i++) sum = (sum ^ host[i]) * 1099511628211ull;
-        printf("iteration %d\n", it);
-        fflush(stdout);
-        if (sleep_ms) usleep(sleep_ms * 1000);
+        iteration_done(it, sleep_ms);
     }
     STEP("finish", clFinish(q));
-    printf("checksum %016llx\n", (unsigned long long)sum);
-    printf("done\n");
+    print_result(sum);
     clReleaseCommandBufferKHR(cb);
     clReleaseKernel(bump);
     clReleaseKernel(stir);

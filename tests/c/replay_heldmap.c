@@ -7,32 +7,10 @@
  * usage: replay_heldmap ITERATIONS [SLEEP_MS]
  * Prints "iteration N", "context notified (replay): ..." for each pfn_notify, then
  * "checksum X" and "done", or "ERROR step=... code=..." and exits 1. */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
+#include "replay_common.h"
 
 #define N 8192
 #define BIG (256 * 1024) /* ints: a zero-copy buffer on host-unified devices */
-
-#define STEP(name, expr)                                                  \
-    do {                                                                  \
-        cl_int e_ = (expr);                                               \
-        if (e_ != CL_SUCCESS) {                                           \
-            printf("ERROR step=%s code=%d\n", name, e_);                  \
-            fflush(stdout);                                               \
-            return 1;                                                     \
-        }                                                                 \
-    } while (0)
-
-static void CL_CALLBACK notified(const char *errinfo, const void *p, size_t cb, void *user) {
-    (void)p;
-    (void)cb;
-    printf("context notified (%s): %s\n", (const char *)user, errinfo);
-    fflush(stdout);
-}
 
 static const char *src =
     "__kernel void busy(__global int *x) {\n"
@@ -50,17 +28,9 @@ static uint64_t fold(uint64_t sum, const int *v, int n) {
 }
 
 int main(int argc, char **argv) {
-    int iterations = argc > 1 ? atoi(argv[1]) : 20;
-    int sleep_ms = argc > 2 ? atoi(argv[2]) : 0;
-    cl_platform_id p;
-    cl_device_id d;
-    cl_int err;
-    STEP("platforms", clGetPlatformIDs(1, &p, NULL));
-    STEP("devices", clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &d, NULL));
-    cl_context ctx = clCreateContext(NULL, 1, &d, notified, "replay", &err);
-    STEP("context", err);
-    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
-    STEP("queue", err);
+    int iterations, sleep_ms;
+    replay_args(argc, argv, &iterations, &sleep_ms);
+    REPLAY_OPEN(p, d, ctx, q, err);
     cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
     STEP("program", err);
     STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL));
@@ -97,15 +67,12 @@ int main(int argc, char **argv) {
         static int host[N];
         STEP("read", clEnqueueReadBuffer(q, other, CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
         sum = fold(sum, host, N);
-        printf("iteration %d\n", it);
-        fflush(stdout);
-        if (sleep_ms) usleep(sleep_ms * 1000);
+        iteration_done(it, sleep_ms);
     }
     static int last[BIG];
     STEP("read acc", clEnqueueReadBuffer(q, acc, CL_TRUE, 0, sizeof last, last, 0, NULL, NULL));
     sum = fold(sum, last, BIG);
-    printf("checksum %016llx\n", (unsigned long long)sum);
-    printf("done\n");
+    print_result(sum);
     clReleaseKernel(busy);
     clReleaseKernel(take);
     clReleaseMemObject(in);

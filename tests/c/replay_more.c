@@ -6,32 +6,10 @@
  * usage: replay_more ITERATIONS [SLEEP_MS]
  * Prints "iteration N", "context notified (replay): ..." for each pfn_notify, then
  * "checksum X" and "done", or "ERROR step=... code=..." and exits 1. */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include "replay_common.h"
 
 #define N 8192
-
-#define STEP(name, expr)                                                  \
-    do {                                                                  \
-        cl_int e_ = (expr);                                               \
-        if (e_ != CL_SUCCESS) {                                           \
-            printf("ERROR step=%s code=%d\n", name, e_);                  \
-            fflush(stdout);                                               \
-            return 1;                                                     \
-        }                                                                 \
-    } while (0)
-
-static void CL_CALLBACK notified(const char *errinfo, const void *p, size_t cb, void *user) {
-    (void)p;
-    (void)cb;
-    printf("context notified (%s): %s\n", (const char *)user, errinfo);
-    fflush(stdout);
-}
 
 static const char *src =
     "__kernel void fold(__global const int *in, __global int *acc, int k) {\n"
@@ -44,17 +22,9 @@ static const char *src =
     "}\n";
 
 int main(int argc, char **argv) {
-    int iterations = argc > 1 ? atoi(argv[1]) : 20;
-    int sleep_ms = argc > 2 ? atoi(argv[2]) : 0;
-    cl_platform_id p;
-    cl_device_id d;
-    cl_int err;
-    STEP("platforms", clGetPlatformIDs(1, &p, NULL));
-    STEP("devices", clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &d, NULL));
-    cl_context ctx = clCreateContext(NULL, 1, &d, notified, "replay", &err);
-    STEP("context", err);
-    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
-    STEP("queue", err);
+    int iterations, sleep_ms;
+    replay_args(argc, argv, &iterations, &sleep_ms);
+    REPLAY_OPEN(p, d, ctx, q, err);
     cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
     STEP("program", err);
     STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL));
@@ -121,13 +91,10 @@ int main(int argc, char **argv) {
         for (int i = 0; i < N; i++) sum = (sum ^ (uint32_t)host[i]) * 1099511628211ull;
         STEP("read2", clEnqueueReadBuffer(q, acc2, CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
         for (int i = 0; i < N; i++) sum = (sum ^ (uint32_t)host[i]) * 1099511628211ull;
-        printf("iteration %d\n", it);
-        fflush(stdout);
-        if (sleep_ms) usleep(sleep_ms * 1000);
+        iteration_done(it, sleep_ms);
     }
     STEP("finish", clFinish(q));
-    printf("checksum %016llx\n", (unsigned long long)sum);
-    printf("done\n");
+    print_result(sum);
     clReleaseKernel(mix2);
     clReleaseKernel(ks[0]);
     clReleaseKernel(ks[1]);

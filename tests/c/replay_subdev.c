@@ -7,31 +7,9 @@
  * usage: replay_subdev ITERATIONS [SLEEP_MS]
  * Prints "iteration N", "context notified (replay): ..." for each pfn_notify, then
  * "checksum X" and "done", or "ERROR step=... code=..." and exits 1. */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
+#include "replay_common.h"
 
 #define N 4096
-
-#define STEP(name, expr)                                                  \
-    do {                                                                  \
-        cl_int e_ = (expr);                                               \
-        if (e_ != CL_SUCCESS) {                                           \
-            printf("ERROR step=%s code=%d\n", name, e_);                  \
-            fflush(stdout);                                               \
-            return 1;                                                     \
-        }                                                                 \
-    } while (0)
-
-static void CL_CALLBACK notified(const char *errinfo, const void *p, size_t cb, void *user) {
-    (void)p;
-    (void)cb;
-    printf("context notified (%s): %s\n", (const char *)user, errinfo);
-    fflush(stdout);
-}
 
 static const char *src =
     "__kernel void spin(__global uint *acc, uint k) {\n"
@@ -40,8 +18,8 @@ static const char *src =
     "}\n";
 
 int main(int argc, char **argv) {
-    int iterations = argc > 1 ? atoi(argv[1]) : 20;
-    int sleep_ms = argc > 2 ? atoi(argv[2]) : 0;
+    int iterations, sleep_ms;
+    replay_args(argc, argv, &iterations, &sleep_ms);
     cl_platform_id p;
     cl_device_id d;
     cl_int err;
@@ -88,13 +66,10 @@ int main(int argc, char **argv) {
             printf("ERROR step=sub-device-units code=%u\n", now);
             return 1;
         }
-        printf("iteration %d\n", it);
-        fflush(stdout);
-        if (sleep_ms) usleep(sleep_ms * 1000);
+        iteration_done(it, sleep_ms);
     }
     STEP("finish", clFinish(q));
-    printf("checksum %016llx\n", (unsigned long long)sum);
-    printf("done\n");
+    print_result(sum);
     clReleaseKernel(k);
     clReleaseMemObject(acc);
     clReleaseProgram(prog);

@@ -1,0 +1,66 @@
+/* What the replay clients share (tests/tests/recovery_replay.rs runs them): a step that fails
+ * the run with "ERROR step=NAME code=N" and exit status 1, the context's pfn_notify (it prints
+ * "context notified (USER): ERRINFO"), and the arguments ITERATIONS [SLEEP_MS]. */
+#ifndef REPLAY_COMMON_H
+#define REPLAY_COMMON_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 300
+#endif
+#include <CL/cl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define STEP(name, expr)                                                  \
+    do {                                                                  \
+        cl_int e_ = (expr);                                               \
+        if (e_ != CL_SUCCESS) {                                           \
+            printf("ERROR step=%s code=%d\n", name, e_);                  \
+            fflush(stdout);                                               \
+            return 1;                                                     \
+        }                                                                 \
+    } while (0)
+
+static void CL_CALLBACK notified(const char *errinfo, const void *p, size_t cb, void *user) {
+    (void)p;
+    (void)cb;
+    printf("context notified (%s): %s\n", (const char *)user, errinfo);
+    fflush(stdout);
+}
+
+/* Declares and opens what every replay client starts with: platform `p`, device `d`, context
+ * `ctx` (its pfn_notify `notified`), in-order queue `q`, and `err` for later calls; a failing
+ * step ends main as STEP does. */
+#define REPLAY_OPEN(p, d, ctx, q, err)                                              \
+    cl_platform_id p;                                                              \
+    cl_device_id d;                                                                \
+    cl_int err;                                                                    \
+    STEP("platforms", clGetPlatformIDs(1, &p, NULL));                              \
+    STEP("devices", clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &d, NULL));           \
+    cl_context ctx = clCreateContext(NULL, 1, &d, notified, "replay", &err);       \
+    STEP("context", err);                                                          \
+    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);   \
+    STEP("queue", err)
+
+/* ITERATIONS (20 without) and SLEEP_MS (0 without) from the command line. */
+static inline void replay_args(int argc, char **argv, int *iterations, int *sleep_ms) {
+    *iterations = argc > 1 ? atoi(argv[1]) : 20;
+    *sleep_ms = argc > 2 ? atoi(argv[2]) : 0;
+}
+
+/* Says iteration `it` is done (a test kills the worker after some) and waits SLEEP_MS. */
+static inline void iteration_done(int it, int sleep_ms) {
+    printf("iteration %d\n", it);
+    fflush(stdout);
+    if (sleep_ms) usleep(sleep_ms * 1000);
+}
+
+/* The run's result, which a disturbed run must match, and its end. */
+static inline void print_result(uint64_t checksum) {
+    printf("checksum %016llx\n", (unsigned long long)checksum);
+    printf("done\n");
+}
+
+#endif
