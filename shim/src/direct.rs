@@ -23,7 +23,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
 
-use cloister_ipc::cl::*;
 use cloister_ipc::ObjectId;
 
 use crate::handle::{Object, SharedView};
@@ -146,11 +145,7 @@ impl Direct {
     pub fn check(q: &Object, m: &Object, write: bool, offset: usize, size: usize, app: *mut u8) -> Option<Direct> {
         let state = q.data.queue_state()?;
         let view: &SharedView = m.data.shared_view()?;
-        let forbidden = match write {
-            true => CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS,
-            false => CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS,
-        };
-        if !state.capable || view.context != state.context || size == 0 || m.data.mem_flags() & forbidden != 0 {
+        if !state.capable || !m.data.host_transfer_allowed(state.context, write, offset, size) {
             return None;
         }
         let at = view.at(offset, size)?;

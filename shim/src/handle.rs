@@ -253,9 +253,9 @@ impl ObjData {
     }
 
     /// A zero-copy buffer (or sub-buffer) whose memory is `view`.
-    pub fn shared_mem(flags: u64, view: SharedView) -> Self {
+    pub fn shared_mem(context: ObjectId, flags: u64, view: SharedView) -> Self {
         ObjData::Mem {
-            context: view.context,
+            context,
             flags,
             host_ptr: 0,
             host_len: view.len,
@@ -273,12 +273,20 @@ impl ObjData {
         }
     }
 
-    /// A memory object's `CL_MEM_*` flags as the application gave them (0 for other objects).
-    pub fn mem_flags(&self) -> u64 {
-        match self {
-            ObjData::Mem { flags, .. } => *flags,
-            _ => 0,
-        }
+    /// Whether the shim itself may make a host read (`write == false`) or write of bytes
+    /// `[offset, offset + size)` of this buffer for a queue of `context`, refusing nothing the
+    /// driver would accept and accepting nothing it would refuse: a buffer (not an image or
+    /// pipe) of that context, a non-empty range within it, host access of that kind allowed.
+    pub fn host_transfer_allowed(&self, context: ObjectId, write: bool, offset: usize, size: usize) -> bool {
+        let ObjData::Mem { context: own, flags, host_len, image: None, .. } = self else { return false };
+        let forbidden = match write {
+            true => CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS,
+            false => CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS,
+        };
+        *own == context
+            && size > 0
+            && offset.checked_add(size).is_some_and(|end| end <= *host_len)
+            && flags & forbidden == 0
     }
 
     /// A zero-copy buffer's memory, if this is one.
@@ -296,8 +304,6 @@ impl ObjData {
 /// data, never a length or pointer the shim trusts.
 #[derive(Clone)]
 pub struct SharedView {
-    /// The buffer's context (a direct transfer checks its queue's against it).
-    pub context: ObjectId,
     pub memory: Arc<cloister_ipc::shm::SharedMapping>,
     pub offset: usize,
     pub len: usize,
@@ -318,7 +324,7 @@ impl SharedView {
     /// The window `[origin, origin + size)` of this view, for a sub-buffer.
     pub fn window(&self, origin: usize, size: usize) -> Option<SharedView> {
         self.at(origin, size)?;
-        Some(SharedView { context: self.context, memory: self.memory.clone(), offset: self.offset + origin, len: size })
+        Some(SharedView { memory: self.memory.clone(), offset: self.offset + origin, len: size })
     }
 }
 
@@ -784,7 +790,7 @@ mod tests {
     #[test]
     fn shared_views_never_reach_outside_their_buffer() {
         let region = cloister_ipc::shm::SharedRegion::create("test", 1 << 16).unwrap();
-        let view = SharedView { context: 1, memory: Arc::new(region.into_mapping()), offset: 0, len: 1 << 16 };
+        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: 1 << 16 };
         assert!(view.at(0, 1 << 16).is_some());
         assert!(view.at(1, 1 << 16).is_none());
         assert!(view.at(usize::MAX, 2).is_none());

@@ -388,16 +388,10 @@ pub unsafe fn clEnqueueWriteBuffer(
 /// may count on it).
 /// The driver's remaining refusals (allocation failures) come late, as a posted enqueue's do.
 fn vouched_write(q: &Object, m: &Object, offset: usize, size: usize) -> bool {
-    let Some(state) = q.data.queue_state() else { return false };
-    match &m.data {
-        ObjData::Mem { context, flags, host_ptr: 0, host_len, image: None, .. } => {
-            *context == state.context
-                && size > 0
-                && offset.checked_add(size).is_some_and(|end| end <= *host_len)
-                && flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS) == 0
-        }
-        _ => false,
-    }
+    let own_memory = matches!(m.data, ObjData::Mem { host_ptr, .. } if host_ptr != 0);
+    q.data
+        .queue_state()
+        .is_some_and(|state| !own_memory && m.data.host_transfer_allowed(state.context, true, offset, size))
 }
 
 /// In replay mode, records a successful write with its data (`recovery`).

@@ -185,8 +185,8 @@ fn create_zero_copy_buffer(
     }
     let segment = conn.share_region(&region)?;
     // The fd travelled with the message: this side needs only the mapping.
-    let view = SharedView { context: ctx.id, memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
-    let r = create(conn, Kind::Mem, ObjData::shared_mem(flags, view), |id| {
+    let view = SharedView { memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
+    let r = create(conn, Kind::Mem, ObjData::shared_mem(ctx.id, flags, view), |id| {
         let req = CreateBuffer {
             id,
             context: ctx.id,
@@ -290,7 +290,9 @@ pub unsafe fn clCreateSubBuffer(
         // A zero-copy buffer's sub-buffer is a window of its memory (the driver's sub-buffer of
         // a USE_HOST_PTR buffer lives at the parent's host pointer plus its origin).
         let data = match shared {
-            Some(view) => ObjData::shared_mem(own, view.window(region.origin, region.size).ok_or(CL_INVALID_VALUE)?),
+            Some(view) => {
+                ObjData::shared_mem(*context, own, view.window(region.origin, region.size).ok_or(CL_INVALID_VALUE)?)
+            }
             None => ObjData::mem(*context, own, mirror, region.size, None),
         };
         create(&parent.conn, Kind::Mem, data, |id| {

@@ -510,7 +510,7 @@ pub(super) fn rebuild_buffer(
             unsafe { std::ptr::copy_nonoverlapping(d.as_ptr(), region.as_ptr(), d.len().min(size)) };
         }
         let segment = conn.share_region(&region)?;
-        let view = SharedView { context: b.context, memory: Arc::new(region.into_mapping()), offset: 0, len: size };
+        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: size };
         let rc = conn.call(CreateBuffer { flags, host_data: None, memory: Some(segment), ..b.clone() })?;
         if rc == CL_SUCCESS {
             views.insert(b.id, view);
