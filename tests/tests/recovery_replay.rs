@@ -171,9 +171,8 @@ fn an_image_made_from_a_buffer_runs_through_a_crash() {
     assert_client_survives_fault("replay_imagebuf", "enqueue:segv:once", "20", true);
 }
 
-/// A context and queue on a sub-device (`CL_DEVICE_PARTITION_EQUALLY`) whose handle the
-/// application released (the context keeps it): the sub-devices are made again under their
-/// handles (the other's info still answers), the 21st NDRange crashes.
+/// A context and queue on a sub-device (`CL_DEVICE_PARTITION_EQUALLY`): the sub-devices are made
+/// again under their handles (the other's info still answers), the 21st NDRange crashes.
 #[test]
 fn a_context_on_a_sub_device_runs_through_a_crash() {
     assert_client_survives_fault("replay_subdev", "enqueue:segv:once", "20", true);
