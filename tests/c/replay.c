@@ -80,6 +80,9 @@ int main(int argc, char **argv) {
         cl_event ev;
         STEP("enqueue", clEnqueueNDRangeKernel(q, step, 1, NULL, &g, NULL, 0, NULL, &ev));
         STEP("callback", clSetEventCallback(ev, CL_COMPLETE, on_event, NULL));
+        /* accum has run (it changed acc in place) when the next NDRange is enqueued: a crash
+         * there must run it again on acc as it was before, not on its result. */
+        STEP("wait accum", clWaitForEvents(1, &ev));
         STEP("enqueue big", clEnqueueNDRangeKernel(q, scale, 1, NULL, &gb, NULL, 1, &ev, NULL));
         STEP("copy", clEnqueueCopyBuffer(q, acc, copy, 0, 0, sizeof host, 0, NULL, NULL));
         int pattern = it;

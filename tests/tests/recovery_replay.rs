@@ -128,6 +128,14 @@ fn an_injected_crash_mid_run_changes_nothing() {
     assert_survives_fault("enqueue:segv:once", "30");
 }
 
+/// The 32nd NDRange crashes the driver, once, right after the 31st (a kernel updating a
+/// zero-copy buffer in place, `acc[i] = acc[i] * 31 + ...`) completed: replay runs that kernel
+/// again on the buffer as it was before it, so it counts once.
+#[test]
+fn a_kernel_that_completed_before_the_crash_counts_once() {
+    assert_survives_fault("enqueue:segv:once", "31");
+}
+
 /// Images (initial data, row writes, a kernel reading through a sampler, image copies, whole
 /// blocking reads) are rebuilt with their contents.
 #[test]

@@ -309,14 +309,21 @@ pub unsafe fn clEnqueueWriteBuffer(
     list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
+    // Whether the data is in a zero-copy buffer's memory when the call returns (the shim
+    // copied it there itself).
+    let mut landed = false;
     let r = (|| {
         let (q, m) = queue_and_mem(queue, buffer)?;
         if ptr.is_null() {
             return Err(CL_INVALID_VALUE);
         }
+        if crate::recovery::on() {
+            q.conn.journal.changing(m.id, true);
+        }
         let app = ptr.cast_mut().cast();
         // SAFETY: ptr holds `size` bytes per the API contract (only read, for a write).
         if let Some(rc) = unsafe { direct(&q, &m, true, blocking_write != CL_FALSE, offset, size, app, n, event) } {
+            landed = true;
             return Ok(rc);
         }
         // SAFETY: API contract for the wait list and event.
@@ -344,6 +351,7 @@ pub unsafe fn clEnqueueWriteBuffer(
         }
         // SAFETY: ptr holds `size` bytes per the API contract (only read).
         if let Some(rc) = unsafe { in_place(&q, &m, true, offset, size, ptr.cast_mut().cast(), &sync, event) } {
+            landed = true;
             return rc;
         }
         if size >= PIPE_MIN {
@@ -373,7 +381,7 @@ pub unsafe fn clEnqueueWriteBuffer(
     if rc == CL_SUCCESS && crate::recovery::on() {
         // SAFETY: as for the write itself (`ptr` holds `size` bytes; the list and event per
         // the API contract, the event written by the successful call).
-        unsafe { record_write(queue, buffer, offset, size, ptr, n, list, event) };
+        unsafe { record_write(queue, buffer, offset, size, ptr, n, list, event, landed) };
     }
     rc
 }
@@ -408,6 +416,7 @@ unsafe fn record_write(
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
+    landed: bool,
 ) {
     let Ok((q, m)) = queue_and_mem(queue, buffer) else { return };
     // SAFETY: the wait list holds `n` events per the API contract.
@@ -417,7 +426,7 @@ unsafe fn record_write(
     let event = unsafe { super::returned_event(event) };
     // SAFETY: ptr holds `size` bytes.
     let data = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) };
-    q.conn.journal.wrote(q.id, m.id, offset as u64, data, EnqueueSync { wait, event });
+    q.conn.journal.wrote(q.id, m.id, offset as u64, data, EnqueueSync { wait, event }, landed);
 }
 
 pub unsafe fn clEnqueueCopyBuffer(
@@ -502,6 +511,9 @@ pub unsafe fn clEnqueueMapBuffer(
         // device's data once the map is complete.
         let mirror = use_host_ptr(&m, offset, size)?;
         let (wire_sync, event_id) = if blocking { (sync.clone(), 0) } else { with_own_event(&q, &sync) };
+        if crate::recovery::on() && map_flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
+            q.conn.journal.changing(m.id, true);
+        }
         // A zero-copy buffer maps in place: the application gets this process's view of the
         // buffer's own memory (bounds checked here), and nothing is copied.
         let (segment, id, view) = match m.data.shared_view() {
@@ -580,8 +592,10 @@ pub unsafe fn clEnqueueUnmapMemObject(
         let unsettled_map = q.conn.pending().forget_map(&q.conn, record.id);
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
         if crate::recovery::on() {
+            // A zero-copy buffer's mapping is its memory (a mirror is the application's own).
+            let in_place = record.segment.is_none() && record.mirror.is_none();
             // SAFETY: the record was this mapping's, live until the unmap below.
-            unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, &sync) };
+            unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, in_place, &sync) };
         }
         if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
             // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
@@ -630,7 +644,7 @@ unsafe fn unmap_carried(
     let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
     if crate::recovery::on() {
         // SAFETY: as the caller says.
-        unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, sync) };
+        unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, false, sync) };
     }
     let rc = match (write_back, record.range) {
         (true, Some((offset, size))) => {
@@ -923,12 +937,16 @@ pub unsafe fn clEnqueueNDRangeKernel(
             sync: sync.clone(),
         };
         // Replay runs it again with every argument (those of earlier enqueues too).
-        let copy = crate::recovery::on().then(|| EnqueueNdRange { args: all_args(&k.data), ..req.clone() });
+        let copy = crate::recovery::on()
+            .then(|| Request::EnqueueNdRange(EnqueueNdRange { args: all_args(&k.data), ..req.clone() }));
+        if let Some(copy) = &copy {
+            q.conn.journal.enqueuing(copy);
+        }
         let rc = if vouched { q.conn.post(req) } else { q.conn.call(req) };
         if rc != Ok(CL_SUCCESS) {
             restore_dirty_args(&k.data, &args);
         } else if let Some(copy) = copy {
-            q.conn.journal.enqueued(Request::EnqueueNdRange(copy));
+            q.conn.journal.enqueued(copy);
         }
         // SAFETY: event per API contract.
         Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })

@@ -161,7 +161,7 @@ fn create_buffer(
             memory: None,
         };
         let rc = with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer { host_data, ..req.clone() });
-        record_buffer(&conn, req, host_ptr, size, false, &rc);
+        record_buffer(&conn, req, host_ptr, size, None, &rc);
         rc
     })
 }
@@ -186,6 +186,7 @@ fn create_zero_copy_buffer(
     let segment = conn.share_region(&region)?;
     // The fd travelled with the message: this side needs only the mapping.
     let view = SharedView { memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
+    let recorded = crate::recovery::on().then(|| view.clone());
     let r = create(conn, Kind::Mem, ObjData::shared_mem(ctx.id, flags, view), |id| {
         let req = CreateBuffer {
             id,
@@ -197,7 +198,7 @@ fn create_zero_copy_buffer(
             memory: None,
         };
         let rc = conn.call(CreateBuffer { memory: Some(segment), ..req.clone() });
-        record_buffer(conn, req, host_ptr, size, true, &rc);
+        record_buffer(conn, req, host_ptr, size, recorded, &rc);
         rc
     });
     if r.is_err() {
@@ -207,13 +208,14 @@ fn create_zero_copy_buffer(
     r
 }
 
-/// In replay mode, records a buffer just created, with its initial contents (`recovery`).
+/// In replay mode, records a buffer just created, with its initial contents or, for a
+/// zero-copy buffer, its memory (`recovery`).
 fn record_buffer(
     conn: &Conn,
     req: CreateBuffer,
     host_ptr: *mut c_void,
     size: usize,
-    zero_copy: bool,
+    view: Option<SharedView>,
     rc: &Result<cl_int, cl_int>,
 ) {
     if !crate::recovery::on() || *rc != Ok(CL_SUCCESS) {
@@ -222,7 +224,7 @@ fn record_buffer(
     // SAFETY: a non-NULL host_ptr holds `size` bytes (COPY_HOST_PTR or USE_HOST_PTR), per the
     // API contract the creating call relied on too.
     let initial = (!host_ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(host_ptr.cast::<u8>(), size) });
-    conn.journal.buffer(req, initial, zero_copy);
+    conn.journal.buffer(req, initial, view);
 }
 
 pub unsafe fn clCreateBuffer(

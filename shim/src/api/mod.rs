@@ -207,10 +207,13 @@ unsafe fn enqueue_via<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
     // SAFETY: forwarded from the caller.
     let sync = unsafe { enqueue_sync(queue, n, list, event)? };
     let req = make(sync.clone());
-    let copy = crate::recovery::on().then(|| req.clone());
+    let copy = crate::recovery::on().then(|| req.clone().into_request());
+    if let Some(copy) = &copy {
+        queue.conn.journal.enqueuing(copy);
+    }
     let rc = send(req);
     if let (Some(copy), Ok(CL_SUCCESS)) = (copy, &rc) {
-        queue.conn.journal.enqueued(copy.into_request());
+        queue.conn.journal.enqueued(copy);
     }
     // SAFETY: forwarded from the caller.
     Ok(unsafe { finish_enqueue(queue, &sync, event, rc) })

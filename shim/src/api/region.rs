@@ -218,6 +218,9 @@ unsafe fn read_or_write(
         // SAFETY: ptr + offset is where the application's box starts (API contract).
         let base = unsafe { ptr.cast::<u8>().add(offset) }.cast_mut();
         let replay = crate::recovery::on().then(|| (target.clone(), sync.clone()));
+        if replay.is_some() && write {
+            q.conn.journal.changing(m.id, true);
+        }
         // SAFETY: forwarded.
         let rc =
             unsafe { transfer(&q, &m, write, blocking != CL_FALSE, target, region, host, base, mirror, sync, event) };

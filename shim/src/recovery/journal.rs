@@ -11,6 +11,7 @@ use cloister_ipc::*;
 use super::budget;
 use super::rebuild::read_memory;
 use crate::conn::{Conn, ContextNotifyFn};
+use crate::handle::SharedView;
 use crate::pending::Mirror;
 
 /// A journal this long is checkpointed at the next blocking read or `clFinish` even when that
@@ -30,6 +31,12 @@ pub(super) enum Base {
     /// Never written: any contents will do (OpenCL leaves them undefined).
     Undefined,
     Known(Arc<Vec<u8>>),
+    /// A zero-copy buffer's own memory holds them (`Recipe::view`): no journaled command
+    /// uses the buffer, or only commands that write it idempotently (writes, fills, copies
+    /// into it), so its memory as the dead worker left it, with those commands run again,
+    /// is what it held. Before anything changes it while the journal uses it, or before a
+    /// kernel may write it, its contents are copied out (`State::snapshot`).
+    InPlace,
     /// Not known (over budget, or written where the shim cannot see): the buffer cannot be
     /// restored until a checkpoint reads it back.
     Lost,
@@ -67,8 +74,8 @@ pub(super) struct Recipe {
     pub(super) finalized: bool,
     /// A buffer's contents.
     pub(super) base: Base,
-    /// A zero-copy buffer (its memory is a segment shared with the worker).
-    pub(super) zero_copy: bool,
+    /// A zero-copy buffer's memory (a segment shared with the worker, which outlives it).
+    pub(super) view: Option<SharedView>,
     /// A user event's status, once set.
     pub(super) status: Option<i32>,
 }
@@ -84,7 +91,7 @@ impl Recipe {
             recorded: Vec::new(),
             finalized: false,
             base: Base::Undefined,
-            zero_copy: false,
+            view: None,
             status: None,
         }
     }
@@ -342,24 +349,25 @@ impl Journal {
         });
     }
 
-    /// A buffer was created; `initial` is its `CL_MEM_COPY_HOST_PTR`/`USE_HOST_PTR` data.
-    pub fn buffer(&self, req: CreateBuffer, initial: Option<&[u8]>, zero_copy: bool) {
-        self.memory(Request::CreateBuffer(req), initial, zero_copy);
+    /// A buffer was created; `initial` is its `CL_MEM_COPY_HOST_PTR`/`USE_HOST_PTR` data,
+    /// `view` a zero-copy buffer's memory (which holds that data already: nothing is copied).
+    pub fn buffer(&self, req: CreateBuffer, initial: Option<&[u8]>, view: Option<SharedView>) {
+        self.memory(Request::CreateBuffer(req), initial, view);
     }
 
     /// An image was created (`req.desc` without pitches, unless it is made from a buffer);
     /// `initial` is its host data, packed. An image made from a buffer has no contents of its
     /// own: they are its buffer's (`State::storage`).
     pub fn image(&self, req: CreateImage, initial: Option<&[u8]>) {
-        self.memory(Request::CreateImage(req), initial, false);
+        self.memory(Request::CreateImage(req), initial, None);
     }
 
-    pub(super) fn memory(&self, req: Request, initial: Option<&[u8]>, zero_copy: bool) {
+    pub(super) fn memory(&self, req: Request, initial: Option<&[u8]>, view: Option<SharedView>) {
         let Some(id) = created_id(&req) else { return };
         self.with(|s| {
             let mut r = Recipe::new(req);
-            r.zero_copy = zero_copy;
             r.base = match initial {
+                _ if view.is_some() => Base::InPlace,
                 None => Base::Undefined,
                 Some(d) if s.bytes + d.len() as u64 <= budget() => {
                     s.bytes += d.len() as u64;
@@ -367,7 +375,30 @@ impl Journal {
                 }
                 Some(_) => Base::Lost,
             };
+            r.view = view;
             s.recipes.insert(id, r);
+        });
+    }
+
+    /// The application (`idempotent`: a write, a fill, a copy into it, a map for writing) or
+    /// a kernel or command buffer is about to change `mem`'s memory: a zero-copy buffer whose
+    /// contents are in place is copied out first if the journal needs what it holds now (see
+    /// `Base::InPlace`).
+    pub fn changing(&self, mem: ObjectId, idempotent: bool) {
+        self.with(|s| s.changing(mem, idempotent));
+    }
+
+    /// As `changing`, for every memory object `req` (an enqueue going to the worker) may write.
+    pub fn enqueuing(&self, req: &Request) {
+        self.with(|s| {
+            let idempotent = !matches!(req, Request::EnqueueNdRange(_) | Request::EnqueueCommandBuffer(_));
+            let writes = match req {
+                Request::EnqueueCommandBuffer(b) => s.batch_writes(b.buffer),
+                _ => s.writes(&Cmd::Enqueue(req.clone())),
+            };
+            for m in writes {
+                s.changing(m, idempotent);
+            }
         });
     }
 
@@ -474,12 +505,21 @@ impl Journal {
     /// The application unmaps `mem`'s mapping at `ptr` (before the unmap goes to the worker).
     /// A writing map of a buffer becomes a journaled write of what the mapping holds now (what
     /// the buffer holds after the unmap); an image written through a map is lost until a
-    /// checkpoint.
+    /// checkpoint. `in_place`: the mapping is the buffer's own memory (a zero-copy buffer's,
+    /// not one carried over from a dead worker).
     ///
     /// # Safety
     /// `ptr` is the application's live mapping of `mem` recorded by `mapped`, valid until
     /// this unmap.
-    pub unsafe fn unmapping(&self, queue: ObjectId, mem: ObjectId, ptr: usize, write: bool, sync: &EnqueueSync) {
+    pub unsafe fn unmapping(
+        &self,
+        queue: ObjectId,
+        mem: ObjectId,
+        ptr: usize,
+        write: bool,
+        in_place: bool,
+        sync: &EnqueueSync,
+    ) {
         self.with(|s| {
             let Some(list) = s.open_maps.get_mut(&(mem, ptr)) else { return };
             let range = list.pop().flatten();
@@ -488,7 +528,11 @@ impl Journal {
             }
             match (write, range) {
                 (false, _) => {}
+                // A zero-copy buffer's mapping is its memory: what the application wrote there
+                // is in place.
+                (true, Some(_)) if in_place && s.in_place_unused(mem) => {}
                 (true, Some((offset, size))) => {
+                    s.changing(mem, true);
                     // SAFETY: per the caller, `ptr` is the live mapping of `size` bytes made by
                     // the map that recorded this range.
                     let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, size as usize) };
@@ -499,9 +543,14 @@ impl Journal {
         });
     }
 
-    /// A buffer was written with `data` at `offset`.
-    pub fn wrote(&self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
-        self.with(|s| s.write(queue, mem, offset, data, sync));
+    /// A buffer was written with `data` at `offset`; `landed`: the data is in the buffer's
+    /// memory already (the shim copied it into a zero-copy buffer itself).
+    pub fn wrote(&self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync, landed: bool) {
+        self.with(|s| {
+            if !(landed && s.in_place_unused(mem)) {
+                s.write(queue, mem, offset, data, sync)
+            }
+        });
     }
 
     /// A rectangular or image write went to the worker with `data`, packed.
@@ -538,7 +587,7 @@ impl Journal {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let whole = offset == 0 && s.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
         let dirty = s.dirty();
-        let free = whole && dirty.iter().all(|&m| m == mem) && s.cmds.iter().all(|c| s.in_order(c.queue(), queue));
+        let free = s.complete(queue) && dirty.iter().all(|&m| (whole && m == mem) || s.in_place(m));
         if free {
             s.checkpoint(conn, queue, whole.then_some((mem, data)), false);
         } else if s.cmds.len() >= LONG_JOURNAL || s.bytes > budget() / 2 {
@@ -550,7 +599,9 @@ impl Journal {
     /// costs the application one round trip per `LONG_JOURNAL` commands, not per `clFinish`).
     pub fn finished(&self, conn: &Conn, queue: ObjectId) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.cmds.len() >= LONG_JOURNAL || s.bytes > budget() / 2 {
+        if s.complete(queue) && s.dirty().iter().all(|&m| s.in_place(m)) {
+            s.checkpoint(conn, queue, None, false);
+        } else if s.cmds.len() >= LONG_JOURNAL || s.bytes > budget() / 2 {
             s.checkpoint(conn, queue, None, true);
         }
     }
@@ -572,8 +623,17 @@ impl State {
             }
         }
         let uses: Vec<ObjectId> = r.recorded.iter().flat_map(recorded_uses).collect();
-        let writes: Vec<ObjectId> = r
-            .recorded
+        let writes = self.batch_writes(req.buffer);
+        if self.cmds.len() >= MAX_JOURNAL {
+            self.give_up_journal();
+        }
+        self.cmds.push(Cmd::Batch { req, uses, writes });
+    }
+
+    /// The memory objects command buffer `buffer`'s recorded commands may write.
+    fn batch_writes(&self, buffer: ObjectId) -> Vec<ObjectId> {
+        let Some(r) = self.recipes.get(&buffer) else { return Vec::new() };
+        r.recorded
             .iter()
             .flat_map(|c| match &c.command {
                 RecordedCommand::CopyBuffer { dst, .. } | RecordedCommand::CopyRegion { dst, .. } => vec![*dst],
@@ -594,11 +654,49 @@ impl State {
                 }
                 RecordedCommand::Barrier => Vec::new(),
             })
-            .collect();
-        if self.cmds.len() >= MAX_JOURNAL {
-            self.give_up_journal();
+            .collect()
+    }
+
+    /// Whether a journaled command uses the memory of `mem` (its storage's).
+    fn used(&self, mem: ObjectId) -> bool {
+        self.cmds.iter().any(|c| c.uses().iter().any(|&u| self.storage(u) == mem))
+    }
+
+    /// Whether `mem`'s contents are in place and no journaled command uses them: a change that
+    /// lands in its memory at once needs no record.
+    pub(super) fn in_place_unused(&self, mem: ObjectId) -> bool {
+        let mem = self.storage(mem);
+        self.recipes.get(&mem).is_some_and(|r| matches!(r.base, Base::InPlace)) && !self.used(mem)
+    }
+
+    /// See `Journal::changing`.
+    fn changing(&mut self, mem: ObjectId, idempotent: bool) {
+        let mem = self.storage(mem);
+        let in_place = self.recipes.get(&mem).is_some_and(|r| matches!(r.base, Base::InPlace));
+        if in_place && (!idempotent || self.used(mem)) {
+            self.snapshot(mem);
         }
-        self.cmds.push(Cmd::Batch { req, uses, writes });
+    }
+
+    /// Copies a zero-copy buffer's contents out of its memory: they become the checkpoint's
+    /// (or the buffer is lost if they do not fit the budget).
+    fn snapshot(&mut self, mem: ObjectId) {
+        let budget = budget();
+        let Some(r) = self.recipes.get_mut(&mem) else { return };
+        let Some(at) = r.view.as_ref().and_then(|v| v.at(0, v.len)) else { return };
+        let len = r.view.as_ref().map_or(0, |v| v.len);
+        if self.bytes + len as u64 > budget {
+            r.base = Base::Lost;
+            return;
+        }
+        let mut copy = vec![0u8; len];
+        // SAFETY: `at` is the buffer's `len` bytes of shared memory (checked by `at`), mapped
+        // while the recipe holds the view; the copy is as large. The worker may write them
+        // meanwhile (the copy is then of a command's half-done work only where that command
+        // writes idempotently, and it runs again).
+        unsafe { cloister_ipc::copy::copy(copy.as_mut_ptr(), at.cast_const(), len) };
+        r.base = Base::Known(Arc::new(copy));
+        self.bytes += len as u64;
     }
 
     /// Journals a write of `data` into buffer `mem` at `offset` (or makes it the checkpoint's
@@ -706,6 +804,17 @@ impl State {
         }
     }
 
+    /// Whether every journaled command is complete once a blocking call on `queue` returned.
+    fn complete(&self, queue: ObjectId) -> bool {
+        self.cmds.iter().all(|c| self.in_order(c.queue(), queue))
+    }
+
+    /// Whether `mem` is a zero-copy buffer: once every command is complete, its memory holds
+    /// its contents (a checkpoint of it costs nothing).
+    fn in_place(&self, mem: ObjectId) -> bool {
+        self.recipes.get(&mem).is_some_and(|r| r.view.is_some())
+    }
+
     /// Whether a command on `cmd_queue` is complete once a blocking call on `queue` returned.
     pub(super) fn in_order(&self, cmd_queue: ObjectId, queue: ObjectId) -> bool {
         cmd_queue == queue && !self.out_of_order(queue)
@@ -782,11 +891,14 @@ impl State {
         have: Option<(ObjectId, &[u8])>,
         read_back: bool,
     ) {
+        // A zero-copy buffer's contents are its memory once the commands are complete: never
+        // copied.
+        let have = have.filter(|(h, _)| !self.in_place(*h));
         let is_have = |id: ObjectId| have.is_some_and(|(h, _)| h == id);
         let missing: Vec<ObjectId> = self
             .dirty()
             .into_iter()
-            .filter(|m| !is_have(*m) && self.recipes.get(m).is_some_and(|r| !r.released))
+            .filter(|m| !is_have(*m) && !self.in_place(*m) && self.recipes.get(m).is_some_and(|r| !r.released))
             .collect();
         if !missing.is_empty() && !read_back {
             return;
@@ -794,7 +906,7 @@ impl State {
         let kept: u64 = self
             .recipes
             .iter()
-            .filter(|(id, r)| !missing.contains(id) && !is_have(**id) && !r.released)
+            .filter(|(id, r)| !missing.contains(id) && !is_have(**id) && !r.released && r.view.is_none())
             .map(|(_, r)| r.base_bytes())
             .sum();
         let new: u64 = missing.iter().filter_map(|m| self.recipes.get(m)?.buffer_size()).sum::<u64>()
@@ -831,6 +943,9 @@ impl State {
             if let Some(r) = self.recipes.get_mut(&m) {
                 r.base = Base::Known(Arc::new(d));
             }
+        }
+        for r in self.recipes.values_mut().filter(|r| r.view.is_some()) {
+            r.base = Base::InPlace;
         }
         if let Some(r) = have.and_then(|(m, _)| self.recipes.get_mut(&m)) {
             r.base.set(have.map_or(&[][..], |(_, d)| d));
@@ -984,6 +1099,67 @@ mod tests {
         // A buffer the journal does not touch is superseded at once.
         assert!(st.superseded_by(10, 0, b"abcd"));
         assert_eq!(st.cmds.len(), 1);
+    }
+
+    /// A zero-copy buffer (id 13, 4 bytes) whose contents are in place, and its memory.
+    fn zero_copy(st: &mut State) -> *mut u8 {
+        let region = cloister_ipc::shm::SharedRegion::create("journal-test", 4).unwrap();
+        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: 4 };
+        let at = view.at(0, 4).unwrap();
+        let mut r = Recipe::new(buffer(13, 4, 0));
+        r.base = Base::InPlace;
+        r.view = Some(view);
+        st.recipes.insert(13, r);
+        at
+    }
+
+    #[test]
+    fn in_place_contents_are_copied_out_only_before_a_change_the_journal_would_see() {
+        let mut st = state();
+        let at = zero_copy(&mut st);
+        // SAFETY: `at` is the test buffer's 4 bytes, mapped while its recipe holds the view.
+        let set = |v: &[u8; 4]| unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), at, 4) };
+        set(b"abcd");
+        // Unused by the journal: a write that lands needs no record, and no copy is made.
+        assert!(st.in_place_unused(13));
+        st.changing(13, true);
+        assert!(matches!(st.recipes[&13].base, Base::InPlace));
+        assert_eq!(st.bytes, 0);
+        // A kernel reading it is journaled: the next change copies it out first.
+        st.cmds.push(kernel_on(&[10, 13]));
+        assert!(!st.in_place_unused(13));
+        st.changing(13, true);
+        set(b"wxyz");
+        assert!(matches!(&st.recipes[&13].base, Base::Known(d) if d.as_slice() == b"abcd"));
+        assert_eq!(st.bytes, 4);
+        // Once copied out, a further change keeps the copy.
+        st.changing(13, false);
+        assert!(matches!(&st.recipes[&13].base, Base::Known(d) if d.as_slice() == b"abcd"));
+    }
+
+    #[test]
+    fn a_kernel_that_may_write_in_place_contents_copies_them_out_first_even_unused() {
+        let mut st = state();
+        let at = zero_copy(&mut st);
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(b"1234".as_ptr(), at, 4) };
+        st.changing(13, false);
+        assert!(matches!(&st.recipes[&13].base, Base::Known(d) if d.as_slice() == b"1234"));
+        // A sub-buffer of a zero-copy buffer is its parent's memory.
+        let sub = CreateSubBuffer { id: 14, buffer: 13, flags: 0, origin: 0, size: 2 };
+        st.recipes.insert(14, Recipe::new(Request::CreateSubBuffer(sub)));
+        st.recipes.get_mut(&13).unwrap().base = Base::InPlace;
+        st.changing(14, false);
+        assert!(matches!(&st.recipes[&13].base, Base::Known(_)));
+    }
+
+    #[test]
+    fn in_place_contents_over_the_budget_are_lost_not_copied() {
+        let mut st = state();
+        zero_copy(&mut st);
+        st.bytes = budget();
+        st.changing(13, false);
+        assert!(matches!(st.recipes[&13].base, Base::Lost));
     }
 
     #[test]

@@ -501,13 +501,17 @@ pub(super) fn rebuild_buffer(
         _ => None,
     };
     let flags = b.flags & !(CL_MEM_COPY_HOST_PTR | CL_MEM_USE_HOST_PTR);
-    if r.zero_copy {
+    if let Some(old) = &r.view {
         let size = b.size as usize;
         let region =
             cloister_ipc::shm::SharedRegion::create("cloister-buffer", size).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         if let Some(d) = &data {
             // SAFETY: the region holds `size` bytes; the checkpoint is the buffer's size.
             unsafe { std::ptr::copy_nonoverlapping(d.as_ptr(), region.as_ptr(), d.len().min(size)) };
+        } else if let (Base::InPlace, Some(at)) = (&r.base, old.at(0, old.len.min(size))) {
+            // SAFETY: `at` is the old memory's first `min(len, size)` bytes (checked by `at`),
+            // which the dead worker can no longer change; the region holds `size` bytes.
+            unsafe { cloister_ipc::copy::copy(region.as_ptr(), at.cast_const(), old.len.min(size)) };
         }
         let segment = conn.share_region(&region)?;
         let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: size };
@@ -612,6 +616,13 @@ pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State)
         }
         crate::handle::move_to(h, new, rebuilt.views.get(&obj.id).cloned());
         moved += 1;
+    }
+    // A zero-copy buffer's contents in place are in its new memory from now.
+    let mut st = st;
+    for (id, view) in &rebuilt.views {
+        if let Some(r) = st.recipes.get_mut(id).filter(|r| r.view.is_some()) {
+            r.view = Some(view.clone());
+        }
     }
     new.journal.put(st);
     let mut message = format!(
