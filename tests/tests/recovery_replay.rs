@@ -84,6 +84,11 @@ fn assert_survives_fault_with(fault: &str, skip: &str, had_objects: bool) {
 }
 
 fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objects: bool) {
+    assert_client_survives_fault_with(client, fault, skip, had_objects, &[])
+}
+
+/// As `assert_client_survives_fault`, with `extra` in the caged run's environment.
+fn assert_client_survives_fault_with(client: &str, fault: &str, skip: &str, had_objects: bool, extra: &[(&str, &str)]) {
     let expected = undisturbed_run(client);
     // The caged run sleeps 20 ms an iteration (the results do not depend on it), so a crash
     // the driver schedules for a moment later still lands mid-run.
@@ -95,13 +100,14 @@ fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objec
     let _ = std::fs::remove_dir_all(&cache);
     let state = cache.with_extension("state");
     let _ = std::fs::remove_dir_all(&state);
-    let env = [
+    let mut env = vec![
         ("CLOISTER_RECOVERY", "replay"),
         ("CLOISTER_FAULT", fault),
         ("CLOISTER_FAULT_SKIP", skip),
         ("XDG_CACHE_HOME", cache.to_str().unwrap()),
         ("XDG_STATE_HOME", state.to_str().unwrap()),
     ];
+    env.extend_from_slice(extra);
     let out = caged(
         &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
         &c_client(client),
@@ -134,6 +140,15 @@ fn an_injected_crash_mid_run_changes_nothing() {
 #[test]
 fn a_kernel_that_completed_before_the_crash_counts_once() {
     assert_survives_fault("enqueue:segv:once", "31");
+}
+
+/// The two above with staged buffers (`CLOISTER_ZERO_COPY=0`, the path of discrete GPUs): the
+/// journal keeps copies of what was written and read instead of the buffers' own memory.
+#[test]
+fn staged_buffers_run_through_a_crash_mid_run() {
+    for skip in ["30", "31"] {
+        assert_client_survives_fault_with("replay", "enqueue:segv:once", skip, true, &[("CLOISTER_ZERO_COPY", "0")]);
+    }
 }
 
 /// Images (initial data, row writes, a kernel reading through a sampler, image copies, whole

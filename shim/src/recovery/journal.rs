@@ -891,12 +891,16 @@ impl State {
         have: Option<(ObjectId, &[u8])>,
         read_back: bool,
     ) {
-        // A zero-copy buffer's contents are its memory once the commands are complete: never
-        // copied.
-        let have = have.filter(|(h, _)| !self.in_place(*h));
+        // What the application read is not copied for a zero-copy buffer (its memory holds its
+        // contents once the commands are complete), nor for one whose contents are known and
+        // that nothing wrote since (the read gave them again).
+        let dirty = self.dirty();
+        let have = have.filter(|(h, _)| {
+            !self.in_place(*h)
+                && (dirty.contains(h) || !self.recipes.get(h).is_some_and(|r| matches!(r.base, Base::Known(_))))
+        });
         let is_have = |id: ObjectId| have.is_some_and(|(h, _)| h == id);
-        let missing: Vec<ObjectId> = self
-            .dirty()
+        let missing: Vec<ObjectId> = dirty
             .into_iter()
             .filter(|m| !is_have(*m) && !self.in_place(*m) && self.recipes.get(m).is_some_and(|r| !r.released))
             .collect();
