@@ -117,8 +117,9 @@ pub fn zero_copy() -> bool {
 }
 
 /// `recovery`: what the shim does when a worker dies: `replay` rebuilds the application's
-/// objects and memory contents in the replacement and reruns what was lost; `report` (the
-/// default) makes the lost objects answer `CL_DEVICE_NOT_AVAILABLE`.
+/// objects and memory contents in the replacement and reruns what was lost; `report` makes the
+/// lost objects answer `CL_DEVICE_NOT_AVAILABLE`; `auto` (the default) is `replay` for a driver
+/// whose devices all share the host's memory and `report` for others.
 pub fn recovery() -> String {
     get("recovery", None).unwrap_or_default()
 }

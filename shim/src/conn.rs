@@ -829,9 +829,9 @@ impl Conn {
             .and_then(|w| w.account())
             .map(|a| format!(": {a}"))
             .unwrap_or_else(|| " (see `cloister crashes`)".into());
-        let message = match crate::recovery::on() {
+        let message = match crate::recovery::on_for(self) {
             true => format!(
-                "cloister: the worker hosting driver {} died{why}. CLOISTER_RECOVERY=replay: cloister rebuilds \
+                "cloister: the worker hosting driver {} died{why}. Recovery by replay: cloister rebuilds \
                  this context's objects in a new worker; calls wait for it, and another message says how it went.",
                 self.driver
             ),
@@ -874,7 +874,9 @@ impl Conn {
                 }
                 Callback::Event { pfn, user_data, event } => {
                     // In replay mode it waits for the event's rebuilt command instead.
-                    if !crate::recovery::keep_event_callback(self.serial, pfn, user_data, event) {
+                    let kept = crate::recovery::on_for(self)
+                        && crate::recovery::keep_event_callback(self.serial, pfn, user_data, event);
+                    if !kept {
                         unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
                         crate::handle::release(event as *mut c_void, Kind::Event);
                     }

@@ -204,7 +204,7 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
 
 /// Completes `op` with `status`; `released`: the worker has released the shim's own event.
 fn complete(conn: &Conn, op: PendingOp, status: cl_int, released: bool) {
-    if status < 0 && crate::recovery::on() && !matches!(op.transfer, Transfer::Write) {
+    if status < 0 && crate::recovery::on_for(conn) && !matches!(op.transfer, Transfer::Write) {
         // A read or map that never landed: recovery must not call its event complete.
         conn.journal.unfinished(op.event);
     }

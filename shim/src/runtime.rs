@@ -138,7 +138,7 @@ impl DeathWatcher for Restarter {
             return finish();
         }
         cloister_ipc::log::in_shim(|| tracing::info!(driver = %slot.driver, "worker died: asking for a replacement"));
-        let replacement = match crate::recovery::on() {
+        let replacement = match crate::recovery::on_for(dead) {
             true => respawn_and_rebuild(&slot.driver, dead),
             false => respawn(&slot.driver, dead),
         };
@@ -186,6 +186,8 @@ fn respawn_and_rebuild(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, Stri
     for _ in 0..64 {
         let conn = respawn(driver, &previous)?;
         conn.continue_ids_from(dead);
+        // The dead worker was replayed; so is its replacement.
+        conn.journal.decide(true);
         match crate::recovery::rebuild(&mut st, dead, &conn) {
             crate::recovery::Outcome::Done(rebuilt) => {
                 crate::recovery::carry_over(dead, &conn, rebuilt, st);

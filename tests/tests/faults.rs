@@ -46,13 +46,15 @@ fn assert_caged_survived(fault: &str, step: &str, c: &std::process::Output) {
     assert!(t.contains("still running after the driver fault"), "{t}");
 }
 
-/// Without `CLOISTER_RECOVERY`, replay is on: the same crash in an enqueue costs the
-/// application nothing, and it is told it was carried over.
+/// Without `CLOISTER_RECOVERY` (`auto`), a driver whose devices share the host's memory (pocl)
+/// is replayed: a crash in an enqueue costs the application nothing, and it is told it was
+/// carried over. With staged buffers (`CLOISTER_ZERO_COPY=0`, as on a discrete GPU) `auto`
+/// reports instead, as `CLOISTER_RECOVERY=report` does.
 #[test]
-fn by_default_a_crash_is_reported_and_replay_carries_the_application_over() {
+fn by_default_pocl_is_replayed_and_report_mode_loses_the_context() {
     let cache = std::env::temp_dir().join(format!("cloister-faults-default-{}", std::process::id()));
     let driver = fault_driver();
-    let run = |recovery: Option<&str>| {
+    let run = |recovery: Option<&str>, zero_copy: &str| {
         let _ = std::fs::remove_dir_all(&cache);
         let mut c = std::process::Command::new(cloister());
         c.args(["run", "--driver", driver.to_str().unwrap(), "--profile", "pocl", "--"]).arg(c_client("survivor"));
@@ -60,19 +62,26 @@ fn by_default_a_crash_is_reported_and_replay_carries_the_application_over() {
             Some(r) => c.env("CLOISTER_RECOVERY", r),
             None => c.env_remove("CLOISTER_RECOVERY"),
         };
+        c.env("CLOISTER_ZERO_COPY", zero_copy);
         // `:once` (its marker in the worker's cache folder): the replay does not crash again.
         let out = c.env("CLOISTER_FAULT", "enqueue:segv:once").env("XDG_CACHE_HOME", &cache).output().unwrap();
         let _ = std::fs::remove_dir_all(&cache);
         text(&out)
     };
-    // The default is `report`: the crash costs the context, and the application is told so.
-    let t = run(None);
-    assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
-    assert!(t.contains("ERROR step=") && !t.contains("carried over"), "the default is not report mode:\n{t}");
-    let t = run(Some("replay"));
-    assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
-    assert!(t.contains("completed without fault") && !t.contains("ERROR step="), "{t}");
-    assert!(t.contains("carried over to a new worker"), "{t}");
+    let carried = |t: &str| {
+        assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
+        assert!(t.contains("completed without fault") && !t.contains("ERROR step="), "{t}");
+        assert!(t.contains("carried over to a new worker"), "{t}");
+    };
+    let reported = |t: &str| {
+        assert!(t.contains("SIGSEGV"), "the fault did not fire:\n{t}");
+        assert!(t.contains("ERROR step=") && !t.contains("carried over"), "not report mode:\n{t}");
+    };
+    carried(&run(None, "1"));
+    carried(&run(Some("auto"), "1"));
+    carried(&run(Some("replay"), "0"));
+    reported(&run(None, "0"));
+    reported(&run(Some("report"), "1"));
 }
 
 #[test]

@@ -72,7 +72,7 @@ fn own_notify(
     match created.as_ref().ok().map(|&h| lookup(h, Kind::Context)) {
         Some(Ok(ctx)) => {
             ctx.own_callback(token);
-            if crate::recovery::on() {
+            if crate::recovery::on_for(conn) {
                 // SAFETY: as in notify_token, which accepted it (non-NULL).
                 let pfn = unsafe { std::mem::transmute::<*mut c_void, ContextNotifyFn>(pfn) };
                 conn.journal.context_notify(ctx.id, pfn, user_data as usize, token);
@@ -103,6 +103,7 @@ pub unsafe fn clCreateContext(
         let devs = unsafe { slice(devices, num_devices as usize, CL_INVALID_VALUE)? };
         let (ids, conn) = ids_of(devs, Kind::Device, CL_INVALID_DEVICE)?;
         let conn = conn.ok_or(CL_INVALID_VALUE)?;
+        super::device::decide_recovery(&conn);
         let notify = notify_token(&conn, pfn_notify, user_data)?;
         let r = create(&conn, Kind::Context, ObjData::Context, |id| {
             crate::recovery::recorded(&conn, CreateContext { id, properties: props, devices: ids, notify })
@@ -127,6 +128,7 @@ pub unsafe fn clCreateContextFromType(
             Some(c) => c,
             None => crate::runtime::runtime().conns().first().cloned().ok_or(CL_INVALID_PLATFORM)?,
         };
+        super::device::decide_recovery(&conn);
         let notify = notify_token(&conn, pfn_notify, user_data)?;
         let r = create(&conn, Kind::Context, ObjData::Context, |id| {
             crate::recovery::recorded(&conn, CreateContextFromType { id, properties: props, device_type, notify })

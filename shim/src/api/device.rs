@@ -5,10 +5,27 @@ use std::ffi::c_void;
 use cloister_ipc::cl::*;
 use cloister_ipc::{CreateSubDevices, GetDeviceIds, InfoTarget, WORKER_ID_BIT};
 
+use crate::conn::Conn;
 use crate::handle::{lookup, new_handle, Kind, ObjData, Object};
 use crate::info;
 
 use super::{extensions, forward_info, retain_release};
+
+/// Under `CLOISTER_RECOVERY=auto`, settles (once per worker, before its first object) whether
+/// `conn`'s worker is replayed: when every device of its driver shares the host's memory, so
+/// its buffers are zero-copy and the journal copies next to nothing.
+pub(super) fn decide_recovery(conn: &Conn) {
+    crate::recovery::decide(conn, || {
+        let devices: Vec<usize> = conn.platforms.get().into_iter().flatten().flat_map(|(_, d)| d.clone()).collect();
+        !devices.is_empty()
+            && devices.into_iter().all(|h| {
+                lookup(h as *const c_void, Kind::Device)
+                    .ok()
+                    .and_then(|dev| super::memory::device_value(&dev, CL_DEVICE_HOST_UNIFIED_MEMORY))
+                    .is_some_and(|v| v != 0)
+            })
+    });
+}
 
 pub unsafe fn clGetDeviceIDs(
     platform: cl_platform_id,
@@ -103,7 +120,8 @@ pub unsafe fn clCreateSubDevices(
         let ids: Vec<u64> =
             if out_devices.is_null() { Vec::new() } else { (0..num_devices).map(|_| d.conn.alloc_id()).collect() };
         let req = CreateSubDevices { device: d.id, properties: props, ids: ids.clone() };
-        let copy = crate::recovery::on().then(|| req.clone());
+        decide_recovery(&d.conn);
+        let copy = crate::recovery::on_for(&d.conn).then(|| req.clone());
         let reply = d.conn.call(req)?;
         if reply.status != CL_SUCCESS {
             return Err(reply.status);

@@ -117,19 +117,23 @@ pub(super) fn every_device(ctx: &Object, param: cl_uint, accept: fn(u64) -> bool
         for h in devices.chunks_exact(std::mem::size_of::<usize>()) {
             let h = usize::from_ne_bytes(h.try_into().ok()?);
             let dev = lookup(h as *const c_void, Kind::Device).ok()?;
-            let v = info::query(&dev, InfoTarget::Device, 0, param).ok()?;
-            let value = match v.len() {
-                4 => u32::from_ne_bytes(v[..4].try_into().ok()?) as u64,
-                8 => u64::from_ne_bytes(v[..8].try_into().ok()?),
-                _ => return None,
-            };
-            all &= accept(value);
+            all &= accept(device_value(&dev, param)?);
         }
         Some(all)
     })()
     .unwrap_or(false);
     ctx.cache_info(key, vec![all as u8]);
     all
+}
+
+/// A device's answer to `param`, a `cl_uint` or `cl_bitfield` query.
+pub(super) fn device_value(dev: &Object, param: cl_uint) -> Option<u64> {
+    let v = info::query(dev, InfoTarget::Device, 0, param).ok()?;
+    match v.len() {
+        4 => Some(u32::from_ne_bytes(v[..4].try_into().ok()?) as u64),
+        8 => Some(u64::from_ne_bytes(v[..8].try_into().ok()?)),
+        _ => None,
+    }
 }
 
 fn create_buffer(
@@ -186,7 +190,7 @@ fn create_zero_copy_buffer(
     let segment = conn.share_region(&region)?;
     // The fd travelled with the message: this side needs only the mapping.
     let view = SharedView { memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
-    let recorded = crate::recovery::on().then(|| view.clone());
+    let recorded = crate::recovery::on_for(conn).then(|| view.clone());
     let r = create(conn, Kind::Mem, ObjData::shared_mem(ctx.id, flags, view), |id| {
         let req = CreateBuffer {
             id,
@@ -218,7 +222,7 @@ fn record_buffer(
     view: Option<SharedView>,
     rc: &Result<cl_int, cl_int>,
 ) {
-    if !crate::recovery::on() || *rc != Ok(CL_SUCCESS) {
+    if !crate::recovery::on_for(conn) || *rc != Ok(CL_SUCCESS) {
         return;
     }
     // SAFETY: a non-NULL host_ptr holds `size` bytes (COPY_HOST_PTR or USE_HOST_PTR), per the
@@ -383,7 +387,7 @@ unsafe fn create_image(
             host_data: None,
         };
         let rc = with_host_data(&conn, host_ptr, len, |host_data| CreateImage { host_data, ..req.clone() });
-        if rc == Ok(CL_SUCCESS) && crate::recovery::on() {
+        if rc == Ok(CL_SUCCESS) && crate::recovery::on_for(&conn) {
             record_image(&conn, req, elem as usize, host_ptr);
         }
         rc

@@ -217,7 +217,7 @@ unsafe fn read_or_write(
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         // SAFETY: ptr + offset is where the application's box starts (API contract).
         let base = unsafe { ptr.cast::<u8>().add(offset) }.cast_mut();
-        let replay = crate::recovery::on().then(|| (target.clone(), sync.clone()));
+        let replay = crate::recovery::on_for(&q.conn).then(|| (target.clone(), sync.clone()));
         if replay.is_some() && write {
             q.conn.journal.changing(m.id, true);
         }
@@ -669,7 +669,7 @@ pub unsafe fn clEnqueueMapImage(
                 *image_slice_pitch = slice_pitch;
             }
         }
-        if crate::recovery::on() {
+        if crate::recovery::on_for(&q.conn) {
             q.conn.journal.mapped(m.id, ptr, None);
         }
         if let ObjData::Mem { maps, .. } = &m.data {

@@ -1,4 +1,5 @@
-//! Recovery (`CLOISTER_RECOVERY=replay`, the default): the application's objects and memory contents are
+//! Recovery by replay (`CLOISTER_RECOVERY=replay`, or `auto`, the default, for a driver whose
+//! devices share the host's memory): the application's objects and memory contents are
 //! rebuilt in the replacement of a worker that died, under the same handles and the same ids,
 //! and the commands the dead worker may have lost are run again, so an application that never
 //! recreates its context carries on (DESIGN.md, Faults).
@@ -44,10 +45,45 @@ pub use rebuild::{carry_over, fire_kept_callbacks, keep_event_callback, rebuild,
 /// How many times a step that crashed the driver is run again before it is dropped.
 pub const RETRIES: u32 = 2;
 
-/// Whether replay mode is on (read once).
+/// `CLOISTER_RECOVERY` (read once).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Report,
+    Replay,
+    /// Replay for a driver whose devices all share the host's memory (its buffers are
+    /// zero-copy, so the journal copies next to nothing), report for the others.
+    Auto,
+}
+
+fn mode() -> Mode {
+    static MODE: OnceLock<Mode> = OnceLock::new();
+    *MODE.get_or_init(|| match cloister_ipc::settings::recovery().as_str() {
+        "replay" => Mode::Replay,
+        "report" => Mode::Report,
+        _ => Mode::Auto,
+    })
+}
+
+/// Whether any worker of this process may be replayed (waits for a carry-over are worth it).
 pub fn on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| cloister_ipc::settings::recovery() == "replay")
+    mode() != Mode::Report
+}
+
+/// Whether `conn`'s objects are recorded and rebuilt after its worker's death.
+pub fn on_for(conn: &Conn) -> bool {
+    match mode() {
+        Mode::Report => false,
+        Mode::Replay => true,
+        Mode::Auto => conn.journal.replays() == Some(true),
+    }
+}
+
+/// Under `auto`, settles once per worker, before its first object is made, whether it is
+/// replayed: `host_unified` says whether every device of its driver shares the host's memory.
+pub fn decide(conn: &Conn, host_unified: impl FnOnce() -> bool) {
+    if mode() == Mode::Auto && conn.journal.replays().is_none() {
+        conn.journal.decide(cloister_ipc::settings::zero_copy() && host_unified());
+    }
 }
 
 fn budget() -> u64 {
@@ -149,7 +185,7 @@ pub fn retrying<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R) -> R {
 /// Makes a creating call, and records it if it succeeded in replay mode (nothing is copied
 /// otherwise).
 pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32, i32> {
-    let copy = on().then(|| req.clone());
+    let copy = on_for(conn).then(|| req.clone());
     let rc = conn.call(req);
     if let (Some(c), Ok(CL_SUCCESS)) = (copy, &rc) {
         conn.journal.created(c.into_request());
@@ -159,7 +195,7 @@ pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32
 
 /// Records a successful creating call made otherwise (replay mode only).
 pub fn note<C: Call + Clone>(conn: &Conn, req: &C) {
-    if on() {
+    if on_for(conn) {
         conn.journal.created(req.clone().into_request());
     }
 }

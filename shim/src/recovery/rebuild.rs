@@ -626,7 +626,7 @@ pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State)
     }
     new.journal.put(st);
     let mut message = format!(
-        "CLOISTER_RECOVERY=replay: the application was carried over to a new worker for driver {}: \
+        "Recovery by replay: the application was carried over to a new worker for driver {}: \
          {moved} objects rebuilt under the same handles, {} commands run again",
         new.driver, rebuilt.replayed
     );
