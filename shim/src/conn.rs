@@ -139,6 +139,58 @@ thread_local! {
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
+thread_local! {
+    /// The serial of a dead worker this thread's current call met (see `recovery::retrying`).
+    static MET_DEATH: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// A call on this thread failed because worker `serial` is dead.
+pub fn met_death(serial: u64) {
+    DEATHS_MET.store(true, Ordering::Relaxed);
+    let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
+}
+
+/// Set once any call met its worker's death: until then `take_met_death` skips the
+/// thread-local (in a library the loader opened, each access is a `__tls_get_addr` call). A
+/// thread sees its own `met_death` in program order, which is all `recovery::retrying` needs.
+static DEATHS_MET: AtomicBool = AtomicBool::new(false);
+
+/// This thread's death met since the last take, if any.
+pub fn take_met_death() -> Option<u64> {
+    match DEATHS_MET.load(Ordering::Relaxed) {
+        false => None,
+        true => MET_DEATH.try_with(|m| m.take()).ok().flatten(),
+    }
+}
+
+thread_local! {
+    /// Set while this thread holds a lock the notifier may need before it tells the contexts
+    /// of a death (`pending`'s settling lock): its failing calls must not wait for the notifier.
+    static HOLDS_NOTIFIER_LOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread holds a lock the notifier may need (see `HoldsNotifierLock`).
+fn holds_notifier_lock() -> bool {
+    HOLDS_NOTIFIER_LOCK.try_with(|s| s.get()).unwrap_or(false)
+}
+
+/// Marks this thread, while it lives, as holding a lock the notifier may need: its calls then
+/// never wait for the notifier (`await_death_told`, `await_completed_callbacks`).
+pub struct HoldsNotifierLock;
+
+impl HoldsNotifierLock {
+    pub fn enter() -> Self {
+        let _ = HOLDS_NOTIFIER_LOCK.try_with(|s| s.set(true));
+        HoldsNotifierLock
+    }
+}
+
+impl Drop for HoldsNotifierLock {
+    fn drop(&mut self) {
+        let _ = HOLDS_NOTIFIER_LOCK.try_with(|s| s.set(false));
+    }
+}
+
 /// Who restarts a dead worker. `dying` runs before anything learns of the death, so a thread
 /// that then looks for the replacement waits for it; `died` runs after the cleanup.
 pub trait DeathWatcher: Send + Sync {
@@ -350,7 +402,7 @@ impl Conn {
     fn await_death_told(&self) {
         // The notifier itself, and a thread holding the lock the notifier settles under, go on
         // at once (the contexts may then hear after the call returned, never after a release).
-        if std::thread::current().name() == Some(NOTIFIER) || crate::pending::settling_here() {
+        if std::thread::current().name() == Some(NOTIFIER) || holds_notifier_lock() {
             return;
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -400,7 +452,7 @@ impl Conn {
         channel::send(&self.sock, msg, fds).map_err(|_| {
             self.mark_dead();
             // The call may run again once the objects are carried over (`recovery::retrying`).
-            crate::recovery::met_death(self.serial);
+            met_death(self.serial);
             FAULT
         })
     }
@@ -494,7 +546,7 @@ impl Conn {
     /// This thread's lane, or the fault of a dead worker.
     fn open_lane(&self) -> Result<Rc<LaneSlot>, cl_int> {
         if self.is_dead() {
-            crate::recovery::met_death(self.serial);
+            met_death(self.serial);
             self.await_death_told();
             return Err(FAULT);
         }
@@ -534,21 +586,21 @@ impl Conn {
     /// or the worker is gone. Returns the call's error once the contexts have heard.
     fn gave_up(&self, deadline: &Deadline) -> cl_int {
         if deadline.passed.get() && !self.is_dead() {
-            crate::runtime::warn(&format!(
+            crate::base::warn(&format!(
                 "the worker for {} did not answer {} within {} ms; giving up on it",
                 self.driver, deadline.name, deadline.ms,
             ));
             self.hang_up();
         }
         self.mark_dead();
-        crate::recovery::met_death(self.serial);
+        met_death(self.serial);
         self.await_death_told();
         FAULT
     }
 
     /// A reply we cannot read is a misbehaving worker: a fault, like a crash.
     fn malformed(&self, call: &str, err: &str) -> cl_int {
-        crate::runtime::warn(&format!("worker for {} sent a malformed reply to {call}: {err}", self.driver));
+        crate::base::warn(&format!("worker for {} sent a malformed reply to {call}: {err}", self.driver));
         self.hang_up();
         self.mark_dead();
         self.await_death_told();
@@ -589,7 +641,7 @@ impl Conn {
     /// treated as dead, like one that sent a reply we cannot read. Returns the call's error.
     pub fn reject(&self, call: &str, what: &str) -> cl_int {
         if !self.is_dead() {
-            crate::runtime::warn(&format!("worker for {} answered {call} with {what}; giving up on it", self.driver));
+            crate::base::warn(&format!("worker for {} answered {call} with {what}; giving up on it", self.driver));
             self.hang_up();
         }
         self.mark_dead();
@@ -702,7 +754,7 @@ impl Conn {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 drop(cbs);
-                crate::runtime::warn(&format!(
+                crate::base::warn(&format!(
                     "the worker for {} announced a build callback and did not send it within {deadline_ms} ms; \
                      giving up on it",
                     self.driver
@@ -754,7 +806,7 @@ impl Conn {
     /// notifier itself (a wait inside a callback) or while holding the settling lock the
     /// notifier may need.
     fn await_completed_callbacks(&self) {
-        if std::thread::current().name() == Some(NOTIFIER) || crate::pending::settling_here() {
+        if std::thread::current().name() == Some(NOTIFIER) || holds_notifier_lock() {
             return;
         }
         let deadline = std::time::Instant::now() + CALLBACK_GRACE;
@@ -829,7 +881,7 @@ impl Conn {
             .and_then(|w| w.account())
             .map(|a| format!(": {a}"))
             .unwrap_or_else(|| " (see `cloister crashes`)".into());
-        let message = match crate::recovery::on() {
+        let message = match crate::base::replay() {
             true => format!(
                 "cloister: the worker hosting driver {} died{why}. CLOISTER_RECOVERY=replay: cloister rebuilds \
                  this context's objects in a new worker; calls wait for it, and another message says how it went.",

@@ -709,7 +709,7 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
     forget_recent(|o| std::ptr::eq(o, &*obj));
     obj.conn.forget(obj.id);
-    if crate::recovery::on() {
+    if crate::base::replay() {
         obj.conn.journal.released(obj.id);
     }
     for token in std::mem::take(&mut *obj.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner())) {

@@ -9,6 +9,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 mod api;
+mod base;
 mod conn;
 mod direct;
 #[doc(hidden)]

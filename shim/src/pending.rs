@@ -9,7 +9,7 @@ use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
 use cloister_ipc::{EventStatuses, FillMapping, ObjectId, Release};
 
-use crate::conn::{Conn, Segment};
+use crate::conn::{Conn, HoldsNotifierLock, Segment};
 use crate::handle::{self, Kind};
 
 pub enum Transfer {
@@ -83,33 +83,6 @@ pub struct PendingOp {
     pub transfer: Transfer,
 }
 
-thread_local! {
-    /// Set while this thread holds `Pending::settling`: its failing calls must not wait for
-    /// the notifier (which may need that lock before it tells the contexts).
-    static SETTLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether this thread is settling transfers (see `SETTLING`).
-pub fn settling_here() -> bool {
-    SETTLING.try_with(|s| s.get()).unwrap_or(false)
-}
-
-/// Marks this thread as settling while it lives.
-struct SettlingHere;
-
-impl SettlingHere {
-    fn enter() -> Self {
-        let _ = SETTLING.try_with(|s| s.set(true));
-        SettlingHere
-    }
-}
-
-impl Drop for SettlingHere {
-    fn drop(&mut self) {
-        let _ = SETTLING.try_with(|s| s.set(false));
-    }
-}
-
 #[derive(Default)]
 pub struct Pending {
     ops: Mutex<Vec<PendingOp>>,
@@ -127,7 +100,7 @@ impl Pending {
     /// still be under way).
     pub fn forget_map(&self, conn: &Conn, segment_id: u64) -> bool {
         let _one = self.settling.lock().unwrap_or_else(|e| e.into_inner());
-        let _here = SettlingHere::enter();
+        let _here = HoldsNotifierLock::enter();
         let taken: Vec<PendingOp> = {
             let mut ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
             let (taken, rest) = std::mem::take(&mut *ops)
@@ -174,7 +147,7 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
     // Lock first: another thread may have taken finished operations out of the list and still
     // be copying them; an empty list alone does not mean they have landed.
     let _one = pending.settling.lock().unwrap_or_else(|e| e.into_inner());
-    let _here = SettlingHere::enter();
+    let _here = HoldsNotifierLock::enter();
     if pending.is_empty() {
         return;
     }
@@ -204,7 +177,7 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
 
 /// Completes `op` with `status`; `released`: the worker has released the shim's own event.
 fn complete(conn: &Conn, op: PendingOp, status: cl_int, released: bool) {
-    if status < 0 && crate::recovery::on() && !matches!(op.transfer, Transfer::Write) {
+    if status < 0 && crate::base::replay() && !matches!(op.transfer, Transfer::Write) {
         // A read or map that never landed: recovery must not call its event complete.
         conn.journal.unfinished(op.event);
     }

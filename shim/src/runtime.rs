@@ -46,12 +46,8 @@ impl Runtime {
     }
 }
 
-pub fn warn(msg: &str) {
-    cloister_ipc::log::in_shim(|| tracing::warn!("{msg}"));
-    if !cloister_ipc::settings::quiet() {
-        eprintln!("cloister: {msg}");
-    }
-}
+/// Where the warnings of every layer go (`base`), under the name the shim's callers use.
+pub use crate::base::warn;
 
 static RT: OnceLock<Runtime> = OnceLock::new();
 
@@ -188,7 +184,7 @@ fn respawn_and_rebuild(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, Stri
         conn.continue_ids_from(dead);
         match crate::recovery::rebuild(&mut st, dead, &conn) {
             crate::recovery::Outcome::Done(rebuilt) => {
-                crate::recovery::carry_over(dead, &conn, rebuilt, st);
+                crate::recovery::carry_over(dead, &conn, rebuilt, st, tell_broker);
                 return Ok(conn);
             }
             crate::recovery::Outcome::Crashed(step) => {

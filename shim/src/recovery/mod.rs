@@ -33,7 +33,7 @@ use std::sync::{Mutex, OnceLock};
 use cloister_ipc::cl::*;
 use cloister_ipc::Call;
 
-use crate::conn::Conn;
+use crate::conn::{met_death, take_met_death, Conn};
 
 mod journal;
 mod rebuild;
@@ -44,11 +44,8 @@ pub use rebuild::{carry_over, fire_kept_callbacks, keep_event_callback, rebuild,
 /// How many times a step that crashed the driver is run again before it is dropped.
 pub const RETRIES: u32 = 2;
 
-/// Whether replay mode is on (read once).
-pub fn on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| cloister_ipc::settings::recovery() == "replay")
-}
+/// Whether replay mode is on (read once; `base` has it, as the layers below read it too).
+pub use crate::base::replay as on;
 
 fn budget() -> u64 {
     static B: OnceLock<u64> = OnceLock::new();
@@ -92,30 +89,6 @@ fn carried_over(serial: u64) -> bool {
             return false;
         }
         deaths = c.changed.wait_timeout(deaths, left).unwrap_or_else(|e| e.into_inner()).0;
-    }
-}
-
-thread_local! {
-    /// The serial of a dead worker this thread's current call met (see `retrying`).
-    static MET_DEATH: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
-}
-
-/// A call on this thread failed because worker `serial` is dead.
-pub fn met_death(serial: u64) {
-    DEATHS_MET.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
-}
-
-/// Set once any call met its worker's death: until then `retrying` skips the thread-local (in a
-/// library the loader opened, each access is a `__tls_get_addr` call). A thread sees its own
-/// `met_death` in program order, which is all `retrying` needs.
-static DEATHS_MET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// This thread's death met since the last take, if any.
-fn take_met_death() -> Option<u64> {
-    match DEATHS_MET.load(std::sync::atomic::Ordering::Relaxed) {
-        false => None,
-        true => MET_DEATH.try_with(|m| m.take()).ok().flatten(),
     }
 }
 
