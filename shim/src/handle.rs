@@ -161,7 +161,7 @@ pub struct MapRecord {
     pub flags: u64,
     /// For a `CL_MEM_USE_HOST_PTR` object: the application's rows the mapping points at, packed
     /// back into the segment when a writing map is unmapped.
-    pub mirror: Option<crate::pending::Mirror>,
+    pub mirror: Option<crate::mirror::Mirror>,
     /// A buffer mapping's (offset, size); `None` for an image's.
     pub range: Option<(u64, u64)>,
     /// Made in a worker that died since (replay mode): the replacement has no such mapping, so
@@ -203,7 +203,7 @@ pub enum ObjData {
     Device,
     Context,
     /// What direct transfers need to know of a queue (`direct`).
-    Queue(crate::direct::QueueState),
+    Queue(crate::queue_state::QueueState),
     /// `host_ptr` is the application's memory of a `CL_MEM_USE_HOST_PTR` buffer (0 otherwise),
     /// kept in step with the device on blocking reads and maps; `image` is set for images.
     Mem {
@@ -266,7 +266,7 @@ impl ObjData {
     }
 
     /// A queue's state for direct transfers, if this is a queue.
-    pub fn queue_state(&self) -> Option<&crate::direct::QueueState> {
+    pub fn queue_state(&self) -> Option<&crate::queue_state::QueueState> {
         match self {
             ObjData::Queue(state) => Some(state),
             _ => None,

@@ -15,7 +15,8 @@ use super::kernel::{all_args, all_args_set, restore_dirty_args, take_dirty_args}
 use super::{enqueue_posted, enqueue_sync, finish_enqueue, slice};
 use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
-use crate::pending::{settle, Mirror, PendingOp, Transfer};
+use crate::mirror::Mirror;
+use crate::pending::{settle, PendingOp, Transfer};
 
 pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
     let q = lookup(queue, Kind::Queue)?;

@@ -6,9 +6,9 @@ use cloister_ipc::cl::*;
 use cloister_ipc::{CreateCommandQueue, CreateCommandQueueWithProperties, FlushOrFinish, InfoTarget};
 
 use super::{create, creation, forward_info, retain_release};
-use crate::direct::QueueState;
 use crate::handle::{lookup, Kind, ObjData, Object};
 use crate::info;
+use crate::queue_state::QueueState;
 
 /// A new queue's state for direct transfers (`direct`): capable if it runs in order on a
 /// context of CPU devices whose buffers are zero-copy.

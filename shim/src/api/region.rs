@@ -13,7 +13,8 @@ use cloister_ipc::*;
 use super::enqueue::{enqueue_pending, map_done, queue_and_mem, with_own_event, SettleAfter};
 use super::{enqueue_call, enqueue_sync, finish_enqueue};
 use crate::handle::{ImageMeta, Kind, MapRecord, ObjData, Object};
-use crate::pending::{Mirror, Transfer};
+use crate::mirror::Mirror;
+use crate::pending::Transfer;
 
 /// Three `size_t`s from an origin or region argument.
 ///

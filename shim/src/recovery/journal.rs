@@ -11,7 +11,7 @@ use cloister_ipc::*;
 use super::budget;
 use super::rebuild::read_memory;
 use crate::conn::{Conn, ContextNotifyFn};
-use crate::pending::Mirror;
+use crate::mirror::Mirror;
 
 /// A journal this long is checkpointed at the next blocking read or `clFinish` even when that
 /// costs a read-back.

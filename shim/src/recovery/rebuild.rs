@@ -12,7 +12,7 @@ use super::journal::{depends_on, Base, Cmd, Recipe, State, Step};
 use super::{concluded, on, RETRIES};
 use crate::conn::{Callback, Conn, ContextNotifyFn, EventNotifyFn};
 use crate::handle::{Kind, SharedView};
-use crate::pending::Mirror;
+use crate::mirror::Mirror;
 
 /// Reads the `size` bytes of buffer `mem`, or of image `mem` of `image` pixels, rows and slices
 /// (packed), through a segment (blocking).
