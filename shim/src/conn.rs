@@ -17,6 +17,8 @@ use cloister_ipc::{channel, decode_reply, Call, Notification, ObjectId, Request,
 
 use crate::handle::{new_handle, Kind, ObjData};
 
+mod spill;
+
 pub type ContextNotifyFn = unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void);
 pub type BuildNotifyFn = unsafe extern "C" fn(cl_program, *mut c_void);
 pub type EventNotifyFn = unsafe extern "C" fn(cl_event, cl_int, *mut c_void);
@@ -563,8 +565,7 @@ impl Conn {
         }
         self.after_other_lanes(lane, name)?;
         // Too big for the lane, the request or its reply travels through a segment (`spill`).
-        let reply =
-            crate::spill::exchange(self, request.op_name(), &bytes, |frame| self.round_trip(lane, frame, name))?;
+        let reply = spill::exchange(self, request.op_name(), &bytes, |frame| self.round_trip(lane, frame, name))?;
         if cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait {
             // Kernel printf output is in the pipes by now: it reaches the application before
             // the call returns, as it would directly.

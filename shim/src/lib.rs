@@ -23,7 +23,6 @@ mod pending;
 mod queue_state;
 mod recovery;
 mod runtime;
-mod spill;
 mod stdio_relay;
 mod summary;
 

@@ -1,10 +1,11 @@
-//! The shim's side of `cloister_ipc::spill`: lane messages of any size, both ways.
+//! The shim's side of `cloister_ipc::spill`: lane messages of any size, both ways. Part of the
+//! transport (`conn`).
 
 use cloister_ipc::cl::{cl_int, CL_OUT_OF_HOST_MEMORY};
 use cloister_ipc::spill::{self, INLINE_MAX};
 use cloister_ipc::{Frame, RawBytes};
 
-use crate::conn::{Conn, Segment};
+use super::{Conn, Segment};
 
 /// Sends one encoded request and returns its encoded reply, whatever their sizes.
 /// `round_trip` posts one frame on the calling thread's lane and waits for the answer's frame
