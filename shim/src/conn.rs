@@ -1,6 +1,12 @@
 //! A connection to one worker: the socket (bootstrap, fds, notifications, death detection), one
 //! lane per application thread, and the callbacks the application registered.
+//!
+//! Layer: the transport, the lowest one but `base`. It imports only `base` (and its own
+//! `spill`), never the handle table, pending transfers, recovery or the runtime: what it must
+//! ask of them goes through `Above`, handed to `Conn::connect`, and what they keep per
+//! connection lives in `Conn::state`, whose types only they name.
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
@@ -10,12 +16,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
 
 use cloister_ipc::cl::*;
+use cloister_ipc::dispatch::IcdDispatch;
 use cloister_ipc::handshake::Hello;
 use cloister_ipc::lane::{Lane, PostError, WaitEnd};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{channel, decode_reply, Call, Notification, ObjectId, Request, ShimMessage, WorkerMessage};
-
-use crate::handle::{new_handle, Kind, ObjData};
+use cloister_ipc::{
+    channel, decode_reply, Call, Enumerated, Notification, ObjectId, ObjectKind, Request, ShimMessage, WorkerMessage,
+};
 
 mod spill;
 
@@ -62,7 +69,6 @@ pub struct Conn {
     /// Set once the contexts have heard of the worker's death; `death_told_cv` signals it.
     death_told: Mutex<bool>,
     death_told_cv: Condvar,
-    pending: crate::pending::Pending,
     /// Shared segments not in use, kept mapped on both sides for the next transfer or map.
     segment_pool: Mutex<Vec<Segment>>,
     /// Told when the worker dies (the runtime starts a replacement).
@@ -79,8 +85,61 @@ pub struct Conn {
     contexts_made: AtomicU64,
     /// (platform handle, its device handles), in the worker's order.
     pub platforms: OnceLock<Vec<(usize, Vec<usize>)>>,
-    /// What rebuilds this worker's objects in a replacement (`CLOISTER_RECOVERY=replay`).
-    pub journal: crate::recovery::Journal,
+    /// What the layers above keep for this connection (`state`): `pending`'s transfers,
+    /// `recovery`'s journal. Made on first use, dropped with the connection.
+    states: [OnceLock<Box<dyn Any + Send + Sync>>; STATE_SLOTS],
+    /// The layers above, as this connection reaches them.
+    above: &'static dyn Above,
+}
+
+/// How many kinds of state the layers above may keep per connection (`Conn::state`): two are
+/// (`pending::Pending`, `recovery::Journal`).
+const STATE_SLOTS: usize = 4;
+
+/// The layers above the transport, as the layers below them reach them: the transport (the
+/// notifier's callbacks, a new worker's handles, the timing report), the handle table (the
+/// dispatch table, releases, restarts) and pending
+/// transfers (failed reads) call up only through this, so none of them imports what is above
+/// it. Implemented once at the top (`runtime::LAYERS`) and handed to `Conn::connect`, so no
+/// connection runs without it.
+pub trait Above: Send + Sync {
+    /// Makes the handles for the platforms and devices a new worker announced, before any of
+    /// its messages is handled; those of `reuse` (the worker it replaces) are rebound to it by
+    /// position. Returns (platform handle, its device handles), in the worker's order.
+    fn adopt(
+        &self,
+        conn: &Arc<Conn>,
+        platforms: &[ObjectId],
+        devices: &[Enumerated],
+        reuse: Option<&[(usize, Vec<usize>)]>,
+    ) -> Vec<(usize, Vec<usize>)>;
+    /// Lands this connection's finished transfers (`pending::settle`): a callback that hears
+    /// of an event's completion, or of the worker's death, finds the data in place.
+    fn settle(&self, conn: &Conn);
+    /// Drops the reference a callback held on the application's program or event (taken at
+    /// registration, see `Callback`).
+    fn release(&self, handle: usize, kind: ObjectKind);
+    /// The worker's id of the application's event `handle`, if that is a live event.
+    fn event_id(&self, handle: usize) -> Option<ObjectId>;
+    /// An event callback still waiting when its worker died: whether it is kept for the
+    /// event's command rebuilt in a replacement (replay mode), instead of failing now.
+    fn keep_event_callback(&self, conn: &Conn, pfn: EventNotifyFn, user_data: usize, event: usize) -> bool;
+    /// The handle table's word, in replay mode: the application's last reference to object
+    /// `id` of this worker went.
+    fn released(&self, conn: &Conn, id: ObjectId);
+    /// The handle table's question when a platform or device's worker died: waits (a bounded
+    /// while) for the replacements under way; whether one was.
+    fn await_restarts(&self) -> bool;
+    /// The ICD dispatch table a new handle begins with (the entry points, at the crate's root).
+    fn dispatch(&self) -> &'static IcdDispatch;
+    /// Whether lane calls ask the worker for its own time (`spill`; the timing report of
+    /// `intercept` is on).
+    fn timing(&self) -> bool;
+    /// A timed reply said the worker spent `worker_ns` on it; the shim waited `waited` for it.
+    fn worker_time(&self, worker_ns: u64, waited: std::time::Duration);
+    /// Pending transfers' word, in replay mode: the non-blocking read or map whose event is
+    /// `event` never landed (recovery must not call that event complete).
+    fn unfinished(&self, conn: &Conn, event: ObjectId);
 }
 
 /// A lane owned by the current thread; closing it on thread exit ends the worker's thread.
@@ -288,7 +347,13 @@ impl Conn {
     /// Greets the worker behind `sock` and builds handles for what it enumerated.
     /// With `reuse`, the platform and device handles of the worker this one replaces are
     /// rebound to it (matched by position: the same driver enumerates in the same order).
-    pub fn connect(sock: OwnedFd, driver: &str, reuse: Option<&[(usize, Vec<usize>)]>) -> Result<Arc<Conn>, String> {
+    /// `above` is how the layers above are reached from this connection (`Above`).
+    pub fn connect(
+        sock: OwnedFd,
+        driver: &str,
+        reuse: Option<&[(usize, Vec<usize>)]>,
+        above: &'static dyn Above,
+    ) -> Result<Arc<Conn>, String> {
         channel::send(&sock, &ShimMessage::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
         // The worker loads and enumerates its driver before it answers: a driver that hangs
         // there is killed by the broker's watchdog at the deadline of `Initialize`; this is the
@@ -330,7 +395,6 @@ impl Conn {
             delivered: Condvar::new(),
             death_told: Mutex::new(false),
             death_told_cv: Condvar::new(),
-            pending: Default::default(),
             segment_pool: Mutex::new(Vec::new()),
             lanes: Mutex::new(Vec::new()),
             first_poster: AtomicUsize::new(0),
@@ -338,27 +402,10 @@ impl Conn {
             contexts_made: AtomicU64::new(0),
             death_watcher: OnceLock::new(),
             platforms: OnceLock::new(),
-            journal: Default::default(),
+            states: Default::default(),
+            above,
         });
-        let mut table = Vec::new();
-        let place = |old: Option<usize>, kind: Kind, id: u64, data: ObjData| match old {
-            Some(h) => {
-                crate::handle::rebind(h, kind, id, &conn, data);
-                h
-            }
-            None => new_handle(kind, id, &conn, data) as usize,
-        };
-        for (pi, pid) in platforms.into_iter().enumerate() {
-            let old = reuse.and_then(|r| r.get(pi));
-            let ph = place(old.map(|o| o.0), Kind::Platform, pid, ObjData::Platform);
-            let devs = devices
-                .iter()
-                .filter(|d| d.platform == pid)
-                .enumerate()
-                .map(|(di, d)| place(old.and_then(|o| o.1.get(di).copied()), Kind::Device, d.id, ObjData::Device))
-                .collect();
-            table.push((ph, devs));
-        }
+        let table = above.adopt(&conn, &platforms, &devices, reuse);
         let _ = conn.platforms.set(table);
         let notifier = conn.clone();
         std::thread::Builder::new()
@@ -368,8 +415,22 @@ impl Conn {
         Ok(conn)
     }
 
-    pub fn pending(&self) -> &crate::pending::Pending {
-        &self.pending
+    /// This connection's state of type `T`, which a layer above keeps here (`pending::of`,
+    /// `recovery::journal_of`): made with `T::default()` on first use, dropped with the
+    /// connection. One value per type; only the layer that owns `T` names it.
+    pub fn state<T: Default + Send + Sync + 'static>(&self) -> &T {
+        for slot in &self.states {
+            if let Some(t) = slot.get_or_init(|| Box::new(T::default())).downcast_ref::<T>() {
+                return t;
+            }
+        }
+        // A programming error (a new kind of state without a slot), which any test meets.
+        panic!("more kinds of per-connection state than STATE_SLOTS ({STATE_SLOTS})");
+    }
+
+    /// The layers above, as this connection reaches them.
+    pub fn above(&self) -> &'static dyn Above {
+        self.above
     }
 
     pub fn is_dead(&self) -> bool {
@@ -827,10 +888,10 @@ impl Conn {
         let due: Vec<u64> = waiting
             .into_iter()
             .filter(|&(_, event)| {
-                let Ok(ev) = crate::handle::lookup(event as cl_event, Kind::Event) else { return false };
+                let Some(id) = self.above.event_id(event) else { return false };
                 let q = cloister_ipc::GetInfo {
                     target: cloister_ipc::InfoTarget::Event,
-                    object: ev.id,
+                    object: id,
                     aux: 0,
                     param: CL_EVENT_COMMAND_EXECUTION_STATUS,
                 };
@@ -911,7 +972,7 @@ impl Conn {
         // The calls that failed on this death return now (see `await_death_told`).
         *self.death_told.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.death_told_cv.notify_all();
-        crate::pending::settle(self, None);
+        self.above.settle(self);
         let callbacks: Vec<Callback> = {
             let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
             cbs.drain().map(|(_, cb)| cb).collect()
@@ -923,13 +984,13 @@ impl Conn {
                 Callback::Context { .. } => {}
                 Callback::Build { pfn, user_data, program } => {
                     unsafe { pfn(program as cl_program, user_data as *mut c_void) };
-                    crate::handle::release(program as *mut c_void, Kind::Program);
+                    self.above.release(program, ObjectKind::Program);
                 }
                 Callback::Event { pfn, user_data, event } => {
                     // In replay mode it waits for the event's rebuilt command instead.
-                    if !crate::recovery::keep_event_callback(self.serial, pfn, user_data, event) {
+                    if !self.above.keep_event_callback(self, pfn, user_data, event) {
                         unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
-                        crate::handle::release(event as *mut c_void, Kind::Event);
+                        self.above.release(event, ObjectKind::Event);
                     }
                 }
             }
@@ -965,7 +1026,7 @@ impl Conn {
                 self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
                 self.build_callback_ran.notify_all();
                 // The program was kept alive for its callback (see `Callback::Build`).
-                crate::handle::release(program as *mut c_void, Kind::Program);
+                self.above.release(program, ObjectKind::Program);
             }
             Notification::LateError { token, op, code } => {
                 drop(cbs);
@@ -982,12 +1043,12 @@ impl Conn {
                 drop(cbs);
                 if status <= CL_COMPLETE {
                     // A finished read's data must be in place before the callback can look.
-                    crate::pending::settle(self, None);
+                    self.above.settle(self);
                 }
                 // SAFETY: as above; event is the application's handle, kept alive by the retain
                 // taken at registration and dropped right after.
                 unsafe { pfn(event as cl_event, status, user_data as *mut c_void) };
-                crate::handle::release(event as *mut c_void, Kind::Event);
+                self.above.release(event, ObjectKind::Event);
             }
         }
     }
@@ -1019,6 +1080,42 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
+    /// The transport alone: no layer above keeps anything (the workers here announce no
+    /// platform, and the callbacks hold no handle).
+    struct Bare;
+
+    impl Above for Bare {
+        fn adopt(
+            &self,
+            _: &Arc<Conn>,
+            _: &[ObjectId],
+            _: &[Enumerated],
+            _: Option<&[(usize, Vec<usize>)]>,
+        ) -> Vec<(usize, Vec<usize>)> {
+            Vec::new()
+        }
+        fn settle(&self, _: &Conn) {}
+        fn release(&self, _: usize, _: ObjectKind) {}
+        fn event_id(&self, _: usize) -> Option<ObjectId> {
+            None
+        }
+        fn keep_event_callback(&self, _: &Conn, _: EventNotifyFn, _: usize, _: usize) -> bool {
+            false
+        }
+        fn released(&self, _: &Conn, _: ObjectId) {}
+        fn await_restarts(&self) -> bool {
+            false
+        }
+        fn dispatch(&self) -> &'static IcdDispatch {
+            &crate::DISPATCH
+        }
+        fn timing(&self) -> bool {
+            false
+        }
+        fn worker_time(&self, _: u64, _: Duration) {}
+        fn unfinished(&self, _: &Conn, _: ObjectId) {}
+    }
+
     /// Short deadlines for this test process (read once, before any connection).
     fn short_deadlines() {
         static SET: std::sync::Once = std::sync::Once::new();
@@ -1048,7 +1145,7 @@ mod tests {
             std::thread::sleep(Duration::from_secs(8));
         });
         let started = Instant::now();
-        let result = within(Duration::from_secs(6), move || Conn::connect(ours, "silent", None).map(|_| ()));
+        let result = within(Duration::from_secs(6), move || Conn::connect(ours, "silent", None, &Bare).map(|_| ()));
         assert!(result.unwrap_err().contains("did not answer its welcome"));
         assert!(started.elapsed() >= Duration::from_millis(300));
         drop(worker);
@@ -1072,7 +1169,7 @@ mod tests {
             // Never sends the BuildDone it "announced"; stays connected until the shim hangs up.
             while channel::recv::<ShimMessage>(&theirs).is_ok() {}
         });
-        let conn = Conn::connect(ours, "quiet", None).unwrap();
+        let conn = Conn::connect(ours, "quiet", None, &Bare).unwrap();
         static RAN: AtomicBool = AtomicBool::new(false);
         unsafe extern "C" fn on_built(_: cl_program, ran: *mut c_void) {
             // SAFETY: user_data is &RAN, a static.

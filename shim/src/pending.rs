@@ -2,6 +2,10 @@
 //! application goes on; the shim copies a read's data into the application's memory before
 //! anything can tell the application the read is done: `clFinish`, `clWaitForEvents`, a status
 //! query that returns `CL_COMPLETE`, an event callback, or a later blocking call on the queue.
+//!
+//! Layer: above the handle table. It imports `conn`, `handle` and the leaves (`base`,
+//! `mirror`); the transfers of a connection are its state there (`of`), and what recovery must
+//! hear of them goes through `conn::Above`.
 
 use std::sync::Mutex;
 
@@ -36,6 +40,7 @@ pub struct PendingOp {
     pub transfer: Transfer,
 }
 
+/// The transfers under way on a connection, kept there (`Conn::state`).
 #[derive(Default)]
 pub struct Pending {
     ops: Mutex<Vec<PendingOp>>,
@@ -78,6 +83,11 @@ impl Pending {
     }
 }
 
+/// The transfers under way on `conn`.
+pub fn of(conn: &Conn) -> &Pending {
+    conn.state()
+}
+
 /// The execution status of each of `events`, asked in one call. A worker that answers with
 /// another count than it was asked for is cut off; a worker that cannot answer makes them all
 /// `CL_DEVICE_NOT_AVAILABLE`.
@@ -96,7 +106,7 @@ fn event_statuses(conn: &Conn, events: Vec<ObjectId>, release_settled: Vec<Objec
 
 /// Completes every finished transfer (of `queue`, or of all queues).
 pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
-    let pending = conn.pending();
+    let pending = of(conn);
     // Lock first: another thread may have taken finished operations out of the list and still
     // be copying them; an empty list alone does not mean they have landed.
     let _one = pending.settling.lock().unwrap_or_else(|e| e.into_inner());
@@ -132,7 +142,7 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
 fn complete(conn: &Conn, op: PendingOp, status: cl_int, released: bool) {
     if status < 0 && crate::base::replay() && !matches!(op.transfer, Transfer::Write) {
         // A read or map that never landed: recovery must not call its event complete.
-        conn.journal.unfinished(op.event);
+        conn.above().unfinished(conn, op.event);
     }
     match (&op.transfer, &op.segment, status) {
         (Transfer::Read { dst, shape, mirror }, Some(seg), CL_COMPLETE) => {

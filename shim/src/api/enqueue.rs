@@ -113,10 +113,10 @@ pub(super) unsafe fn track(
         crate::handle::retain(h, Kind::Event);
         h as usize
     });
-    q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer });
+    crate::pending::of(&q.conn).push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer });
     // An application that never waits still gets its segments back: every so many pending
     // transfers, the finished ones settle (one call).
-    if q.conn.pending().len() >= SETTLE_EVERY {
+    if crate::pending::of(&q.conn).len() >= SETTLE_EVERY {
         settle(&q.conn, None);
     }
     rc
@@ -191,7 +191,7 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32> + Clone>(
         return rc;
     }
     if let Some((req, dst, shape, mirror)) = replay {
-        q.conn.journal.reading(req, event_id, dst, shape, mirror);
+        crate::recovery::journal_of(&q.conn).reading(req, event_id, dst, shape, mirror);
     }
     // SAFETY: forwarded.
     Ok(unsafe { track(q, sync, event, event_id, Some(segment), transfer) })
@@ -293,7 +293,7 @@ pub unsafe fn clEnqueueReadBuffer(
         if let Ok((q, m)) = queue_and_mem(queue, buffer) {
             // SAFETY: the blocking read filled `size` bytes at `ptr`.
             let data = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) };
-            q.conn.journal.read(&q.conn, q.id, m.id, offset as u64, data);
+            crate::recovery::journal_of(&q.conn).read(&q.conn, q.id, m.id, offset as u64, data);
         }
     }
     rc
@@ -418,7 +418,7 @@ unsafe fn record_write(
     let event = unsafe { super::returned_event(event) };
     // SAFETY: ptr holds `size` bytes.
     let data = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) };
-    q.conn.journal.wrote(q.id, m.id, offset as u64, data, EnqueueSync { wait, event });
+    crate::recovery::journal_of(&q.conn).wrote(q.id, m.id, offset as u64, data, EnqueueSync { wait, event });
 }
 
 pub unsafe fn clEnqueueCopyBuffer(
@@ -535,7 +535,7 @@ pub unsafe fn clEnqueueMapBuffer(
         unsafe { map_done(&q, &sync, event, event_id, blocking, (id, view), map_flags, mirror) };
         let ptr = mirror.map_or(view as usize, |m| m.at);
         if crate::recovery::on() {
-            q.conn.journal.mapped(m.id, ptr, Some((offset as u64, size as u64)));
+            crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, Some((offset as u64, size as u64)));
         }
         if let ObjData::Mem { maps, .. } = &m.data {
             let range = Some((offset as u64, size as u64));
@@ -578,11 +578,13 @@ pub unsafe fn clEnqueueUnmapMemObject(
             return unsafe { unmap_carried(&q, &m, mapped_ptr, record, &sync, event) };
         }
         // A non-blocking map not yet seen complete needs no filling any more.
-        let unsettled_map = q.conn.pending().forget_map(&q.conn, record.id);
+        let unsettled_map = crate::pending::of(&q.conn).forget_map(&q.conn, record.id);
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
         if crate::recovery::on() {
             // SAFETY: the record was this mapping's, live until the unmap below.
-            unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, &sync) };
+            unsafe {
+                crate::recovery::journal_of(&q.conn).unmapping(q.id, m.id, mapped_ptr as usize, write_back, &sync)
+            };
         }
         if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
             // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
@@ -631,7 +633,7 @@ unsafe fn unmap_carried(
     let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
     if crate::recovery::on() {
         // SAFETY: as the caller says.
-        unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, sync) };
+        unsafe { crate::recovery::journal_of(&q.conn).unmapping(q.id, m.id, mapped_ptr as usize, write_back, sync) };
     }
     let rc = match (write_back, record.range) {
         (true, Some((offset, size))) => {
@@ -929,7 +931,7 @@ pub unsafe fn clEnqueueNDRangeKernel(
         if rc != Ok(CL_SUCCESS) {
             restore_dirty_args(&k.data, &args);
         } else if let Some(copy) = copy {
-            q.conn.journal.enqueued(Request::EnqueueNdRange(copy));
+            crate::recovery::journal_of(&q.conn).enqueued(Request::EnqueueNdRange(copy));
         }
         // SAFETY: event per API contract.
         Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })

@@ -210,7 +210,7 @@ unsafe fn enqueue_via<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
     let copy = crate::recovery::on().then(|| req.clone());
     let rc = send(req);
     if let (Some(copy), Ok(CL_SUCCESS)) = (copy, &rc) {
-        queue.conn.journal.enqueued(copy.into_request());
+        crate::recovery::journal_of(&queue.conn).enqueued(copy.into_request());
     }
     // SAFETY: forwarded from the caller.
     Ok(unsafe { finish_enqueue(queue, &sync, event, rc) })

@@ -118,7 +118,7 @@ pub(super) fn flush_or_finish_queue(q: &Object, finish: bool) -> cl_int {
     if finish {
         crate::pending::settle(&q.conn, Some(q.id));
         if rc == CL_SUCCESS && crate::recovery::on() {
-            q.conn.journal.finished(&q.conn, q.id);
+            crate::recovery::journal_of(&q.conn).finished(&q.conn, q.id);
         }
     }
     rc

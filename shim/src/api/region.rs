@@ -244,10 +244,10 @@ unsafe fn read_or_write(
                     data: DataRef::Lane { offset: 0, len: 0 },
                     sync,
                 };
-                q.conn.journal.wrote_region(req, packed());
+                crate::recovery::journal_of(&q.conn).wrote_region(req, packed());
             } else if blocking != CL_FALSE && matches!(target, RegionTarget::Image { origin: [0, 0, 0] }) {
                 // A blocking read of an image from its corner: a checkpoint if it is all of it.
-                q.conn.journal.read(&q.conn, q.id, m.id, 0, &packed());
+                crate::recovery::journal_of(&q.conn).read(&q.conn, q.id, m.id, 0, &packed());
             }
         }
         rc
@@ -668,7 +668,7 @@ pub unsafe fn clEnqueueMapImage(
             }
         }
         if crate::recovery::on() {
-            q.conn.journal.mapped(m.id, ptr, None);
+            crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, None);
         }
         if let ObjData::Mem { maps, .. } = &m.data {
             let (id, segment, flags) = (segment.id, Some(segment), map_flags);

@@ -41,6 +41,11 @@ mod rebuild;
 pub use journal::{image_box, Journal};
 pub use rebuild::{carry_over, fire_kept_callbacks, keep_event_callback, rebuild, write_buffer, Outcome};
 
+/// What replay mode keeps of `conn`'s objects, kept there (`Conn::state`).
+pub fn journal_of(conn: &Conn) -> &Journal {
+    conn.state()
+}
+
 /// How many times a step that crashed the driver is run again before it is dropped.
 pub const RETRIES: u32 = 2;
 
@@ -125,7 +130,7 @@ pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32
     let copy = on().then(|| req.clone());
     let rc = conn.call(req);
     if let (Some(c), Ok(CL_SUCCESS)) = (copy, &rc) {
-        conn.journal.created(c.into_request());
+        journal_of(conn).created(c.into_request());
     }
     rc
 }
@@ -133,6 +138,6 @@ pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32
 /// Records a successful creating call made otherwise (replay mode only).
 pub fn note<C: Call + Clone>(conn: &Conn, req: &C) {
     if on() {
-        conn.journal.created(req.clone().into_request());
+        journal_of(conn).created(req.clone().into_request());
     }
 }

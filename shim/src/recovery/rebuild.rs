@@ -620,7 +620,7 @@ pub fn carry_over(
         crate::handle::move_to(h, new, rebuilt.views.get(&obj.id).cloned());
         moved += 1;
     }
-    new.journal.put(st);
+    super::journal_of(new).put(st);
     let mut message = format!(
         "CLOISTER_RECOVERY=replay: the application was carried over to a new worker for driver {}: \
          {moved} objects rebuilt under the same handles, {} commands run again",
