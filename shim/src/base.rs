@@ -2,8 +2,14 @@
 //! The warning every layer gives, and the process-wide mode the layers below recovery must
 //! know of (whether replay recovery keeps its journal).
 //!
-//! The layers, bottom to top (each imports only those below it):
-//! `base` < `conn` (transport) < `handle` < `pending` < `recovery` < `layers` < `runtime`.
+//! The layers of the shim's core, bottom to top (each imports only those below it):
+//! - leaves, which import nothing of the crate: `base`, `mirror`, `queue_state`, `stdio_relay`;
+//! - `conn`, the transport (with `conn::spill`);
+//! - `handle`, the handle table;
+//! - `pending`, the transfers under way;
+//! - `recovery` (which needs no `pending`);
+//! - `runtime`, the top (with `runtime::layers`: the one `conn::Above`, through which the
+//!   layers below reach those above them).
 
 use std::sync::OnceLock;
 

@@ -1,10 +1,10 @@
 //! A connection to one worker: the socket (bootstrap, fds, notifications, death detection), one
 //! lane per application thread, and the callbacks the application registered.
 //!
-//! Layer: the transport, the lowest one but `base`. It imports only `base` (and its own
-//! `spill`), never the handle table, pending transfers, recovery or the runtime: what it must
-//! ask of them goes through `Above`, handed to `Conn::connect`, and what they keep per
-//! connection lives in `Conn::state`, whose types only they name.
+//! Layer: the transport, above only the leaves. It imports `base` and `stdio_relay` (and its
+//! own `spill`), never the handle table, pending transfers, recovery, the runtime or
+//! `intercept`: what it must ask of them goes through `Above`, handed to `Conn::connect`, and
+//! what they keep per connection lives in `Conn::state`, whose types only they name.
 
 use std::any::Any;
 use std::cell::RefCell;

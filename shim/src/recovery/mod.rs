@@ -26,6 +26,11 @@
 //! `journal` keeps the record (recipes, contents, the journal, checkpoints); `rebuild` makes it
 //! again in a replacement and carries the handles over; this module has the mode, the retry of
 //! calls that met a death, and the creating calls' recording.
+//!
+//! Layer: above the handle table, below the runtime. It imports `conn`, `handle` and the
+//! leaves, never `pending` or `runtime` (the account for the broker is handed to
+//! `carry_over`); the journal is per-connection state (`journal_of`), and the layers below
+//! tell it what it records through `conn::Above`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

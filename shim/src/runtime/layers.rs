@@ -1,7 +1,7 @@
 //! The top joins the layers: the one `conn::Above`, through which the transport, the handle
-//! table and pending transfers reach the layers above them (handles, pending transfers,
-//! recovery, restarts, the entry points and `intercept`'s timing) without importing them. Every connection is made with it
-//! (`Conn::connect(.., &LAYERS)`).
+//! table and pending transfers reach what is above them (handles, pending transfers, recovery,
+//! restarts, the entry points and `intercept`'s timing) without importing it. Every connection
+//! is made with it (`Conn::connect(.., &LAYERS)`), the fuzz harness's too.
 
 use std::sync::Arc;
 
