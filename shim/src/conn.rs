@@ -1,6 +1,12 @@
 //! A connection to one worker: the socket (bootstrap, fds, notifications, death detection), one
 //! lane per application thread, and the callbacks the application registered.
+//!
+//! Layer: the transport, above only the leaves. It imports `base` and `stdio_relay` (and its
+//! own `spill`), never the handle table, pending transfers, recovery, the runtime or
+//! `intercept`: what it must ask of them goes through `Above`, handed to `Conn::connect`, and
+//! what they keep per connection lives in `Conn::state`, whose types only they name.
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
@@ -9,13 +15,18 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
 
+use crate::base::RecoveryMode;
+
 use cloister_ipc::cl::*;
+use cloister_ipc::dispatch::IcdDispatch;
 use cloister_ipc::handshake::Hello;
 use cloister_ipc::lane::{Lane, PostError, WaitEnd};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{channel, decode_reply, Call, Notification, ObjectId, Request, ShimMessage, WorkerMessage};
+use cloister_ipc::{
+    channel, decode_reply, Call, Enumerated, Notification, ObjectId, ObjectKind, Request, ShimMessage, WorkerMessage,
+};
 
-use crate::handle::{new_handle, Kind, ObjData};
+mod spill;
 
 pub type ContextNotifyFn = unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void);
 pub type BuildNotifyFn = unsafe extern "C" fn(cl_program, *mut c_void);
@@ -60,7 +71,6 @@ pub struct Conn {
     /// Set once the contexts have heard of the worker's death; `death_told_cv` signals it.
     death_told: Mutex<bool>,
     death_told_cv: Condvar,
-    pending: crate::pending::Pending,
     /// Shared segments not in use, kept mapped on both sides for the next transfer or map.
     segment_pool: Mutex<Vec<Segment>>,
     /// Told when the worker dies (the runtime starts a replacement).
@@ -77,8 +87,64 @@ pub struct Conn {
     contexts_made: AtomicU64,
     /// (platform handle, its device handles), in the worker's order.
     pub platforms: OnceLock<Vec<(usize, Vec<usize>)>>,
-    /// What rebuilds this worker's objects in a replacement (`CLOISTER_RECOVERY=replay`).
-    pub journal: crate::recovery::Journal,
+    /// Under `CLOISTER_RECOVERY=auto`: whether this worker is replayed, once settled
+    /// (`replays`).
+    replay_settled: OnceLock<bool>,
+    /// What the layers above keep for this connection (`state`): `pending`'s transfers,
+    /// `recovery`'s journal. Made on first use, dropped with the connection.
+    states: [OnceLock<Box<dyn Any + Send + Sync>>; STATE_SLOTS],
+    /// The layers above, as this connection reaches them.
+    above: &'static dyn Above,
+}
+
+/// How many kinds of state the layers above may keep per connection (`Conn::state`): two are
+/// (`pending::Pending`, `recovery::Journal`).
+const STATE_SLOTS: usize = 4;
+
+/// The layers above the transport, as the layers below them reach them: the transport (the
+/// notifier's callbacks, a new worker's handles, the timing report), the handle table (the
+/// dispatch table, releases, restarts) and pending
+/// transfers (failed reads) call up only through this, so none of them imports what is above
+/// it. Implemented once at the top (`runtime::LAYERS`) and handed to `Conn::connect`, so no
+/// connection runs without it.
+pub trait Above: Send + Sync {
+    /// Makes the handles for the platforms and devices a new worker announced, before any of
+    /// its messages is handled; those of `reuse` (the worker it replaces) are rebound to it by
+    /// position. Returns (platform handle, its device handles), in the worker's order.
+    fn adopt(
+        &self,
+        conn: &Arc<Conn>,
+        platforms: &[ObjectId],
+        devices: &[Enumerated],
+        reuse: Option<&[(usize, Vec<usize>)]>,
+    ) -> Vec<(usize, Vec<usize>)>;
+    /// Lands this connection's finished transfers (`pending::settle`): a callback that hears
+    /// of an event's completion, or of the worker's death, finds the data in place.
+    fn settle(&self, conn: &Conn);
+    /// Drops the reference a callback held on the application's program or event (taken at
+    /// registration, see `Callback`).
+    fn release(&self, handle: usize, kind: ObjectKind);
+    /// The worker's id of the application's event `handle`, if that is a live event.
+    fn event_id(&self, handle: usize) -> Option<ObjectId>;
+    /// An event callback still waiting when its worker died: whether it is kept for the
+    /// event's command rebuilt in a replacement (replay mode), instead of failing now.
+    fn keep_event_callback(&self, conn: &Conn, pfn: EventNotifyFn, user_data: usize, event: usize) -> bool;
+    /// The handle table's word, in replay mode: the application's last reference to object
+    /// `id` of this worker went.
+    fn released(&self, conn: &Conn, id: ObjectId);
+    /// The handle table's question when a platform or device's worker died: waits (a bounded
+    /// while) for the replacements under way; whether one was.
+    fn await_restarts(&self) -> bool;
+    /// The ICD dispatch table a new handle begins with (the entry points, at the crate's root).
+    fn dispatch(&self) -> &'static IcdDispatch;
+    /// Whether lane calls ask the worker for its own time (`spill`; the timing report of
+    /// `intercept` is on).
+    fn timing(&self) -> bool;
+    /// A timed reply said the worker spent `worker_ns` on it; the shim waited `waited` for it.
+    fn worker_time(&self, worker_ns: u64, waited: std::time::Duration);
+    /// Pending transfers' word, in replay mode: the non-blocking read or map whose event is
+    /// `event` never landed (recovery must not call that event complete).
+    fn unfinished(&self, conn: &Conn, event: ObjectId);
 }
 
 /// A lane owned by the current thread; closing it on thread exit ends the worker's thread.
@@ -138,6 +204,58 @@ thread_local! {
 }
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The serial of a dead worker this thread's current call met (see `recovery::retrying`).
+    static MET_DEATH: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// A call on this thread failed because worker `serial` is dead.
+pub fn met_death(serial: u64) {
+    DEATHS_MET.store(true, Ordering::Relaxed);
+    let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
+}
+
+/// Set once any call met its worker's death: until then `take_met_death` skips the
+/// thread-local (in a library the loader opened, each access is a `__tls_get_addr` call). A
+/// thread sees its own `met_death` in program order, which is all `recovery::retrying` needs.
+static DEATHS_MET: AtomicBool = AtomicBool::new(false);
+
+/// This thread's death met since the last take, if any.
+pub fn take_met_death() -> Option<u64> {
+    match DEATHS_MET.load(Ordering::Relaxed) {
+        false => None,
+        true => MET_DEATH.try_with(|m| m.take()).ok().flatten(),
+    }
+}
+
+thread_local! {
+    /// Set while this thread holds a lock the notifier may need before it tells the contexts
+    /// of a death (`pending`'s settling lock): its failing calls must not wait for the notifier.
+    static HOLDS_NOTIFIER_LOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread holds a lock the notifier may need (see `HoldsNotifierLock`).
+fn holds_notifier_lock() -> bool {
+    HOLDS_NOTIFIER_LOCK.try_with(|s| s.get()).unwrap_or(false)
+}
+
+/// Marks this thread, while it lives, as holding a lock the notifier may need: its calls then
+/// never wait for the notifier (`await_death_told`, `await_completed_callbacks`).
+pub struct HoldsNotifierLock;
+
+impl HoldsNotifierLock {
+    pub fn enter() -> Self {
+        let _ = HOLDS_NOTIFIER_LOCK.try_with(|s| s.set(true));
+        HoldsNotifierLock
+    }
+}
+
+impl Drop for HoldsNotifierLock {
+    fn drop(&mut self) {
+        let _ = HOLDS_NOTIFIER_LOCK.try_with(|s| s.set(false));
+    }
+}
 
 /// Who restarts a dead worker. `dying` runs before anything learns of the death, so a thread
 /// that then looks for the replacement waits for it; `died` runs after the cleanup.
@@ -234,7 +352,13 @@ impl Conn {
     /// Greets the worker behind `sock` and builds handles for what it enumerated.
     /// With `reuse`, the platform and device handles of the worker this one replaces are
     /// rebound to it (matched by position: the same driver enumerates in the same order).
-    pub fn connect(sock: OwnedFd, driver: &str, reuse: Option<&[(usize, Vec<usize>)]>) -> Result<Arc<Conn>, String> {
+    /// `above` is how the layers above are reached from this connection (`Above`).
+    pub fn connect(
+        sock: OwnedFd,
+        driver: &str,
+        reuse: Option<&[(usize, Vec<usize>)]>,
+        above: &'static dyn Above,
+    ) -> Result<Arc<Conn>, String> {
         channel::send(&sock, &ShimMessage::Hello(Hello::new()), &[]).map_err(|e| e.to_string())?;
         // The worker loads and enumerates its driver before it answers: a driver that hangs
         // there is killed by the broker's watchdog at the deadline of `Initialize`; this is the
@@ -276,7 +400,6 @@ impl Conn {
             delivered: Condvar::new(),
             death_told: Mutex::new(false),
             death_told_cv: Condvar::new(),
-            pending: Default::default(),
             segment_pool: Mutex::new(Vec::new()),
             lanes: Mutex::new(Vec::new()),
             first_poster: AtomicUsize::new(0),
@@ -284,27 +407,11 @@ impl Conn {
             contexts_made: AtomicU64::new(0),
             death_watcher: OnceLock::new(),
             platforms: OnceLock::new(),
-            journal: Default::default(),
+            replay_settled: OnceLock::new(),
+            states: Default::default(),
+            above,
         });
-        let mut table = Vec::new();
-        let place = |old: Option<usize>, kind: Kind, id: u64, data: ObjData| match old {
-            Some(h) => {
-                crate::handle::rebind(h, kind, id, &conn, data);
-                h
-            }
-            None => new_handle(kind, id, &conn, data) as usize,
-        };
-        for (pi, pid) in platforms.into_iter().enumerate() {
-            let old = reuse.and_then(|r| r.get(pi));
-            let ph = place(old.map(|o| o.0), Kind::Platform, pid, ObjData::Platform);
-            let devs = devices
-                .iter()
-                .filter(|d| d.platform == pid)
-                .enumerate()
-                .map(|(di, d)| place(old.and_then(|o| o.1.get(di).copied()), Kind::Device, d.id, ObjData::Device))
-                .collect();
-            table.push((ph, devs));
-        }
+        let table = above.adopt(&conn, &platforms, &devices, reuse);
         let _ = conn.platforms.set(table);
         let notifier = conn.clone();
         std::thread::Builder::new()
@@ -314,8 +421,22 @@ impl Conn {
         Ok(conn)
     }
 
-    pub fn pending(&self) -> &crate::pending::Pending {
-        &self.pending
+    /// This connection's state of type `T`, which a layer above keeps here (`pending::of`,
+    /// `recovery::journal_of`): made with `T::default()` on first use, dropped with the
+    /// connection. One value per type; only the layer that owns `T` names it.
+    pub fn state<T: Default + Send + Sync + 'static>(&self) -> &T {
+        for slot in &self.states {
+            if let Some(t) = slot.get_or_init(|| Box::new(T::default())).downcast_ref::<T>() {
+                return t;
+            }
+        }
+        // A programming error (a new kind of state without a slot), which any test meets.
+        panic!("more kinds of per-connection state than STATE_SLOTS ({STATE_SLOTS})");
+    }
+
+    /// The layers above, as this connection reaches them.
+    pub fn above(&self) -> &'static dyn Above {
+        self.above
     }
 
     pub fn is_dead(&self) -> bool {
@@ -325,6 +446,25 @@ impl Conn {
     /// This connection's number in this process.
     pub fn serial(&self) -> u64 {
         self.serial
+    }
+
+    /// Whether this worker's objects are recorded and rebuilt after its death (replay
+    /// recovery): always under `CLOISTER_RECOVERY=replay`, never under `report`, and under
+    /// `auto` once `settle_replay` said so.
+    pub fn replays(&self) -> bool {
+        match crate::base::recovery_mode() {
+            RecoveryMode::Report => false,
+            RecoveryMode::Replay => true,
+            RecoveryMode::Auto => self.replay_settled.get() == Some(&true),
+        }
+    }
+
+    /// Under `auto`, settles (once) whether this worker is replayed; `replayed` is asked only
+    /// then.
+    pub fn settle_replay(&self, replayed: impl FnOnce() -> bool) {
+        if crate::base::recovery_mode() == RecoveryMode::Auto && self.replay_settled.get().is_none() {
+            let _ = self.replay_settled.set(replayed());
+        }
     }
 
     /// Allocates ids after those of `old`, which this worker replaces: its objects are
@@ -350,7 +490,7 @@ impl Conn {
     fn await_death_told(&self) {
         // The notifier itself, and a thread holding the lock the notifier settles under, go on
         // at once (the contexts may then hear after the call returned, never after a release).
-        if std::thread::current().name() == Some(NOTIFIER) || crate::pending::settling_here() {
+        if std::thread::current().name() == Some(NOTIFIER) || holds_notifier_lock() {
             return;
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -400,7 +540,7 @@ impl Conn {
         channel::send(&self.sock, msg, fds).map_err(|_| {
             self.mark_dead();
             // The call may run again once the objects are carried over (`recovery::retrying`).
-            crate::recovery::met_death(self.serial);
+            met_death(self.serial);
             FAULT
         })
     }
@@ -494,7 +634,7 @@ impl Conn {
     /// This thread's lane, or the fault of a dead worker.
     fn open_lane(&self) -> Result<Rc<LaneSlot>, cl_int> {
         if self.is_dead() {
-            crate::recovery::met_death(self.serial);
+            met_death(self.serial);
             self.await_death_told();
             return Err(FAULT);
         }
@@ -511,8 +651,7 @@ impl Conn {
         }
         self.after_other_lanes(lane, name)?;
         // Too big for the lane, the request or its reply travels through a segment (`spill`).
-        let reply =
-            crate::spill::exchange(self, request.op_name(), &bytes, |frame| self.round_trip(lane, frame, name))?;
+        let reply = spill::exchange(self, request.op_name(), &bytes, |frame| self.round_trip(lane, frame, name))?;
         if cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait {
             // Kernel printf output is in the pipes by now: it reaches the application before
             // the call returns, as it would directly.
@@ -534,21 +673,21 @@ impl Conn {
     /// or the worker is gone. Returns the call's error once the contexts have heard.
     fn gave_up(&self, deadline: &Deadline) -> cl_int {
         if deadline.passed.get() && !self.is_dead() {
-            crate::runtime::warn(&format!(
+            crate::base::warn(&format!(
                 "the worker for {} did not answer {} within {} ms; giving up on it",
                 self.driver, deadline.name, deadline.ms,
             ));
             self.hang_up();
         }
         self.mark_dead();
-        crate::recovery::met_death(self.serial);
+        met_death(self.serial);
         self.await_death_told();
         FAULT
     }
 
     /// A reply we cannot read is a misbehaving worker: a fault, like a crash.
     fn malformed(&self, call: &str, err: &str) -> cl_int {
-        crate::runtime::warn(&format!("worker for {} sent a malformed reply to {call}: {err}", self.driver));
+        crate::base::warn(&format!("worker for {} sent a malformed reply to {call}: {err}", self.driver));
         self.hang_up();
         self.mark_dead();
         self.await_death_told();
@@ -589,7 +728,7 @@ impl Conn {
     /// treated as dead, like one that sent a reply we cannot read. Returns the call's error.
     pub fn reject(&self, call: &str, what: &str) -> cl_int {
         if !self.is_dead() {
-            crate::runtime::warn(&format!("worker for {} answered {call} with {what}; giving up on it", self.driver));
+            crate::base::warn(&format!("worker for {} answered {call} with {what}; giving up on it", self.driver));
             self.hang_up();
         }
         self.mark_dead();
@@ -702,7 +841,7 @@ impl Conn {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 drop(cbs);
-                crate::runtime::warn(&format!(
+                crate::base::warn(&format!(
                     "the worker for {} announced a build callback and did not send it within {deadline_ms} ms; \
                      giving up on it",
                     self.driver
@@ -754,7 +893,7 @@ impl Conn {
     /// notifier itself (a wait inside a callback) or while holding the settling lock the
     /// notifier may need.
     fn await_completed_callbacks(&self) {
-        if std::thread::current().name() == Some(NOTIFIER) || crate::pending::settling_here() {
+        if std::thread::current().name() == Some(NOTIFIER) || holds_notifier_lock() {
             return;
         }
         let deadline = std::time::Instant::now() + CALLBACK_GRACE;
@@ -774,10 +913,10 @@ impl Conn {
         let due: Vec<u64> = waiting
             .into_iter()
             .filter(|&(_, event)| {
-                let Ok(ev) = crate::handle::lookup(event as cl_event, Kind::Event) else { return false };
+                let Some(id) = self.above.event_id(event) else { return false };
                 let q = cloister_ipc::GetInfo {
                     target: cloister_ipc::InfoTarget::Event,
-                    object: ev.id,
+                    object: id,
                     aux: 0,
                     param: CL_EVENT_COMMAND_EXECUTION_STATUS,
                 };
@@ -829,7 +968,7 @@ impl Conn {
             .and_then(|w| w.account())
             .map(|a| format!(": {a}"))
             .unwrap_or_else(|| " (see `cloister crashes`)".into());
-        let message = match crate::recovery::on_for(self) {
+        let message = match self.replays() {
             true => format!(
                 "cloister: the worker hosting driver {} died{why}. Recovery by replay: cloister rebuilds \
                  this context's objects in a new worker; calls wait for it, and another message says how it went.",
@@ -858,7 +997,7 @@ impl Conn {
         // The calls that failed on this death return now (see `await_death_told`).
         *self.death_told.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.death_told_cv.notify_all();
-        crate::pending::settle(self, None);
+        self.above.settle(self);
         let callbacks: Vec<Callback> = {
             let mut cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
             cbs.drain().map(|(_, cb)| cb).collect()
@@ -870,15 +1009,13 @@ impl Conn {
                 Callback::Context { .. } => {}
                 Callback::Build { pfn, user_data, program } => {
                     unsafe { pfn(program as cl_program, user_data as *mut c_void) };
-                    crate::handle::release(program as *mut c_void, Kind::Program);
+                    self.above.release(program, ObjectKind::Program);
                 }
                 Callback::Event { pfn, user_data, event } => {
                     // In replay mode it waits for the event's rebuilt command instead.
-                    let kept = crate::recovery::on_for(self)
-                        && crate::recovery::keep_event_callback(self.serial, pfn, user_data, event);
-                    if !kept {
+                    if !(self.replays() && self.above.keep_event_callback(self, pfn, user_data, event)) {
                         unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
-                        crate::handle::release(event as *mut c_void, Kind::Event);
+                        self.above.release(event, ObjectKind::Event);
                     }
                 }
             }
@@ -914,7 +1051,7 @@ impl Conn {
                 self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
                 self.build_callback_ran.notify_all();
                 // The program was kept alive for its callback (see `Callback::Build`).
-                crate::handle::release(program as *mut c_void, Kind::Program);
+                self.above.release(program, ObjectKind::Program);
             }
             Notification::LateError { token, op, code } => {
                 drop(cbs);
@@ -931,12 +1068,12 @@ impl Conn {
                 drop(cbs);
                 if status <= CL_COMPLETE {
                     // A finished read's data must be in place before the callback can look.
-                    crate::pending::settle(self, None);
+                    self.above.settle(self);
                 }
                 // SAFETY: as above; event is the application's handle, kept alive by the retain
                 // taken at registration and dropped right after.
                 unsafe { pfn(event as cl_event, status, user_data as *mut c_void) };
-                crate::handle::release(event as *mut c_void, Kind::Event);
+                self.above.release(event, ObjectKind::Event);
             }
         }
     }
@@ -968,6 +1105,42 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
+    /// The transport alone: no layer above keeps anything (the workers here announce no
+    /// platform, and the callbacks hold no handle).
+    struct Bare;
+
+    impl Above for Bare {
+        fn adopt(
+            &self,
+            _: &Arc<Conn>,
+            _: &[ObjectId],
+            _: &[Enumerated],
+            _: Option<&[(usize, Vec<usize>)]>,
+        ) -> Vec<(usize, Vec<usize>)> {
+            Vec::new()
+        }
+        fn settle(&self, _: &Conn) {}
+        fn release(&self, _: usize, _: ObjectKind) {}
+        fn event_id(&self, _: usize) -> Option<ObjectId> {
+            None
+        }
+        fn keep_event_callback(&self, _: &Conn, _: EventNotifyFn, _: usize, _: usize) -> bool {
+            false
+        }
+        fn released(&self, _: &Conn, _: ObjectId) {}
+        fn await_restarts(&self) -> bool {
+            false
+        }
+        fn dispatch(&self) -> &'static IcdDispatch {
+            &crate::DISPATCH
+        }
+        fn timing(&self) -> bool {
+            false
+        }
+        fn worker_time(&self, _: u64, _: Duration) {}
+        fn unfinished(&self, _: &Conn, _: ObjectId) {}
+    }
+
     /// Short deadlines for this test process (read once, before any connection).
     fn short_deadlines() {
         static SET: std::sync::Once = std::sync::Once::new();
@@ -997,7 +1170,7 @@ mod tests {
             std::thread::sleep(Duration::from_secs(8));
         });
         let started = Instant::now();
-        let result = within(Duration::from_secs(6), move || Conn::connect(ours, "silent", None).map(|_| ()));
+        let result = within(Duration::from_secs(6), move || Conn::connect(ours, "silent", None, &Bare).map(|_| ()));
         assert!(result.unwrap_err().contains("did not answer its welcome"));
         assert!(started.elapsed() >= Duration::from_millis(300));
         drop(worker);
@@ -1021,7 +1194,7 @@ mod tests {
             // Never sends the BuildDone it "announced"; stays connected until the shim hangs up.
             while channel::recv::<ShimMessage>(&theirs).is_ok() {}
         });
-        let conn = Conn::connect(ours, "quiet", None).unwrap();
+        let conn = Conn::connect(ours, "quiet", None, &Bare).unwrap();
         static RAN: AtomicBool = AtomicBool::new(false);
         unsafe extern "C" fn on_built(_: cl_program, ran: *mut c_void) {
             // SAFETY: user_data is &RAN, a static.

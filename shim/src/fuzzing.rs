@@ -75,7 +75,7 @@ pub fn shim_replies(data: &[u8]) {
         let (script, stop) = (script.to_vec(), stop.clone());
         std::thread::spawn(move || scripted_worker(worker_end, &script, &stop))
     };
-    if let Ok(conn) = Conn::connect(app_end, "fuzz", None) {
+    if let Ok(conn) = Conn::connect(app_end, "fuzz", None, &crate::runtime::LAYERS) {
         let mut app = App::new(&conn);
         let mut plan = Script(plan);
         while !plan.done() {

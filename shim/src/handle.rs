@@ -2,6 +2,10 @@
 //! table (cl_khr_icd), followed by the shared object state. Handles are validated against a
 //! registry before they are dereferenced, so a garbage, NULL or released handle yields the
 //! right `CL_INVALID_*` instead of a crash.
+//!
+//! Layer: above the transport. It imports `conn` and the leaves (`base`, `mirror`,
+//! `queue_state`); what it needs of the layers above (the entry points' dispatch table, a
+//! release told in replay mode, a wait for a worker's replacement) goes through `conn::Above`.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -161,7 +165,7 @@ pub struct MapRecord {
     pub flags: u64,
     /// For a `CL_MEM_USE_HOST_PTR` object: the application's rows the mapping points at, packed
     /// back into the segment when a writing map is unmapped.
-    pub mirror: Option<crate::pending::Mirror>,
+    pub mirror: Option<crate::mirror::Mirror>,
     /// A buffer mapping's (offset, size); `None` for an image's.
     pub range: Option<(u64, u64)>,
     /// Made in a worker that died since (replay mode): the replacement has no such mapping, so
@@ -203,7 +207,7 @@ pub enum ObjData {
     Device,
     Context,
     /// What direct transfers need to know of a queue (`direct`).
-    Queue(crate::direct::QueueState),
+    Queue(crate::queue_state::QueueState),
     /// `host_ptr` is the application's memory of a `CL_MEM_USE_HOST_PTR` buffer (0 otherwise),
     /// kept in step with the device on blocking reads and maps; `image` is set for images.
     Mem {
@@ -266,7 +270,7 @@ impl ObjData {
     }
 
     /// A queue's state for direct transfers, if this is a queue.
-    pub fn queue_state(&self) -> Option<&crate::direct::QueueState> {
+    pub fn queue_state(&self) -> Option<&crate::queue_state::QueueState> {
         match self {
             ObjData::Queue(state) => Some(state),
             _ => None,
@@ -411,7 +415,7 @@ pub fn live_handles() -> Vec<(usize, Kind)> {
 
 /// Creates a handle for a new object and registers it.
 pub fn new_handle(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> *mut c_void {
-    let h = Box::into_raw(Box::new(Handle { dispatch: &crate::DISPATCH }));
+    let h = Box::into_raw(Box::new(Handle { dispatch: conn.above().dispatch() }));
     rebind(h as usize, kind, id, conn, data);
     h.cast()
 }
@@ -436,6 +440,37 @@ pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjDat
         old.released.store(true, Ordering::Release);
     }
     conn.remember(id, h);
+}
+
+/// Handles for the platforms and devices a new worker announced (`conn::Above::adopt`); those
+/// of `reuse`, the worker it replaces, are rebound to it by position (the same driver
+/// enumerates in the same order). Returns (platform handle, its device handles), in order.
+pub fn adopt(
+    conn: &Arc<Conn>,
+    platforms: &[ObjectId],
+    devices: &[cloister_ipc::Enumerated],
+    reuse: Option<&[(usize, Vec<usize>)]>,
+) -> Vec<(usize, Vec<usize>)> {
+    let mut table = Vec::new();
+    let place = |old: Option<usize>, kind: Kind, id: u64, data: ObjData| match old {
+        Some(h) => {
+            rebind(h, kind, id, conn, data);
+            h
+        }
+        None => new_handle(kind, id, conn, data) as usize,
+    };
+    for (pi, &pid) in platforms.iter().enumerate() {
+        let old = reuse.and_then(|r| r.get(pi));
+        let ph = place(old.map(|o| o.0), Kind::Platform, pid, ObjData::Platform);
+        let devs = devices
+            .iter()
+            .filter(|d| d.platform == pid)
+            .enumerate()
+            .map(|(di, d)| place(old.and_then(|o| o.1.get(di).copied()), Kind::Device, d.id, ObjData::Device))
+            .collect();
+        table.push((ph, devs));
+    }
+    table
 }
 
 /// Forgets every handle of a worker's objects, so the connection can go (the fuzz harness
@@ -611,7 +646,7 @@ fn lookup_once(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
 /// looked up again once its replacement is ready, so recovery needs no retry loop.
 pub fn lookup(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
     let found = lookup_once(h, kind)?;
-    if matches!(kind, Kind::Platform | Kind::Device) && found.conn.is_dead() && crate::runtime::await_restarts() {
+    if matches!(kind, Kind::Platform | Kind::Device) && found.conn.is_dead() && found.conn.above().await_restarts() {
         return lookup_once(h, kind);
     }
     Ok(found)
@@ -709,8 +744,8 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
     forget_recent(|o| std::ptr::eq(o, &*obj));
     obj.conn.forget(obj.id);
-    if crate::recovery::on_for(&obj.conn) {
-        obj.conn.journal.released(obj.id);
+    if obj.conn.replays() {
+        obj.conn.above().released(&obj.conn, obj.id);
     }
     for token in std::mem::take(&mut *obj.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner())) {
         obj.conn.unregister_context_callback(token);

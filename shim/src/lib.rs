@@ -9,6 +9,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 mod api;
+mod base;
 mod conn;
 mod direct;
 #[doc(hidden)]
@@ -17,10 +18,11 @@ mod handle;
 mod includes;
 mod info;
 mod intercept;
+mod mirror;
 mod pending;
+mod queue_state;
 mod recovery;
 mod runtime;
-mod spill;
 mod stdio_relay;
 mod summary;
 

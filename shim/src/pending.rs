@@ -2,6 +2,10 @@
 //! application goes on; the shim copies a read's data into the application's memory before
 //! anything can tell the application the read is done: `clFinish`, `clWaitForEvents`, a status
 //! query that returns `CL_COMPLETE`, an event callback, or a later blocking call on the queue.
+//!
+//! Layer: above the handle table. It imports `conn`, `handle` and the leaves (`base`,
+//! `mirror`); the transfers of a connection are its state there (`of`), and what recovery must
+//! hear of them goes through `conn::Above`.
 
 use std::sync::Mutex;
 
@@ -9,8 +13,9 @@ use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
 use cloister_ipc::{EventStatuses, FillMapping, ObjectId, Release};
 
-use crate::conn::{Conn, Segment};
+use crate::conn::{Conn, HoldsNotifierLock, Segment};
 use crate::handle::{self, Kind};
+use crate::mirror::Mirror;
 
 pub enum Transfer {
     /// Unpack the segment's rows into the box `shape` at `dst` (and into `mirror`, the same
@@ -24,54 +29,6 @@ pub enum Transfer {
     Map { segment: u64, region: usize, mirror: Option<Mirror> },
 }
 
-/// Rows of a `CL_MEM_USE_HOST_PTR` object's memory the shim keeps in step with the device:
-/// the box `shape` at `at`.
-#[derive(Clone, Copy, Debug)]
-pub struct Mirror {
-    pub at: usize,
-    pub shape: Strided,
-}
-
-impl Mirror {
-    /// The box `shape` at `at`, if it lies within the application's `len` bytes at `base` (the
-    /// object's memory as it declared it); `CL_INVALID_VALUE` otherwise, whatever the driver
-    /// would say, as the shim itself copies into it.
-    pub fn within(at: usize, shape: Strided, base: usize, len: usize) -> Result<Mirror, cl_int> {
-        let extent = if shape.row_bytes == 0 || shape.rows == 0 || shape.slices == 0 {
-            Some(0)
-        } else {
-            (shape.slices - 1)
-                .checked_mul(shape.slice_pitch)
-                .and_then(|s| (shape.rows - 1).checked_mul(shape.row_pitch).and_then(|r| s.checked_add(r)))
-                .and_then(|e| e.checked_add(shape.row_bytes))
-        };
-        let end = extent.and_then(|e| at.checked_add(e)).ok_or(CL_INVALID_VALUE)?;
-        match at >= base && end <= base.saturating_add(len) {
-            true => Ok(Mirror { at, shape }),
-            false => Err(CL_INVALID_VALUE),
-        }
-    }
-
-    /// Unpacks packed rows at `src` into the application's memory.
-    ///
-    /// # Safety
-    /// `src` holds `shape.packed_len()` bytes; the application's memory covers the box (it
-    /// created the object over it).
-    pub unsafe fn fill_from(&self, src: *const u8) {
-        // SAFETY: guaranteed by the caller.
-        unsafe { self.shape.unpack(src, self.at as *mut u8) };
-    }
-
-    /// Packs the application's rows into `dst`.
-    ///
-    /// # Safety
-    /// `dst` holds `shape.packed_len()` writable bytes; the application's memory covers the box.
-    pub unsafe fn pack_into(&self, dst: *mut u8) {
-        // SAFETY: guaranteed by the caller.
-        unsafe { self.shape.pack(self.at as *const u8, dst) };
-    }
-}
-
 pub struct PendingOp {
     pub queue: ObjectId,
     pub event: ObjectId,
@@ -83,33 +40,7 @@ pub struct PendingOp {
     pub transfer: Transfer,
 }
 
-thread_local! {
-    /// Set while this thread holds `Pending::settling`: its failing calls must not wait for
-    /// the notifier (which may need that lock before it tells the contexts).
-    static SETTLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether this thread is settling transfers (see `SETTLING`).
-pub fn settling_here() -> bool {
-    SETTLING.try_with(|s| s.get()).unwrap_or(false)
-}
-
-/// Marks this thread as settling while it lives.
-struct SettlingHere;
-
-impl SettlingHere {
-    fn enter() -> Self {
-        let _ = SETTLING.try_with(|s| s.set(true));
-        SettlingHere
-    }
-}
-
-impl Drop for SettlingHere {
-    fn drop(&mut self) {
-        let _ = SETTLING.try_with(|s| s.set(false));
-    }
-}
-
+/// The transfers under way on a connection, kept there (`Conn::state`).
 #[derive(Default)]
 pub struct Pending {
     ops: Mutex<Vec<PendingOp>>,
@@ -127,7 +58,7 @@ impl Pending {
     /// still be under way).
     pub fn forget_map(&self, conn: &Conn, segment_id: u64) -> bool {
         let _one = self.settling.lock().unwrap_or_else(|e| e.into_inner());
-        let _here = SettlingHere::enter();
+        let _here = HoldsNotifierLock::enter();
         let taken: Vec<PendingOp> = {
             let mut ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
             let (taken, rest) = std::mem::take(&mut *ops)
@@ -152,6 +83,11 @@ impl Pending {
     }
 }
 
+/// The transfers under way on `conn`.
+pub fn of(conn: &Conn) -> &Pending {
+    conn.state()
+}
+
 /// The execution status of each of `events`, asked in one call. A worker that answers with
 /// another count than it was asked for is cut off; a worker that cannot answer makes them all
 /// `CL_DEVICE_NOT_AVAILABLE`.
@@ -170,11 +106,11 @@ fn event_statuses(conn: &Conn, events: Vec<ObjectId>, release_settled: Vec<Objec
 
 /// Completes every finished transfer (of `queue`, or of all queues).
 pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
-    let pending = conn.pending();
+    let pending = of(conn);
     // Lock first: another thread may have taken finished operations out of the list and still
     // be copying them; an empty list alone does not mean they have landed.
     let _one = pending.settling.lock().unwrap_or_else(|e| e.into_inner());
-    let _here = SettlingHere::enter();
+    let _here = HoldsNotifierLock::enter();
     if pending.is_empty() {
         return;
     }
@@ -204,9 +140,9 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
 
 /// Completes `op` with `status`; `released`: the worker has released the shim's own event.
 fn complete(conn: &Conn, op: PendingOp, status: cl_int, released: bool) {
-    if status < 0 && crate::recovery::on_for(conn) && !matches!(op.transfer, Transfer::Write) {
+    if status < 0 && conn.replays() && !matches!(op.transfer, Transfer::Write) {
         // A read or map that never landed: recovery must not call its event complete.
-        conn.journal.unfinished(op.event);
+        conn.above().unfinished(conn, op.event);
     }
     match (&op.transfer, &op.segment, status) {
         (Transfer::Read { dst, shape, mirror }, Some(seg), CL_COMPLETE) => {

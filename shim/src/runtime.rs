@@ -1,6 +1,9 @@
 //! Process-wide state: the connection to the broker, and one slot per driver holding its
 //! current worker. When a worker dies the slot asks the broker for a replacement and rebinds the
 //! application's platform and device handles to it, unless the driver is crash-looping.
+//!
+//! Layer: the top. It may import every layer below (`conn`, `handle`, `pending`, `recovery`),
+//! and joins them for the connections it makes (`layers::LAYERS`, the one `conn::Above`).
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -12,6 +15,10 @@ use cloister_ipc::private;
 use cloister_ipc::{channel, BrokerReply, BrokerRequest};
 
 use crate::conn::{Conn, DeathWatcher};
+
+mod layers;
+
+pub use layers::LAYERS;
 
 /// One driver: its current worker, and the crash history that decides whether to restart it.
 pub struct DriverSlot {
@@ -46,12 +53,8 @@ impl Runtime {
     }
 }
 
-pub fn warn(msg: &str) {
-    cloister_ipc::log::in_shim(|| tracing::warn!("{msg}"));
-    if !cloister_ipc::settings::quiet() {
-        eprintln!("cloister: {msg}");
-    }
-}
+/// Where the warnings of every layer go (`base`), under the name the shim's callers use.
+pub use crate::base::warn;
 
 static RT: OnceLock<Runtime> = OnceLock::new();
 
@@ -179,7 +182,7 @@ fn why_died(driver: &str) -> Option<String> {
 /// is replaced again, the step it died in counted (after `recovery::RETRIES` the step is
 /// dropped); these deaths do not count towards the crash loop, as they are bounded so.
 fn respawn_and_rebuild(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, String> {
-    let mut st = dead.journal.take();
+    let mut st = crate::recovery::journal_of(dead).take();
     let mut previous = dead.clone();
     // Each round either succeeds or adds one attempt to one step, and steps are finite; this
     // bound only guards against a rebuild that never ends.
@@ -187,10 +190,10 @@ fn respawn_and_rebuild(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, Stri
         let conn = respawn(driver, &previous)?;
         conn.continue_ids_from(dead);
         // The dead worker was replayed; so is its replacement.
-        conn.journal.decide(true);
+        conn.settle_replay(|| true);
         match crate::recovery::rebuild(&mut st, dead, &conn) {
             crate::recovery::Outcome::Done(rebuilt) => {
-                crate::recovery::carry_over(dead, &conn, rebuilt, st);
+                crate::recovery::carry_over(dead, &conn, rebuilt, st, tell_broker);
                 return Ok(conn);
             }
             crate::recovery::Outcome::Crashed(step) => {
@@ -222,7 +225,7 @@ fn respawn(driver: &str, dead: &Arc<Conn>) -> Result<Arc<Conn>, String> {
         }
     };
     let reuse = dead.platforms.get().cloned().unwrap_or_default();
-    Conn::connect(grant_fd, &grant_driver, Some(&reuse))
+    Conn::connect(grant_fd, &grant_driver, Some(&reuse), &LAYERS)
 }
 
 /// Why a respawn request got no worker: the broker said no, or it is not there any more.
@@ -427,7 +430,7 @@ fn connect_with_retries(broker: &OwnedFd, fd: OwnedFd, driver: &str) -> Result<A
     let mut fd = fd;
     let mut tries = 1;
     loop {
-        match Conn::connect(fd, driver, None) {
+        match Conn::connect(fd, driver, None, &LAYERS) {
             Ok(c) => return Ok(c),
             Err(e) if tries >= limit || started.elapsed() >= patience => {
                 return Err(format!("{e} (after {tries} tries)"))

@@ -49,7 +49,7 @@ pub unsafe fn clFinalizeCommandBufferKHR(command_buffer: cl_command_buffer_khr) 
         Ok(cb) => {
             let rc = cb.conn.call(FinalizeCommandBuffer { buffer: cb.id });
             if rc == Ok(CL_SUCCESS) && crate::recovery::on_for(&cb.conn) {
-                cb.conn.journal.command_buffer_finalized(cb.id);
+                crate::recovery::journal_of(&cb.conn).command_buffer_finalized(cb.id);
             }
             rc.unwrap_or_else(|e| e)
         }
@@ -149,7 +149,7 @@ impl Recording {
         });
         let reply = self.buffer.conn.call(req)?;
         if let (Some(copy), CL_SUCCESS) = (copy, reply.status) {
-            self.buffer.conn.journal.command_recorded(copy);
+            crate::recovery::journal_of(&self.buffer.conn).command_recorded(copy);
         }
         if reply.status == CL_SUCCESS && !self.sync_point.is_null() {
             // SAFETY: checked non-NULL; writable per the API contract.

@@ -75,7 +75,7 @@ fn own_notify(
             if crate::recovery::on_for(conn) {
                 // SAFETY: as in notify_token, which accepted it (non-NULL).
                 let pfn = unsafe { std::mem::transmute::<*mut c_void, ContextNotifyFn>(pfn) };
-                conn.journal.context_notify(ctx.id, pfn, user_data as usize, token);
+                crate::recovery::journal_of(conn).context_notify(ctx.id, pfn, user_data as usize, token);
             }
         }
         _ => {

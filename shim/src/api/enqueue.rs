@@ -15,7 +15,8 @@ use super::kernel::{all_args, all_args_set, restore_dirty_args, take_dirty_args}
 use super::{enqueue_posted, enqueue_sync, finish_enqueue, slice};
 use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
-use crate::pending::{settle, Mirror, PendingOp, Transfer};
+use crate::mirror::Mirror;
+use crate::pending::{settle, PendingOp, Transfer};
 
 pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
     let q = lookup(queue, Kind::Queue)?;
@@ -112,10 +113,10 @@ pub(super) unsafe fn track(
         crate::handle::retain(h, Kind::Event);
         h as usize
     });
-    q.conn.pending().push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer });
+    crate::pending::of(&q.conn).push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer });
     // An application that never waits still gets its segments back: every so many pending
     // transfers, the finished ones settle (one call).
-    if q.conn.pending().len() >= SETTLE_EVERY {
+    if crate::pending::of(&q.conn).len() >= SETTLE_EVERY {
         settle(&q.conn, None);
     }
     rc
@@ -190,7 +191,7 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32> + Clone>(
         return rc;
     }
     if let Some((req, dst, shape, mirror)) = replay {
-        q.conn.journal.reading(req, event_id, dst, shape, mirror);
+        crate::recovery::journal_of(&q.conn).reading(req, event_id, dst, shape, mirror);
     }
     // SAFETY: forwarded.
     Ok(unsafe { track(q, sync, event, event_id, Some(segment), transfer) })
@@ -292,7 +293,7 @@ pub unsafe fn clEnqueueReadBuffer(
         if let Ok((q, m)) = queue_and_mem(queue, buffer).map_err(drop).and_then(replayed) {
             // SAFETY: the blocking read filled `size` bytes at `ptr`.
             let data = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) };
-            q.conn.journal.read(&q.conn, q.id, m.id, offset as u64, data);
+            crate::recovery::journal_of(&q.conn).read(&q.conn, q.id, m.id, offset as u64, data);
         }
     }
     rc
@@ -318,7 +319,7 @@ pub unsafe fn clEnqueueWriteBuffer(
             return Err(CL_INVALID_VALUE);
         }
         if crate::recovery::on_for(&q.conn) {
-            q.conn.journal.changing(m.id, true);
+            crate::recovery::journal_of(&q.conn).changing(m.id, true);
         }
         let app = ptr.cast_mut().cast();
         // SAFETY: ptr holds `size` bytes per the API contract (only read, for a write).
@@ -435,7 +436,7 @@ unsafe fn record_write(
     let event = unsafe { super::returned_event(event) };
     // SAFETY: ptr holds `size` bytes.
     let data = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) };
-    q.conn.journal.wrote(q.id, m.id, offset as u64, data, EnqueueSync { wait, event }, landed);
+    crate::recovery::journal_of(&q.conn).wrote(q.id, m.id, offset as u64, data, EnqueueSync { wait, event }, landed);
 }
 
 pub unsafe fn clEnqueueCopyBuffer(
@@ -521,7 +522,7 @@ pub unsafe fn clEnqueueMapBuffer(
         let mirror = use_host_ptr(&m, offset, size)?;
         let (wire_sync, event_id) = if blocking { (sync.clone(), 0) } else { with_own_event(&q, &sync) };
         if crate::recovery::on_for(&q.conn) && map_flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
-            q.conn.journal.changing(m.id, true);
+            crate::recovery::journal_of(&q.conn).changing(m.id, true);
         }
         // A zero-copy buffer maps in place: the application gets this process's view of the
         // buffer's own memory (bounds checked here), and nothing is copied.
@@ -555,7 +556,7 @@ pub unsafe fn clEnqueueMapBuffer(
         unsafe { map_done(&q, &sync, event, event_id, blocking, (id, view), map_flags, mirror) };
         let ptr = mirror.map_or(view as usize, |m| m.at);
         if crate::recovery::on_for(&q.conn) {
-            q.conn.journal.mapped(m.id, ptr, Some((offset as u64, size as u64)));
+            crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, Some((offset as u64, size as u64)));
         }
         if let ObjData::Mem { maps, .. } = &m.data {
             let range = Some((offset as u64, size as u64));
@@ -598,13 +599,22 @@ pub unsafe fn clEnqueueUnmapMemObject(
             return unsafe { unmap_carried(&q, &m, mapped_ptr, record, &sync, event) };
         }
         // A non-blocking map not yet seen complete needs no filling any more.
-        let unsettled_map = q.conn.pending().forget_map(&q.conn, record.id);
+        let unsettled_map = crate::pending::of(&q.conn).forget_map(&q.conn, record.id);
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
         if crate::recovery::on_for(&q.conn) {
             // A zero-copy buffer's mapping is its memory (a mirror is the application's own).
             let in_place = record.segment.is_none() && record.mirror.is_none();
             // SAFETY: the record was this mapping's, live until the unmap below.
-            unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, in_place, &sync) };
+            unsafe {
+                crate::recovery::journal_of(&q.conn).unmapping(
+                    q.id,
+                    m.id,
+                    mapped_ptr as usize,
+                    write_back,
+                    in_place,
+                    &sync,
+                )
+            };
         }
         if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
             // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
@@ -653,7 +663,9 @@ unsafe fn unmap_carried(
     let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
     if crate::recovery::on_for(&q.conn) {
         // SAFETY: as the caller says.
-        unsafe { q.conn.journal.unmapping(q.id, m.id, mapped_ptr as usize, write_back, false, sync) };
+        unsafe {
+            crate::recovery::journal_of(&q.conn).unmapping(q.id, m.id, mapped_ptr as usize, write_back, false, sync)
+        };
     }
     let rc = match (write_back, record.range) {
         (true, Some((offset, size))) => {
@@ -949,13 +961,13 @@ pub unsafe fn clEnqueueNDRangeKernel(
         let copy = crate::recovery::on_for(&q.conn)
             .then(|| Request::EnqueueNdRange(EnqueueNdRange { args: all_args(&k.data), ..req.clone() }));
         if let Some(copy) = &copy {
-            q.conn.journal.enqueuing(copy);
+            crate::recovery::journal_of(&q.conn).enqueuing(copy);
         }
         let rc = if vouched { q.conn.post(req) } else { q.conn.call(req) };
         if rc != Ok(CL_SUCCESS) {
             restore_dirty_args(&k.data, &args);
         } else if let Some(copy) = copy {
-            q.conn.journal.enqueued(copy);
+            crate::recovery::journal_of(&q.conn).enqueued(copy);
         }
         // SAFETY: event per API contract.
         Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })

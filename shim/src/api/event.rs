@@ -62,7 +62,7 @@ pub unsafe fn clSetUserEventStatus(event: cl_event, execution_status: cl_int) ->
     let r = lookup(event, Kind::Event).and_then(|ev| {
         let rc = ev.conn.call(SetUserEventStatus { event: ev.id, status: execution_status });
         if rc == Ok(CL_SUCCESS) && crate::recovery::on_for(&ev.conn) {
-            ev.conn.journal.user_status(ev.id, execution_status);
+            crate::recovery::journal_of(&ev.conn).user_status(ev.id, execution_status);
         }
         rc
     });

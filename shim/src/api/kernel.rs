@@ -379,7 +379,7 @@ pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) 
             if rc == Ok(CL_SUCCESS) && crate::recovery::on_for(&k.conn) {
                 // The replacement makes it as its source was made: every enqueue carries all
                 // of a kernel's arguments, so the ones the clone copied need no replay.
-                k.conn.journal.cloned(id, k.id);
+                crate::recovery::journal_of(&k.conn).cloned(id, k.id);
             }
             rc
         })

@@ -228,7 +228,7 @@ fn record_buffer(
     // SAFETY: a non-NULL host_ptr holds `size` bytes (COPY_HOST_PTR or USE_HOST_PTR), per the
     // API contract the creating call relied on too.
     let initial = (!host_ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(host_ptr.cast::<u8>(), size) });
-    conn.journal.buffer(req, initial, view);
+    crate::recovery::journal_of(conn).buffer(req, initial, view);
 }
 
 pub unsafe fn clCreateBuffer(
@@ -399,7 +399,7 @@ unsafe fn create_image(
 fn record_image(conn: &Conn, req: CreateImage, elem: usize, host_ptr: *mut c_void) {
     if req.desc.buffer.is_some() {
         // Its memory is its buffer's: made again over the rebuilt buffer, pitches and all.
-        return conn.journal.image(req, None);
+        return crate::recovery::journal_of(conn).image(req, None);
     }
     let d = &req.desc;
     let Some((row, slice, _)) = cloister_ipc::image::host_extent(elem as u64, d) else { return };
@@ -419,7 +419,7 @@ fn record_image(conn: &Conn, req: CreateImage, elem: usize, host_ptr: *mut c_voi
         packed
     });
     let desc = ImageDesc { row_pitch: 0, slice_pitch: 0, ..req.desc.clone() };
-    conn.journal.image(CreateImage { desc, ..req }, initial.as_deref());
+    crate::recovery::journal_of(conn).image(CreateImage { desc, ..req }, initial.as_deref());
 }
 
 pub unsafe fn clCreateImage(

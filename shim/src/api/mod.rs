@@ -209,11 +209,11 @@ unsafe fn enqueue_via<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
     let req = make(sync.clone());
     let copy = crate::recovery::on_for(&queue.conn).then(|| req.clone().into_request());
     if let Some(copy) = &copy {
-        queue.conn.journal.enqueuing(copy);
+        crate::recovery::journal_of(&queue.conn).enqueuing(copy);
     }
     let rc = send(req);
     if let (Some(copy), Ok(CL_SUCCESS)) = (copy, &rc) {
-        queue.conn.journal.enqueued(copy);
+        crate::recovery::journal_of(&queue.conn).enqueued(copy);
     }
     // SAFETY: forwarded from the caller.
     Ok(unsafe { finish_enqueue(queue, &sync, event, rc) })

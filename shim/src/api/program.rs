@@ -102,7 +102,7 @@ pub unsafe fn clBuildProgram(
         let (options, includes) = with_includes(&p, app_options.clone());
         let req = BuildProgram { program: p.id, devices, options, includes, notify };
         if crate::recovery::on_for(&p.conn) {
-            p.conn.journal.built(req.clone());
+            crate::recovery::journal_of(&p.conn).built(req.clone());
         }
         let reply = p.conn.call(req);
         let built = finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)));
@@ -323,7 +323,7 @@ pub unsafe fn clCompileProgram(
         let (options, includes) = with_includes(&p, options);
         let req = CompileProgram { program: p.id, devices, options, headers, includes, notify };
         if crate::recovery::on_for(&p.conn) {
-            p.conn.journal.compiled(req.clone());
+            crate::recovery::journal_of(&p.conn).compiled(req.clone());
         }
         let reply = p.conn.call(req);
         finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)))

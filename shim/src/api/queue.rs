@@ -6,9 +6,9 @@ use cloister_ipc::cl::*;
 use cloister_ipc::{CreateCommandQueue, CreateCommandQueueWithProperties, FlushOrFinish, InfoTarget};
 
 use super::{create, creation, forward_info, retain_release};
-use crate::direct::QueueState;
 use crate::handle::{lookup, Kind, ObjData, Object};
 use crate::info;
+use crate::queue_state::QueueState;
 
 /// A new queue's state for direct transfers (`direct`): capable if it runs in order on a
 /// context of CPU devices whose buffers are zero-copy.
@@ -118,7 +118,7 @@ pub(super) fn flush_or_finish_queue(q: &Object, finish: bool) -> cl_int {
     if finish {
         crate::pending::settle(&q.conn, Some(q.id));
         if rc == CL_SUCCESS && crate::recovery::on_for(&q.conn) {
-            q.conn.journal.finished(&q.conn, q.id);
+            crate::recovery::journal_of(&q.conn).finished(&q.conn, q.id);
         }
     }
     rc

@@ -13,7 +13,8 @@ use cloister_ipc::*;
 use super::enqueue::{enqueue_pending, map_done, queue_and_mem, with_own_event, SettleAfter};
 use super::{enqueue_call, enqueue_sync, finish_enqueue};
 use crate::handle::{ImageMeta, Kind, MapRecord, ObjData, Object};
-use crate::pending::{Mirror, Transfer};
+use crate::mirror::Mirror;
+use crate::pending::Transfer;
 
 /// Three `size_t`s from an origin or region argument.
 ///
@@ -219,7 +220,7 @@ unsafe fn read_or_write(
         let base = unsafe { ptr.cast::<u8>().add(offset) }.cast_mut();
         let replay = crate::recovery::on_for(&q.conn).then(|| (target.clone(), sync.clone()));
         if replay.is_some() && write {
-            q.conn.journal.changing(m.id, true);
+            crate::recovery::journal_of(&q.conn).changing(m.id, true);
         }
         // SAFETY: forwarded.
         let rc =
@@ -246,10 +247,10 @@ unsafe fn read_or_write(
                     data: DataRef::Lane { offset: 0, len: 0 },
                     sync,
                 };
-                q.conn.journal.wrote_region(req, packed());
+                crate::recovery::journal_of(&q.conn).wrote_region(req, packed());
             } else if blocking != CL_FALSE && matches!(target, RegionTarget::Image { origin: [0, 0, 0] }) {
                 // A blocking read of an image from its corner: a checkpoint if it is all of it.
-                q.conn.journal.read(&q.conn, q.id, m.id, 0, &packed());
+                crate::recovery::journal_of(&q.conn).read(&q.conn, q.id, m.id, 0, &packed());
             }
         }
         rc
@@ -670,7 +671,7 @@ pub unsafe fn clEnqueueMapImage(
             }
         }
         if crate::recovery::on_for(&q.conn) {
-            q.conn.journal.mapped(m.id, ptr, None);
+            crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, None);
         }
         if let ObjData::Mem { maps, .. } = &m.data {
             let (id, segment, flags) = (segment.id, Some(segment), map_flags);

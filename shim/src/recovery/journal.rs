@@ -12,7 +12,7 @@ use super::budget;
 use super::rebuild::read_memory;
 use crate::conn::{Conn, ContextNotifyFn};
 use crate::handle::SharedView;
-use crate::pending::Mirror;
+use crate::mirror::Mirror;
 
 /// A journal this long is checkpointed at the next blocking read or `clFinish` even when that
 /// costs a read-back.
@@ -317,19 +317,9 @@ pub(super) type MapRange = (u64, u64);
 #[derive(Default)]
 pub struct Journal {
     state: Mutex<State>,
-    /// Under `CLOISTER_RECOVERY=auto`: whether this worker is replayed, once settled.
-    replays: std::sync::OnceLock<bool>,
 }
 
 impl Journal {
-    pub fn replays(&self) -> Option<bool> {
-        self.replays.get().copied()
-    }
-
-    pub fn decide(&self, replays: bool) {
-        let _ = self.replays.set(replays);
-    }
-
     pub(super) fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }

@@ -27,6 +27,11 @@
 //! `journal` keeps the record (recipes, contents, the journal, checkpoints); `rebuild` makes it
 //! again in a replacement and carries the handles over; this module has the mode, the retry of
 //! calls that met a death, and the creating calls' recording.
+//!
+//! Layer: above the handle table, below the runtime. It imports `conn`, `handle` and the
+//! leaves, never `pending` or `runtime` (the account for the broker is handed to
+//! `carry_over`); the journal is per-connection state (`journal_of`), and the layers below
+//! tell it what it records through `conn::Above`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -34,7 +39,7 @@ use std::sync::{Mutex, OnceLock};
 use cloister_ipc::cl::*;
 use cloister_ipc::Call;
 
-use crate::conn::Conn;
+use crate::conn::{met_death, take_met_death, Conn};
 
 mod journal;
 mod rebuild;
@@ -42,48 +47,28 @@ mod rebuild;
 pub use journal::{image_box, Journal};
 pub use rebuild::{carry_over, fire_kept_callbacks, keep_event_callback, rebuild, write_buffer, Outcome};
 
+/// What replay mode keeps of `conn`'s objects, kept there (`Conn::state`).
+pub fn journal_of(conn: &Conn) -> &Journal {
+    conn.state()
+}
+
 /// How many times a step that crashed the driver is run again before it is dropped.
 pub const RETRIES: u32 = 2;
 
-/// `CLOISTER_RECOVERY` (read once).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Report,
-    Replay,
-    /// Replay for a driver whose devices all share the host's memory (its buffers are
-    /// zero-copy, so the journal copies next to nothing), report for the others.
-    Auto,
-}
-
-fn mode() -> Mode {
-    static MODE: OnceLock<Mode> = OnceLock::new();
-    *MODE.get_or_init(|| match cloister_ipc::settings::recovery().as_str() {
-        "replay" => Mode::Replay,
-        "report" => Mode::Report,
-        _ => Mode::Auto,
-    })
-}
-
-/// Whether any worker of this process may be replayed (waits for a carry-over are worth it).
-pub fn on() -> bool {
-    mode() != Mode::Report
-}
+/// Whether any worker of this process may be replayed (`base` has it, as the layers below
+/// read it too).
+pub use crate::base::replay as on;
 
 /// Whether `conn`'s objects are recorded and rebuilt after its worker's death.
 pub fn on_for(conn: &Conn) -> bool {
-    match mode() {
-        Mode::Report => false,
-        Mode::Replay => true,
-        Mode::Auto => conn.journal.replays() == Some(true),
-    }
+    conn.replays()
 }
 
-/// Under `auto`, settles once per worker, before its first object is made, whether it is
-/// replayed: `host_unified` says whether every device of its driver shares the host's memory.
+/// Under `CLOISTER_RECOVERY=auto`, settles once per worker, before its first object is made,
+/// whether it is replayed: `host_unified` says whether every device of its driver shares the
+/// host's memory (and zero-copy buffers must be on: staged buffers make the journal copy).
 pub fn decide(conn: &Conn, host_unified: impl FnOnce() -> bool) {
-    if mode() == Mode::Auto && conn.journal.replays().is_none() {
-        conn.journal.decide(cloister_ipc::settings::zero_copy() && host_unified());
-    }
+    conn.settle_replay(|| cloister_ipc::settings::zero_copy() && host_unified());
 }
 
 fn budget() -> u64 {
@@ -131,30 +116,6 @@ fn carried_over(serial: u64) -> bool {
     }
 }
 
-thread_local! {
-    /// The serial of a dead worker this thread's current call met (see `retrying`).
-    static MET_DEATH: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
-}
-
-/// A call on this thread failed because worker `serial` is dead.
-pub fn met_death(serial: u64) {
-    DEATHS_MET.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
-}
-
-/// Set once any call met its worker's death: until then `retrying` skips the thread-local (in a
-/// library the loader opened, each access is a `__tls_get_addr` call). A thread sees its own
-/// `met_death` in program order, which is all `retrying` needs.
-static DEATHS_MET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// This thread's death met since the last take, if any.
-fn take_met_death() -> Option<u64> {
-    match DEATHS_MET.load(std::sync::atomic::Ordering::Relaxed) {
-        false => None,
-        true => MET_DEATH.try_with(|m| m.take()).ok().flatten(),
-    }
-}
-
 /// Runs an entry point; in replay mode, one that failed because its worker died runs again
 /// once the objects are carried over (at most `RETRIES` + 1 times in all).
 pub fn retrying<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R) -> R {
@@ -188,7 +149,7 @@ pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32
     let copy = on_for(conn).then(|| req.clone());
     let rc = conn.call(req);
     if let (Some(c), Ok(CL_SUCCESS)) = (copy, &rc) {
-        conn.journal.created(c.into_request());
+        journal_of(conn).created(c.into_request());
     }
     rc
 }
@@ -196,6 +157,6 @@ pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32
 /// Records a successful creating call made otherwise (replay mode only).
 pub fn note<C: Call + Clone>(conn: &Conn, req: &C) {
     if on_for(conn) {
-        conn.journal.created(req.clone().into_request());
+        journal_of(conn).created(req.clone().into_request());
     }
 }

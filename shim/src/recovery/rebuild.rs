@@ -12,7 +12,7 @@ use super::journal::{depends_on, Base, Cmd, Recipe, State, Step};
 use super::{concluded, on, RETRIES};
 use crate::conn::{Callback, Conn, ContextNotifyFn, EventNotifyFn};
 use crate::handle::{Kind, SharedView};
-use crate::pending::Mirror;
+use crate::mirror::Mirror;
 
 /// Reads the `size` bytes of buffer `mem`, or of image `mem` of `image` pixels, rows and slices
 /// (packed), through a segment (blocking).
@@ -591,8 +591,15 @@ pub(super) fn adopt_kept_callbacks(serial: u64, new: &Arc<Conn>) {
 }
 
 /// After a successful rebuild: the application's handles point at the replacement, contexts
-/// hear what happened, and calls that met the death may run again.
-pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State) {
+/// hear what happened, and calls that met the death may run again. `tell_broker` passes the
+/// account to the broker (the runtime's connection, above this layer).
+pub fn carry_over(
+    old: &Arc<Conn>,
+    new: &Arc<Conn>,
+    rebuilt: Rebuilt,
+    st: State,
+    tell_broker: impl FnOnce(&BrokerRequest),
+) {
     for (id, pfn, user_data, token) in &rebuilt.notify {
         let _ = id;
         new.register_callback_as(*token, Callback::Context { pfn: *pfn, user_data: *user_data });
@@ -624,7 +631,7 @@ pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State)
             r.view = Some(view.clone());
         }
     }
-    new.journal.put(st);
+    super::journal_of(new).put(st);
     let mut message = format!(
         "Recovery by replay: the application was carried over to a new worker for driver {}: \
          {moved} objects rebuilt under the same handles, {} commands run again",
@@ -638,9 +645,9 @@ pub fn carry_over(old: &Arc<Conn>, new: &Arc<Conn>, rebuilt: Rebuilt, st: State)
         message.push_str("; ");
         message.push_str(d);
     }
-    crate::runtime::warn(&message);
+    crate::base::warn(&message);
     // The broker adds it to the crash reports of the deaths (`cloister crashes` shows it).
-    crate::runtime::tell_broker(&BrokerRequest::CarriedOver(CarriedOver {
+    tell_broker(&BrokerRequest::CarriedOver(CarriedOver {
         driver: new.driver.clone(),
         objects_rebuilt: moved,
         commands_replayed: rebuilt.replayed as u32,

@@ -1,10 +1,11 @@
-//! The shim's side of `cloister_ipc::spill`: lane messages of any size, both ways.
+//! The shim's side of `cloister_ipc::spill`: lane messages of any size, both ways. Part of the
+//! transport (`conn`).
 
 use cloister_ipc::cl::{cl_int, CL_OUT_OF_HOST_MEMORY};
 use cloister_ipc::spill::{self, INLINE_MAX};
 use cloister_ipc::{Frame, RawBytes};
 
-use crate::conn::{Conn, Segment};
+use super::{Conn, Segment};
 
 /// Sends one encoded request and returns its encoded reply, whatever their sizes.
 /// `round_trip` posts one frame on the calling thread's lane and waits for the answer's frame
@@ -16,7 +17,7 @@ pub(crate) fn exchange(
     mut round_trip: impl FnMut(&[u8]) -> Result<Vec<u8>, cl_int>,
 ) -> Result<Vec<u8>, cl_int> {
     // While the timing report is on, the worker is asked for its own time (`Frame::TimeIt`).
-    let timed = crate::intercept::timing_on();
+    let timed = conn.above().timing();
     let mut send = |frame: Vec<u8>| {
         if !timed {
             return round_trip(&frame);
@@ -26,7 +27,7 @@ pub(crate) fn exchange(
         let waited = start.elapsed();
         match spill::decode(&reply) {
             Ok(Frame::Timed { worker_ns, inner: RawBytes(inner) }) => {
-                crate::intercept::note_worker_time(worker_ns, waited);
+                conn.above().worker_time(worker_ns, waited);
                 Ok(inner.to_vec())
             }
             _ => Err(conn.reject(call, "an untimed answer to a timed request")),

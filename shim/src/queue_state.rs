@@ -1,0 +1,105 @@
+//! Leaf: what direct transfers (`direct`) need to know of a command queue, kept in the handle
+//! table's queue objects (`handle::ObjData::Queue`). Imports nothing of the crate.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+
+use cloister_ipc::ObjectId;
+
+/// A command queue's state, as far as direct transfers need it.
+pub struct QueueState {
+    /// The queue's context (a direct transfer's buffer must belong to it).
+    pub context: ObjectId,
+    /// In order, on a context of CPU devices with host-unified memory.
+    capable: bool,
+    /// The thread that enqueued first (its `thread_token`), 0 before any enqueue.
+    owner: AtomicUsize,
+    /// Set once a second thread enqueued: "idle" is then never trusted again.
+    shared: AtomicBool,
+    /// Commands enqueued through the worker so far.
+    enqueued: AtomicU64,
+    /// Of those, how many are known complete (all of the first `settled`).
+    settled: AtomicU64,
+    /// Direct copies under way: an enqueue from another thread waits for them.
+    copying: AtomicU32,
+}
+
+impl QueueState {
+    pub fn new(context: ObjectId, capable: bool) -> Self {
+        Self {
+            context,
+            capable,
+            owner: AtomicUsize::new(0),
+            shared: AtomicBool::new(false),
+            enqueued: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
+            copying: AtomicU32::new(0),
+        }
+    }
+
+    /// In order, on a context of CPU devices with host-unified memory.
+    pub fn capable(&self) -> bool {
+        self.capable
+    }
+
+    /// The state of a queue rebuilt in a replacement worker (`recovery`): nothing is known to be
+    /// complete until its next blocking call.
+    pub fn rebuilt(&self) -> Self {
+        let s = Self::new(self.context, self.capable);
+        s.enqueued.store(1, SeqCst);
+        s.shared.store(self.shared.load(SeqCst), SeqCst);
+        s
+    }
+
+    /// Called before every command enqueued on the queue through the worker.
+    pub fn enqueuing(&self) {
+        if !self.capable {
+            return;
+        }
+        let me = thread_token();
+        match self.owner.compare_exchange(0, me, SeqCst, SeqCst) {
+            Ok(_) => {}
+            Err(owner) if owner == me => {}
+            Err(_) => self.shared.store(true, SeqCst),
+        }
+        self.enqueued.fetch_add(1, SeqCst);
+        // A copy that began before this command existed finishes first, as if it had been
+        // enqueued (and completed) before it.
+        while self.copying.load(SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Called when a blocking call on the queue (`clFinish`, a blocking transfer or map) has
+    /// returned successfully: every command enqueued before it has completed.
+    pub fn blocking_call_returned(&self) {
+        if self.capable {
+            self.settled.fetch_max(self.enqueued.load(SeqCst), SeqCst);
+        }
+    }
+
+    /// Runs `copy` now if the queue is idle and only one thread uses it; `None` if not.
+    pub fn while_idle<R>(&self, copy: impl FnOnce() -> R) -> Option<R> {
+        self.copying.fetch_add(1, SeqCst);
+        let idle = !self.shared.load(SeqCst)
+            && !UNTRACKED_QUEUES.load(SeqCst)
+            && self.enqueued.load(SeqCst) == self.settled.load(SeqCst);
+        let r = idle.then(copy);
+        self.copying.fetch_sub(1, SeqCst);
+        r
+    }
+}
+
+/// Set once a command buffer ran on the queues it was recorded for: the shim does not know
+/// which those are, so no queue is trusted to be idle again.
+static UNTRACKED_QUEUES: AtomicBool = AtomicBool::new(false);
+
+/// A command buffer runs on queues the shim does not know (`UNTRACKED_QUEUES`).
+pub fn no_queue_idle_again() {
+    UNTRACKED_QUEUES.store(true, SeqCst);
+}
+
+/// A number that tells this thread from every other live one: the address of a thread-local.
+fn thread_token() -> usize {
+    thread_local!(static TOKEN: u8 = const { 0 });
+    TOKEN.with(|t| t as *const u8 as usize)
+}
