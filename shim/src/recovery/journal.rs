@@ -25,6 +25,28 @@ const MAX_JOURNAL: usize = 16384;
 /// `CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`.
 const OUT_OF_ORDER: u64 = 1;
 
+/// A copy of `data`, made on several threads when it is large (`cloister_ipc::copy`): the
+/// journal copies what the application writes, on the application's time.
+fn copy_of(data: &[u8]) -> Vec<u8> {
+    // SAFETY: a slice is valid for its length.
+    unsafe { copy_from(data.as_ptr(), data.len()) }
+}
+
+/// `copy_of` for `len` bytes at `src`.
+///
+/// # Safety
+/// `src` is valid for `len` bytes of reads during the call.
+unsafe fn copy_from(src: *const u8, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    // SAFETY: `v` has room for `len` bytes, all written by the copy before `set_len`; `src` per
+    // the caller, distinct from `v`.
+    unsafe {
+        cloister_ipc::copy::copy(v.as_mut_ptr(), src, len);
+        v.set_len(len);
+    }
+    v
+}
+
 /// A buffer's contents at the last checkpoint.
 #[derive(Clone)]
 pub(super) enum Base {
@@ -51,8 +73,9 @@ impl Base {
             _ => None,
         };
         match in_place {
-            Some(v) => v.copy_from_slice(data),
-            None => *self = Base::Known(Arc::new(data.to_vec())),
+            // SAFETY: `v` holds as many bytes as `data` (checked above); two distinct buffers.
+            Some(v) => unsafe { cloister_ipc::copy::copy(v.as_mut_ptr(), data.as_ptr(), data.len()) },
+            None => *self = Base::Known(Arc::new(copy_of(data))),
         }
     }
 }
@@ -371,7 +394,7 @@ impl Journal {
                 None => Base::Undefined,
                 Some(d) if s.bytes + d.len() as u64 <= budget() => {
                     s.bytes += d.len() as u64;
-                    Base::Known(Arc::new(d.to_vec()))
+                    Base::Known(Arc::new(copy_of(d)))
                 }
                 Some(_) => Base::Lost,
             };
@@ -689,12 +712,11 @@ impl State {
             r.base = Base::Lost;
             return;
         }
-        let mut copy = vec![0u8; len];
         // SAFETY: `at` is the buffer's `len` bytes of shared memory (checked by `at`), mapped
-        // while the recipe holds the view; the copy is as large. The worker may write them
-        // meanwhile (the copy is then of a command's half-done work only where that command
-        // writes idempotently, and it runs again).
-        unsafe { cloister_ipc::copy::copy(copy.as_mut_ptr(), at.cast_const(), len) };
+        // while the recipe holds the view. The worker may write them meanwhile (the copy is then
+        // of a command's half-done work only where that command writes idempotently, and it
+        // runs again).
+        let copy = unsafe { copy_from(at.cast_const(), len) };
         r.base = Base::Known(Arc::new(copy));
         self.bytes += len as u64;
     }
@@ -703,7 +725,7 @@ impl State {
     /// contents, `superseded_by`).
     pub(super) fn write(&mut self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
         if !self.superseded_by(mem, offset, data) {
-            self.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: data.to_vec(), sync })
+            self.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: copy_of(data), sync })
         }
     }
 
