@@ -608,6 +608,9 @@ impl Journal {
     /// it is cheap (see the module's doc).
     pub fn read(&self, conn: &Conn, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8]) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.settled() && s.in_place_unused(mem) {
+            return;
+        }
         let whole = offset == 0 && s.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
         let dirty = s.dirty();
         let free = s.complete(queue) && dirty.iter().all(|&m| (whole && m == mem) || s.in_place(m));
@@ -622,6 +625,9 @@ impl Journal {
     /// costs the application one round trip per `LONG_JOURNAL` commands, not per `clFinish`).
     pub fn finished(&self, conn: &Conn, queue: ObjectId) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.settled() {
+            return;
+        }
         if s.complete(queue) && s.dirty().iter().all(|&m| s.in_place(m)) {
             s.checkpoint(conn, queue, None, false);
         } else if s.cmds.len() >= LONG_JOURNAL || s.bytes > budget() / 2 {
@@ -824,6 +830,12 @@ impl State {
                 r.base = Base::Lost;
             }
         }
+    }
+
+    /// Whether a checkpoint would change nothing: the journal is empty and no contents are
+    /// lost (checked without allocating: the application's blocking reads and `clFinish` ask).
+    fn settled(&self) -> bool {
+        self.cmds.is_empty() && !self.recipes.values().any(|r| matches!(r.base, Base::Lost))
     }
 
     /// Whether every journaled command is complete once a blocking call on `queue` returned.
