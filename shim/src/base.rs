@@ -32,6 +32,7 @@ pub enum RecoveryMode {
     Auto,
 }
 
+#[inline]
 pub fn recovery_mode() -> RecoveryMode {
     static MODE: OnceLock<RecoveryMode> = OnceLock::new();
     *MODE.get_or_init(|| match cloister_ipc::settings::recovery().as_str() {
@@ -43,6 +44,7 @@ pub fn recovery_mode() -> RecoveryMode {
 
 /// Whether any worker of this process may be replayed (`recovery` may keep a journal, and a
 /// call that met a death may wait for a carry-over).
+#[inline]
 pub fn replay() -> bool {
     recovery_mode() != RecoveryMode::Report
 }

@@ -221,7 +221,9 @@ pub fn met_death(serial: u64) {
 /// thread sees its own `met_death` in program order, which is all `recovery::retrying` needs.
 static DEATHS_MET: AtomicBool = AtomicBool::new(false);
 
-/// This thread's death met since the last take, if any.
+/// This thread's death met since the last take, if any. Inlined: every entry point asks, twice,
+/// in replay mode (`recovery::retrying`).
+#[inline]
 pub fn take_met_death() -> Option<u64> {
     match DEATHS_MET.load(Ordering::Relaxed) {
         false => None,
