@@ -390,7 +390,10 @@ impl Journal {
         self.with(|s| {
             let mut r = Recipe::new(req);
             r.base = match initial {
-                _ if view.is_some() => Base::InPlace,
+                // Its memory holds the initial data already. Without any, its contents stay
+                // undefined (no copy-out before a kernel writes it) until a change lands there
+                // or a checkpoint.
+                Some(_) if view.is_some() => Base::InPlace,
                 None => Base::Undefined,
                 Some(d) if s.bytes + d.len() as u64 <= budget() => {
                     s.bytes += d.len() as u64;
@@ -553,7 +556,7 @@ impl Journal {
                 (false, _) => {}
                 // A zero-copy buffer's mapping is its memory: what the application wrote there
                 // is in place.
-                (true, Some(_)) if in_place && s.in_place_unused(mem) => {}
+                (true, Some(_)) if in_place && s.lands_in_place(mem) => {}
                 (true, Some((offset, size))) => {
                     s.changing(mem, true);
                     // SAFETY: per the caller, `ptr` is the live mapping of `size` bytes made by
@@ -570,7 +573,7 @@ impl Journal {
     /// memory already (the shim copied it into a zero-copy buffer itself).
     pub fn wrote(&self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync, landed: bool) {
         self.with(|s| {
-            if !(landed && s.in_place_unused(mem)) {
+            if !(landed && s.lands_in_place(mem)) {
                 s.write(queue, mem, offset, data, sync)
             }
         });
@@ -696,6 +699,21 @@ impl State {
     pub(super) fn in_place_unused(&self, mem: ObjectId) -> bool {
         let mem = self.storage(mem);
         self.recipes.get(&mem).is_some_and(|r| matches!(r.base, Base::InPlace)) && !self.used(mem)
+    }
+
+    /// For a change that has landed in `mem`'s memory (the shim copied it there itself):
+    /// whether that memory holds its contents from now, with no record needed (a zero-copy
+    /// buffer in place or never written, that no journaled command uses). It is in place then.
+    pub(super) fn lands_in_place(&mut self, mem: ObjectId) -> bool {
+        let mem = self.storage(mem);
+        let used = self.used(mem);
+        match self.recipes.get_mut(&mem) {
+            Some(r) if r.view.is_some() && !used && matches!(r.base, Base::InPlace | Base::Undefined) => {
+                r.base = Base::InPlace;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// See `Journal::changing`.
@@ -1189,6 +1207,23 @@ mod tests {
         st.recipes.get_mut(&13).unwrap().base = Base::InPlace;
         st.changing(14, false);
         assert!(matches!(&st.recipes[&13].base, Base::Known(_)));
+    }
+
+    #[test]
+    fn a_zero_copy_buffer_never_written_is_not_copied_out_and_a_landed_change_puts_it_in_place() {
+        let mut st = state();
+        zero_copy(&mut st);
+        st.recipes.get_mut(&13).unwrap().base = Base::Undefined;
+        // A kernel writing undefined contents needs nothing kept: replay runs it on any.
+        st.changing(13, false);
+        assert!(matches!(st.recipes[&13].base, Base::Undefined));
+        // The application's own write landed in its memory: in place, no record.
+        assert!(st.lands_in_place(13));
+        assert!(matches!(st.recipes[&13].base, Base::InPlace));
+        // Not while a journaled command uses it, nor for a staged buffer.
+        st.cmds.push(kernel_on(&[13]));
+        assert!(!st.lands_in_place(13));
+        assert!(!st.lands_in_place(11));
     }
 
     #[test]
