@@ -450,6 +450,14 @@ impl Conn {
         self.serial
     }
 
+    /// This thread's call failed because this worker is dead: in replay mode it runs again once
+    /// the objects are carried over (`recovery::retrying`); in report mode it fails at once.
+    fn met_its_death(&self) {
+        if self.replays() {
+            met_death(self.serial);
+        }
+    }
+
     /// Whether this worker's objects are recorded and rebuilt after its death (replay
     /// recovery): always under `CLOISTER_RECOVERY=replay`, never under `report`, and under
     /// `auto` once `settle_replay` said so.
@@ -541,8 +549,7 @@ impl Conn {
         let _g = self.send_lock.lock().unwrap_or_else(|e| e.into_inner());
         channel::send(&self.sock, msg, fds).map_err(|_| {
             self.mark_dead();
-            // The call may run again once the objects are carried over (`recovery::retrying`).
-            met_death(self.serial);
+            self.met_its_death();
             FAULT
         })
     }
@@ -636,7 +643,7 @@ impl Conn {
     /// This thread's lane, or the fault of a dead worker.
     fn open_lane(&self) -> Result<Rc<LaneSlot>, cl_int> {
         if self.is_dead() {
-            met_death(self.serial);
+            self.met_its_death();
             self.await_death_told();
             return Err(FAULT);
         }
@@ -682,7 +689,7 @@ impl Conn {
             self.hang_up();
         }
         self.mark_dead();
-        met_death(self.serial);
+        self.met_its_death();
         self.await_death_told();
         FAULT
     }
