@@ -146,6 +146,13 @@ impl Recipe {
         v
     }
 
+    /// Whether it `needs` `id` (without collecting them).
+    pub(super) fn needs_contains(&self, id: ObjectId) -> bool {
+        any_dependency(&self.req, |d| d == id)
+            || self.compile.iter().any(|c| c.headers.iter().any(|(h, _)| *h == id))
+            || self.recorded.iter().any(|r| recorded_uses(r).contains(&id))
+    }
+
     pub(super) fn base_bytes(&self) -> u64 {
         match &self.base {
             Base::Known(b) => b.len() as u64,
@@ -251,29 +258,36 @@ impl Cmd {
 
     /// Every object it uses (queue, kernel, memory objects and samplers in its arguments).
     pub(super) fn uses(&self) -> Vec<ObjectId> {
-        let mut v = vec![self.queue()];
-        match self {
-            Cmd::Write { mem, .. } => v.push(*mem),
-            Cmd::Region { req, .. } => v.push(req.mem),
-            Cmd::Read { req, .. } => v.push(Cmd::read_target(req).1),
-            Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
-                v.push(r.kernel);
-                v.extend(r.args.iter().filter_map(|(_, a)| match a {
-                    ArgValue::Object(id) => Some(*id),
-                    _ => None,
-                }));
-            }
-            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => v.extend([r.src, r.dst]),
-            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => v.push(r.mem),
-            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => v.extend([r.src, r.dst]),
-            Cmd::Enqueue(Request::EnqueueFillImage(r)) => v.push(r.mem),
-            Cmd::Batch { req, uses, .. } => {
-                v.extend(req.queues.iter().copied().chain([req.buffer]));
-                v.extend(uses.iter().copied());
-            }
-            _ => {}
-        }
+        let mut v = Vec::new();
+        self.any_use(|u| {
+            v.push(u);
+            false
+        });
         v
+    }
+
+    /// Whether it uses an object `hit` picks (`uses`, without collecting them: the journal asks
+    /// it of every command at each release and change).
+    pub(super) fn any_use(&self, mut hit: impl FnMut(ObjectId) -> bool) -> bool {
+        if hit(self.queue()) {
+            return true;
+        }
+        match self {
+            Cmd::Write { mem, .. } => hit(*mem),
+            Cmd::Region { req, .. } => hit(req.mem),
+            Cmd::Read { req, .. } => hit(Cmd::read_target(req).1),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
+                hit(r.kernel) || r.args.iter().any(|(_, a)| matches!(a, ArgValue::Object(id) if hit(*id)))
+            }
+            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => hit(r.src) || hit(r.dst),
+            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => hit(r.mem),
+            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => hit(r.src) || hit(r.dst),
+            Cmd::Enqueue(Request::EnqueueFillImage(r)) => hit(r.mem),
+            Cmd::Batch { req, uses, .. } => {
+                req.queues.iter().any(|&q| hit(q)) || hit(req.buffer) || uses.iter().any(|&u| hit(u))
+            }
+            _ => false,
+        }
     }
 
     /// What the application would call it (for `pfn_notify`).
@@ -488,8 +502,8 @@ impl Journal {
         self.with(|s| {
             // The journal's commands may use it, and objects made from it (a program's kernels,
             // a link's inputs, a compilation's headers) need it made again first.
-            let in_use = s.cmds.iter().any(|c| c.uses().contains(&id))
-                || s.recipes.iter().any(|(&other, r)| other != id && r.needs().contains(&id));
+            let in_use = s.cmds.iter().any(|c| c.any_use(|u| u == id))
+                || s.recipes.iter().any(|(&other, r)| other != id && r.needs_contains(id));
             match s.recipes.get(&id) {
                 Some(r) if !in_use && !r.kept_released() => {
                     s.bytes = s.bytes.saturating_sub(r.base_bytes());
@@ -691,7 +705,7 @@ impl State {
 
     /// Whether a journaled command uses the memory of `mem` (its storage's).
     fn used(&self, mem: ObjectId) -> bool {
-        self.cmds.iter().any(|c| c.uses().iter().any(|&u| self.storage(u) == mem))
+        self.cmds.iter().any(|c| c.any_use(|u| self.storage(u) == mem))
     }
 
     /// Whether `mem`'s contents are in place and no journaled command uses them: a change that
@@ -1047,26 +1061,35 @@ pub(super) fn created_id(req: &Request) -> Option<ObjectId> {
 
 /// The shim's objects a creating request needs.
 pub(super) fn depends_on(req: &Request) -> Vec<ObjectId> {
+    let mut v = Vec::new();
+    any_dependency(req, |d| {
+        v.push(d);
+        false
+    });
+    v
+}
+
+/// Whether `req` needs an object `hit` picks (`depends_on`, without collecting: the journal
+/// asks it of every recipe at each release).
+pub(super) fn any_dependency(req: &Request, mut hit: impl FnMut(ObjectId) -> bool) -> bool {
     // A root device is the worker's own (rebound, not rebuilt); a sub-device is ours.
-    let sub = |d: &ObjectId| *d & WORKER_ID_BIT == 0;
+    let sub = |d: ObjectId| d & WORKER_ID_BIT == 0;
     match req {
-        Request::CreateContext(r) => r.devices.iter().copied().filter(sub).collect(),
-        Request::CreateCommandQueue(r) => [r.context].into_iter().chain(Some(r.device).filter(sub)).collect(),
-        Request::CreateCommandQueueWithProperties(r) => {
-            [r.context].into_iter().chain(Some(r.device).filter(sub)).collect()
-        }
-        Request::CreateBuffer(r) => vec![r.context],
-        Request::CreateProgramWithSource(r) => vec![r.context],
-        Request::CreateProgramWithBinary(r) => vec![r.context],
-        Request::CreateKernel(r) => vec![r.program],
-        Request::CreateUserEvent(r) => vec![r.context],
-        Request::CreateSampler(r) => vec![r.context],
-        Request::CreateSubBuffer(r) => vec![r.buffer],
-        Request::CreateImage(r) => [r.context].into_iter().chain(r.desc.buffer).collect(),
-        Request::LinkProgram(r) => [r.context].into_iter().chain(r.inputs.iter().copied()).collect(),
-        Request::CreateSubDevices(r) => Some(r.device).filter(sub).into_iter().collect(),
-        Request::CreateCommandBuffer(r) => r.queues.clone(),
-        _ => Vec::new(),
+        Request::CreateContext(r) => r.devices.iter().any(|&d| sub(d) && hit(d)),
+        Request::CreateCommandQueue(r) => hit(r.context) || (sub(r.device) && hit(r.device)),
+        Request::CreateCommandQueueWithProperties(r) => hit(r.context) || (sub(r.device) && hit(r.device)),
+        Request::CreateBuffer(r) => hit(r.context),
+        Request::CreateProgramWithSource(r) => hit(r.context),
+        Request::CreateProgramWithBinary(r) => hit(r.context),
+        Request::CreateKernel(r) => hit(r.program),
+        Request::CreateUserEvent(r) => hit(r.context),
+        Request::CreateSampler(r) => hit(r.context),
+        Request::CreateSubBuffer(r) => hit(r.buffer),
+        Request::CreateImage(r) => hit(r.context) || r.desc.buffer.is_some_and(&mut hit),
+        Request::LinkProgram(r) => hit(r.context) || r.inputs.iter().any(|&i| hit(i)),
+        Request::CreateSubDevices(r) => sub(r.device) && hit(r.device),
+        Request::CreateCommandBuffer(r) => r.queues.iter().any(|&q| hit(q)),
+        _ => false,
     }
 }
 
