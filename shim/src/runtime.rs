@@ -141,7 +141,7 @@ impl DeathWatcher for Restarter {
             return finish();
         }
         cloister_ipc::log::in_shim(|| tracing::info!(driver = %slot.driver, "worker died: asking for a replacement"));
-        let replacement = match crate::recovery::on_for(dead) {
+        let replacement = match dead.replays() {
             true => respawn_and_rebuild(&slot.driver, dead),
             false => respawn(&slot.driver, dead),
         };

@@ -48,7 +48,7 @@ pub unsafe fn clFinalizeCommandBufferKHR(command_buffer: cl_command_buffer_khr) 
     match lookup(command_buffer, Kind::CommandBuffer) {
         Ok(cb) => {
             let rc = cb.conn.call(FinalizeCommandBuffer { buffer: cb.id });
-            if rc == Ok(CL_SUCCESS) && crate::recovery::on_for(&cb.conn) {
+            if rc == Ok(CL_SUCCESS) && cb.conn.replays() {
                 crate::recovery::journal_of(&cb.conn).command_buffer_finalized(cb.id);
             }
             rc.unwrap_or_else(|e| e)
@@ -140,7 +140,7 @@ impl Recording {
             command,
             wait: self.wait,
         };
-        let copy = crate::recovery::on_for(&self.buffer.conn).then(|| {
+        let copy = self.buffer.conn.replays().then(|| {
             let mut copy = req.clone();
             if let (RecordedCommand::NdRange { args, .. }, Some(all)) = (&mut copy.command, all_args) {
                 *args = all;
@@ -396,7 +396,7 @@ pub unsafe fn clCommandNDRangeKernelKHR(
             global: dims(global_work_size),
             local: dims(local_work_size),
         };
-        let rc = rec.record(command, crate::recovery::on_for(&k.conn).then(|| super::kernel::all_args(&k.data)));
+        let rc = rec.record(command, k.conn.replays().then(|| super::kernel::all_args(&k.data)));
         if rc != Ok(CL_SUCCESS) {
             restore_dirty_args(&k.data, &args);
         }

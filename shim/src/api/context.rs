@@ -72,7 +72,7 @@ fn own_notify(
     match created.as_ref().ok().map(|&h| lookup(h, Kind::Context)) {
         Some(Ok(ctx)) => {
             ctx.own_callback(token);
-            if crate::recovery::on_for(conn) {
+            if conn.replays() {
                 // SAFETY: as in notify_token, which accepted it (non-NULL).
                 let pfn = unsafe { std::mem::transmute::<*mut c_void, ContextNotifyFn>(pfn) };
                 crate::recovery::journal_of(conn).context_notify(ctx.id, pfn, user_data as usize, token);

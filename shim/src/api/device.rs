@@ -15,10 +15,12 @@ use super::{extensions, forward_info, retain_release};
 /// `conn`'s worker is replayed: when every device of its driver shares the host's memory, so
 /// its buffers are zero-copy and the journal copies next to nothing.
 pub(super) fn decide_recovery(conn: &Conn) {
-    crate::recovery::decide(conn, || {
-        let devices: Vec<usize> = conn.platforms.get().into_iter().flatten().flat_map(|(_, d)| d.clone()).collect();
-        !devices.is_empty()
-            && devices.into_iter().all(|h| {
+    // Zero-copy buffers must be on as well: staged buffers make the journal copy.
+    conn.settle_replay(|| {
+        let mut devices = conn.platforms.get().into_iter().flatten().flat_map(|(_, d)| d.iter().copied()).peekable();
+        cloister_ipc::settings::zero_copy()
+            && devices.peek().is_some()
+            && devices.all(|h| {
                 lookup(h as *const c_void, Kind::Device)
                     .ok()
                     .and_then(|dev| super::memory::device_value(&dev, CL_DEVICE_HOST_UNIFIED_MEMORY))
@@ -121,7 +123,7 @@ pub unsafe fn clCreateSubDevices(
             if out_devices.is_null() { Vec::new() } else { (0..num_devices).map(|_| d.conn.alloc_id()).collect() };
         let req = CreateSubDevices { device: d.id, properties: props, ids: ids.clone() };
         decide_recovery(&d.conn);
-        let copy = crate::recovery::on_for(&d.conn).then(|| req.clone());
+        let copy = d.conn.replays().then(|| req.clone());
         let reply = d.conn.call(req)?;
         if reply.status != CL_SUCCESS {
             return Err(reply.status);

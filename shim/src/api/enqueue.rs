@@ -178,7 +178,7 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32> + Clone>(
     // call of its own.
     let req = make(segment.id, own);
     // Replay reads it again if the worker dies before its data landed.
-    let replay = match (&transfer, crate::recovery::on_for(&q.conn)) {
+    let replay = match (&transfer, q.conn.replays()) {
         (Transfer::Read { dst, shape, mirror }, true) => Some((req.clone().into_request(), *dst, *shape, *mirror)),
         _ => None,
     };
@@ -290,7 +290,7 @@ pub unsafe fn clEnqueueReadBuffer(
     })();
     let rc = r.unwrap_or_else(|e| e);
     if rc == CL_SUCCESS && blocking_read != CL_FALSE && crate::recovery::on() {
-        if let Ok((q, m)) = queue_and_mem(queue, buffer).map_err(drop).and_then(replayed) {
+        if let Some((q, m)) = queue_and_mem(queue, buffer).ok().filter(|(q, _)| q.conn.replays()) {
             // SAFETY: the blocking read filled `size` bytes at `ptr`.
             let data = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) };
             crate::recovery::journal_of(&q.conn).read(&q.conn, q.id, m.id, offset as u64, data);
@@ -318,7 +318,7 @@ pub unsafe fn clEnqueueWriteBuffer(
         if ptr.is_null() {
             return Err(CL_INVALID_VALUE);
         }
-        if crate::recovery::on_for(&q.conn) {
+        if q.conn.replays() {
             crate::recovery::journal_of(&q.conn).changing(m.id, true);
         }
         let app = ptr.cast_mut().cast();
@@ -403,15 +403,6 @@ fn vouched_write(q: &Object, m: &Object, offset: usize, size: usize) -> bool {
         .is_some_and(|state| !own_memory && m.data.host_transfer_allowed(state.context, true, offset, size))
 }
 
-/// A queue and memory object whose worker is replayed (`recovery::on_for`).
-#[allow(clippy::type_complexity)]
-fn replayed((q, m): (Arc<Object>, Arc<Object>)) -> Result<(Arc<Object>, Arc<Object>), ()> {
-    match crate::recovery::on_for(&q.conn) {
-        true => Ok((q, m)),
-        false => Err(()),
-    }
-}
-
 /// In replay mode, records a successful write with its data (`recovery`).
 ///
 /// # Safety
@@ -428,7 +419,7 @@ unsafe fn record_write(
     event: *mut cl_event,
     landed: bool,
 ) {
-    let Ok((q, m)) = queue_and_mem(queue, buffer).map_err(drop).and_then(replayed) else { return };
+    let Some((q, m)) = queue_and_mem(queue, buffer).ok().filter(|(q, _)| q.conn.replays()) else { return };
     // SAFETY: the wait list holds `n` events per the API contract.
     let waits = unsafe { slice(list, n as usize, CL_INVALID_EVENT_WAIT_LIST) }.unwrap_or(&[]);
     let wait = super::ids_of(waits, Kind::Event, CL_INVALID_EVENT_WAIT_LIST).map(|w| w.0).unwrap_or_default();
@@ -521,7 +512,7 @@ pub unsafe fn clEnqueueMapBuffer(
         // device's data once the map is complete.
         let mirror = use_host_ptr(&m, offset, size)?;
         let (wire_sync, event_id) = if blocking { (sync.clone(), 0) } else { with_own_event(&q, &sync) };
-        if crate::recovery::on_for(&q.conn) && map_flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
+        if q.conn.replays() && map_flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
             crate::recovery::journal_of(&q.conn).changing(m.id, true);
         }
         // A zero-copy buffer maps in place: the application gets this process's view of the
@@ -555,7 +546,7 @@ pub unsafe fn clEnqueueMapBuffer(
         // SAFETY: event per API contract; the mirror covers part of the buffer's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, (id, view), map_flags, mirror) };
         let ptr = mirror.map_or(view as usize, |m| m.at);
-        if crate::recovery::on_for(&q.conn) {
+        if q.conn.replays() {
             crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, Some((offset as u64, size as u64)));
         }
         if let ObjData::Mem { maps, .. } = &m.data {
@@ -601,7 +592,7 @@ pub unsafe fn clEnqueueUnmapMemObject(
         // A non-blocking map not yet seen complete needs no filling any more.
         let unsettled_map = crate::pending::of(&q.conn).forget_map(&q.conn, record.id);
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
-        if crate::recovery::on_for(&q.conn) {
+        if q.conn.replays() {
             // A zero-copy buffer's mapping is its memory (a mirror is the application's own).
             let in_place = record.segment.is_none() && record.mirror.is_none();
             // SAFETY: the record was this mapping's, live until the unmap below.
@@ -661,7 +652,7 @@ unsafe fn unmap_carried(
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
     let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
-    if crate::recovery::on_for(&q.conn) {
+    if q.conn.replays() {
         // SAFETY: as the caller says.
         unsafe {
             crate::recovery::journal_of(&q.conn).unmapping(q.id, m.id, mapped_ptr as usize, write_back, false, sync)
@@ -958,7 +949,9 @@ pub unsafe fn clEnqueueNDRangeKernel(
             sync: sync.clone(),
         };
         // Replay runs it again with every argument (those of earlier enqueues too).
-        let copy = crate::recovery::on_for(&q.conn)
+        let copy = q
+            .conn
+            .replays()
             .then(|| Request::EnqueueNdRange(EnqueueNdRange { args: all_args(&k.data), ..req.clone() }));
         if let Some(copy) = &copy {
             crate::recovery::journal_of(&q.conn).enqueuing(copy);

@@ -61,7 +61,7 @@ pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -
 pub unsafe fn clSetUserEventStatus(event: cl_event, execution_status: cl_int) -> cl_int {
     let r = lookup(event, Kind::Event).and_then(|ev| {
         let rc = ev.conn.call(SetUserEventStatus { event: ev.id, status: execution_status });
-        if rc == Ok(CL_SUCCESS) && crate::recovery::on_for(&ev.conn) {
+        if rc == Ok(CL_SUCCESS) && ev.conn.replays() {
             crate::recovery::journal_of(&ev.conn).user_status(ev.id, execution_status);
         }
         rc
@@ -92,7 +92,7 @@ pub unsafe fn clSetEventCallback(
         }
         if ev.conn.unregister_callback(token).is_some() {
             crate::handle::release(event, Kind::Event);
-        } else if crate::recovery::on_for(&ev.conn) {
+        } else if ev.conn.replays() {
             // The worker died meanwhile and its death handling took the callback: replay mode
             // keeps it for the rebuilt event (or fires it failed), so it is registered, once.
             return Ok(CL_SUCCESS);

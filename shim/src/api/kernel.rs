@@ -41,7 +41,7 @@ pub unsafe fn clCreateKernel(program: cl_program, kernel_name: *const c_char, er
         let name = unsafe { CStr::from_ptr(kernel_name) }.to_bytes().to_vec();
         let id = p.conn.alloc_id();
         let req = CreateKernel { id, program: p.id, name };
-        let copy = crate::recovery::on_for(&p.conn).then(|| req.clone());
+        let copy = p.conn.replays().then(|| req.clone());
         let reply = p.conn.call(req)?;
         if reply.status != CL_SUCCESS {
             return Err(reply.status);
@@ -94,7 +94,7 @@ pub unsafe fn clCreateKernelsInProgram(
             let h = new_handle(Kind::Kernel, id, &p.conn, kernel_data(n));
             // SAFETY: kernels holds num_kernels slots and reply.num_args has at most that many.
             unsafe { *kernels.add(i) = h };
-            if crate::recovery::on_for(&p.conn) {
+            if p.conn.replays() {
                 record_by_name(&p, id, h);
             }
         }
@@ -376,7 +376,7 @@ pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) 
         let data = ObjData::Kernel { num_args: *num_args, args: Mutex::new(copy) };
         super::create(&k.conn, Kind::Kernel, data, |id| {
             let rc = k.conn.call(cloister_ipc::CloneKernel { id, source: k.id });
-            if rc == Ok(CL_SUCCESS) && crate::recovery::on_for(&k.conn) {
+            if rc == Ok(CL_SUCCESS) && k.conn.replays() {
                 // The replacement makes it as its source was made: every enqueue carries all
                 // of a kernel's arguments, so the ones the clone copied need no replay.
                 crate::recovery::journal_of(&k.conn).cloned(id, k.id);

@@ -190,7 +190,7 @@ fn create_zero_copy_buffer(
     let segment = conn.share_region(&region)?;
     // The fd travelled with the message: this side needs only the mapping.
     let view = SharedView { memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
-    let recorded = crate::recovery::on_for(conn).then(|| view.clone());
+    let recorded = conn.replays().then(|| view.clone());
     let r = create(conn, Kind::Mem, ObjData::shared_mem(ctx.id, flags, view), |id| {
         let req = CreateBuffer {
             id,
@@ -222,7 +222,7 @@ fn record_buffer(
     view: Option<SharedView>,
     rc: &Result<cl_int, cl_int>,
 ) {
-    if !crate::recovery::on_for(conn) || *rc != Ok(CL_SUCCESS) {
+    if !conn.replays() || *rc != Ok(CL_SUCCESS) {
         return;
     }
     // SAFETY: a non-NULL host_ptr holds `size` bytes (COPY_HOST_PTR or USE_HOST_PTR), per the
@@ -387,7 +387,7 @@ unsafe fn create_image(
             host_data: None,
         };
         let rc = with_host_data(&conn, host_ptr, len, |host_data| CreateImage { host_data, ..req.clone() });
-        if rc == Ok(CL_SUCCESS) && crate::recovery::on_for(&conn) {
+        if rc == Ok(CL_SUCCESS) && conn.replays() {
             record_image(&conn, req, elem as usize, host_ptr);
         }
         rc

@@ -207,7 +207,7 @@ unsafe fn enqueue_via<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
     // SAFETY: forwarded from the caller.
     let sync = unsafe { enqueue_sync(queue, n, list, event)? };
     let req = make(sync.clone());
-    let copy = crate::recovery::on_for(&queue.conn).then(|| req.clone().into_request());
+    let copy = queue.conn.replays().then(|| req.clone().into_request());
     if let Some(copy) = &copy {
         crate::recovery::journal_of(&queue.conn).enqueuing(copy);
     }

@@ -101,7 +101,7 @@ pub unsafe fn clBuildProgram(
         let app_options = crate::intercept::program::build_options(options);
         let (options, includes) = with_includes(&p, app_options.clone());
         let req = BuildProgram { program: p.id, devices, options, includes, notify };
-        if crate::recovery::on_for(&p.conn) {
+        if p.conn.replays() {
             crate::recovery::journal_of(&p.conn).built(req.clone());
         }
         let reply = p.conn.call(req);
@@ -226,7 +226,7 @@ pub unsafe fn clCreateProgramWithBinary(
         }
         let id = ctx.conn.alloc_id();
         let req = CreateProgramWithBinary { id, context: ctx.id, devices, binaries: bins };
-        let copy = crate::recovery::on_for(&ctx.conn).then(|| req.clone());
+        let copy = ctx.conn.replays().then(|| req.clone());
         let reply = ctx.conn.call(req)?;
         if let (Some(req), CL_SUCCESS) = (copy, reply.status) {
             crate::recovery::note(&ctx.conn, &req);
@@ -322,7 +322,7 @@ pub unsafe fn clCompileProgram(
         let notify = build_notify(&p.conn, program, pfn_notify, user_data)?;
         let (options, includes) = with_includes(&p, options);
         let req = CompileProgram { program: p.id, devices, options, headers, includes, notify };
-        if crate::recovery::on_for(&p.conn) {
+        if p.conn.replays() {
             crate::recovery::journal_of(&p.conn).compiled(req.clone());
         }
         let reply = p.conn.call(req);
@@ -366,7 +366,7 @@ pub unsafe fn clLinkProgram(
             Err(e) => return discard(e),
         };
         let req = LinkProgram { id, context: ctx.id, devices, options, inputs, notify };
-        let copy = crate::recovery::on_for(&ctx.conn).then(|| LinkProgram { notify: None, ..req.clone() });
+        let copy = ctx.conn.replays().then(|| LinkProgram { notify: None, ..req.clone() });
         let reply = match ctx.conn.call(req) {
             Ok(r) => r,
             Err(e) => {

@@ -117,7 +117,7 @@ pub(super) fn flush_or_finish_queue(q: &Object, finish: bool) -> cl_int {
     }
     if finish {
         crate::pending::settle(&q.conn, Some(q.id));
-        if rc == CL_SUCCESS && crate::recovery::on_for(&q.conn) {
+        if rc == CL_SUCCESS && q.conn.replays() {
             crate::recovery::journal_of(&q.conn).finished(&q.conn, q.id);
         }
     }

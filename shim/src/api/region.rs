@@ -218,7 +218,7 @@ unsafe fn read_or_write(
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         // SAFETY: ptr + offset is where the application's box starts (API contract).
         let base = unsafe { ptr.cast::<u8>().add(offset) }.cast_mut();
-        let replay = crate::recovery::on_for(&q.conn).then(|| (target.clone(), sync.clone()));
+        let replay = q.conn.replays().then(|| (target.clone(), sync.clone()));
         if replay.is_some() && write {
             crate::recovery::journal_of(&q.conn).changing(m.id, true);
         }
@@ -670,7 +670,7 @@ pub unsafe fn clEnqueueMapImage(
                 *image_slice_pitch = slice_pitch;
             }
         }
-        if crate::recovery::on_for(&q.conn) {
+        if q.conn.replays() {
             crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, None);
         }
         if let ObjData::Mem { maps, .. } = &m.data {

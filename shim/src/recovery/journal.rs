@@ -434,7 +434,7 @@ impl Journal {
             let idempotent = !matches!(req, Request::EnqueueNdRange(_) | Request::EnqueueCommandBuffer(_));
             let writes = match req {
                 Request::EnqueueCommandBuffer(b) => s.batch_writes(b.buffer),
-                _ => s.writes(&Cmd::Enqueue(req.clone())),
+                _ => s.request_writes(req),
             };
             for m in writes {
                 s.changing(m, idempotent);
@@ -684,20 +684,7 @@ impl State {
             .flat_map(|c| match &c.command {
                 RecordedCommand::CopyBuffer { dst, .. } | RecordedCommand::CopyRegion { dst, .. } => vec![*dst],
                 RecordedCommand::FillBuffer { mem, .. } | RecordedCommand::FillImage { mem, .. } => vec![*mem],
-                // Every memory argument may be written (what is read-only is sorted by `writes`,
-                // through the NDRange it makes).
-                RecordedCommand::NdRange { kernel, args, work_dim, .. } => {
-                    self.writes(&Cmd::Enqueue(Request::EnqueueNdRange(EnqueueNdRange {
-                        queue: 0,
-                        kernel: *kernel,
-                        args: args.clone(),
-                        work_dim: *work_dim,
-                        offset: None,
-                        global: None,
-                        local: None,
-                        sync: EnqueueSync::default(),
-                    })))
-                }
+                RecordedCommand::NdRange { args, .. } => self.args_written(args),
                 RecordedCommand::Barrier => Vec::new(),
             })
             .collect()
@@ -918,32 +905,43 @@ impl State {
     /// The buffers whose contents a command may change (a kernel: every buffer argument not
     /// read-only; a sub-buffer's writes change its parent).
     pub(super) fn writes(&self, cmd: &Cmd) -> Vec<ObjectId> {
+        let written = match cmd {
+            Cmd::Write { mem, .. } => vec![*mem],
+            Cmd::Region { req, .. } => vec![req.mem],
+            Cmd::Read { .. } => Vec::new(),
+            Cmd::Enqueue(req) => self.request_writes(req),
+            Cmd::Batch { writes, .. } => writes.clone(),
+        };
+        written.into_iter().map(|m| self.storage(m)).collect()
+    }
+
+    /// The memory objects an enqueue going to the worker may write (as named, not their
+    /// storage).
+    fn request_writes(&self, req: &Request) -> Vec<ObjectId> {
+        match req {
+            Request::EnqueueNdRange(r) => self.args_written(&r.args),
+            Request::EnqueueCopyBuffer(r) => vec![r.dst],
+            Request::EnqueueFillBuffer(r) => vec![r.mem],
+            Request::EnqueueCopyRegion(r) => vec![r.dst],
+            Request::EnqueueFillImage(r) => vec![r.mem],
+            _ => Vec::new(),
+        }
+    }
+
+    /// A kernel's memory arguments that are not read-only: every one may be written.
+    fn args_written(&self, args: &[(u32, ArgValue)]) -> Vec<ObjectId> {
         let writable = |id: &ObjectId| match self.recipes.get(id).map(|r| &r.req) {
             Some(Request::CreateBuffer(b)) => b.flags & CL_MEM_READ_ONLY == 0,
             Some(Request::CreateSubBuffer(s)) => s.flags & CL_MEM_READ_ONLY == 0,
             Some(Request::CreateImage(i)) => i.flags & CL_MEM_READ_ONLY == 0,
             _ => false,
         };
-        let written = match cmd {
-            Cmd::Write { mem, .. } => vec![*mem],
-            Cmd::Region { req, .. } => vec![req.mem],
-            Cmd::Read { .. } => Vec::new(),
-            Cmd::Enqueue(Request::EnqueueNdRange(r)) => r
-                .args
-                .iter()
-                .filter_map(|(_, a)| match a {
-                    ArgValue::Object(id) if writable(id) => Some(*id),
-                    _ => None,
-                })
-                .collect(),
-            Cmd::Enqueue(Request::EnqueueCopyBuffer(r)) => vec![r.dst],
-            Cmd::Enqueue(Request::EnqueueFillBuffer(r)) => vec![r.mem],
-            Cmd::Enqueue(Request::EnqueueCopyRegion(r)) => vec![r.dst],
-            Cmd::Enqueue(Request::EnqueueFillImage(r)) => vec![r.mem],
-            Cmd::Batch { writes, .. } => writes.clone(),
-            Cmd::Enqueue(_) => Vec::new(),
-        };
-        written.into_iter().map(|m| self.storage(m)).collect()
+        args.iter()
+            .filter_map(|(_, a)| match a {
+                ArgValue::Object(id) if writable(id) => Some(*id),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Makes the contents of every buffer known now and drops the journal: `have` is a whole

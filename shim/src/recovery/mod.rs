@@ -56,20 +56,9 @@ pub fn journal_of(conn: &Conn) -> &Journal {
 pub const RETRIES: u32 = 2;
 
 /// Whether any worker of this process may be replayed (`base` has it, as the layers below
-/// read it too).
+/// read it too). Whether a given worker's objects are recorded and rebuilt is
+/// `Conn::replays` (settled under `auto` by `api::device::decide_recovery`).
 pub use crate::base::replay as on;
-
-/// Whether `conn`'s objects are recorded and rebuilt after its worker's death.
-pub fn on_for(conn: &Conn) -> bool {
-    conn.replays()
-}
-
-/// Under `CLOISTER_RECOVERY=auto`, settles once per worker, before its first object is made,
-/// whether it is replayed: `host_unified` says whether every device of its driver shares the
-/// host's memory (and zero-copy buffers must be on: staged buffers make the journal copy).
-pub fn decide(conn: &Conn, host_unified: impl FnOnce() -> bool) {
-    conn.settle_replay(|| cloister_ipc::settings::zero_copy() && host_unified());
-}
 
 fn budget() -> u64 {
     static B: OnceLock<u64> = OnceLock::new();
@@ -146,7 +135,7 @@ pub fn retrying<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R) -> R {
 /// Makes a creating call, and records it if it succeeded in replay mode (nothing is copied
 /// otherwise).
 pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32, i32> {
-    let copy = on_for(conn).then(|| req.clone());
+    let copy = conn.replays().then(|| req.clone());
     let rc = conn.call(req);
     if let (Some(c), Ok(CL_SUCCESS)) = (copy, &rc) {
         journal_of(conn).created(c.into_request());
@@ -156,7 +145,7 @@ pub fn recorded<C: Call<Reply = i32> + Clone>(conn: &Conn, req: C) -> Result<i32
 
 /// Records a successful creating call made otherwise (replay mode only).
 pub fn note<C: Call + Clone>(conn: &Conn, req: &C) {
-    if on_for(conn) {
+    if conn.replays() {
         journal_of(conn).created(req.clone().into_request());
     }
 }
