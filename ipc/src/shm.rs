@@ -169,6 +169,36 @@ impl Drop for SharedRegion {
     }
 }
 
+/// Bytes of a shared region kept after the transfer that staged them (replay's journal keeps a
+/// write's data so instead of copying it): the region stays mapped while they live. The peer
+/// maps the region too and may still write it, so they are read only through raw pointers.
+pub struct KeptBytes {
+    region: std::sync::Arc<SharedRegion>,
+    at: usize,
+    len: usize,
+}
+
+impl KeptBytes {
+    /// `[at, at + len)` of `region`, if it lies inside it.
+    pub fn new(region: std::sync::Arc<SharedRegion>, at: usize, len: usize) -> Option<Self> {
+        region.slice_ptr(at as u64, len as u64)?;
+        Some(Self { region, at, len })
+    }
+
+    pub fn as_ptr(&self) -> *const u8 {
+        // SAFETY: `at + len` lies inside the mapping (checked by `new`), which lives as long.
+        unsafe { self.region.as_ptr().add(self.at) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -269,10 +269,25 @@ pub trait DeathWatcher: Send + Sync {
     fn died(&self, dead: &Arc<Conn>);
 }
 
-/// A shared-memory segment for bulk data, mapped here and in the worker under `id`.
+/// A shared-memory segment for bulk data, mapped here and in the worker under `id`. The
+/// region is shared with replay's journal when it keeps a write's data where the write staged
+/// it (`Segment::kept`): the pool does not hand it out again while the journal holds it.
 pub struct Segment {
     pub id: u64,
-    pub region: SharedRegion,
+    pub region: Arc<SharedRegion>,
+}
+
+impl Segment {
+    /// The staged bytes `[at, at + len)` of the segment, kept by whoever holds them: the pool
+    /// does not reuse the segment until they are dropped (the shim's mapping lives as long).
+    pub fn kept(&self, at: usize, len: usize) -> Option<cloister_ipc::shm::KeptBytes> {
+        cloister_ipc::shm::KeptBytes::new(Arc::clone(&self.region), at, len)
+    }
+
+    /// Whether something still holds bytes of it (`kept`).
+    fn is_kept(&self) -> bool {
+        Arc::strong_count(&self.region) > 1
+    }
 }
 
 /// The notifier thread's name (callbacks run on it).
@@ -753,14 +768,16 @@ impl Conn {
         let len = len.max(SEGMENT_MIN);
         {
             let mut pool = self.segment_pool.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(i) = pool.iter().position(|s| s.region.len() >= len && s.region.len() <= len.saturating_mul(2))
+            if let Some(i) = pool
+                .iter()
+                .position(|s| s.region.len() >= len && s.region.len() <= len.saturating_mul(2) && !s.is_kept())
             {
                 return Ok(pool.swap_remove(i));
             }
         }
         let region = SharedRegion::create("cloister-segment", len).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let id = self.share_region(&region)?;
-        Ok(Segment { id, region })
+        Ok(Segment { id, region: Arc::new(region) })
     }
 
     /// Sends the worker a region under a fresh segment id (the fd goes with the message, so

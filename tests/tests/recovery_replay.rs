@@ -151,6 +151,14 @@ fn staged_buffers_run_through_a_crash_mid_run() {
     }
 }
 
+/// Large writes and a writing map each iteration into a staged buffer (zero-copy off, as on a
+/// discrete GPU), whose data the journal keeps in the segments they were staged in rather than
+/// copying it: the 11th NDRange crashes the driver, and replay writes that data again.
+#[test]
+fn staged_writes_kept_in_their_segments_run_through_a_crash() {
+    assert_client_survives_fault_with("replay_staged", "enqueue:segv:once", "10", true, &[("CLOISTER_ZERO_COPY", "0")]);
+}
+
 /// Images (initial data, row writes, a kernel reading through a sampler, image copies, whole
 /// blocking reads) are rebuilt with their contents.
 #[test]

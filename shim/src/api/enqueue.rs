@@ -9,6 +9,7 @@ use std::sync::Arc;
 use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
 use cloister_ipc::lane::BULK_CAP;
+use cloister_ipc::shm::KeptBytes;
 use cloister_ipc::*;
 
 use super::kernel::{all_args, all_args_set, restore_dirty_args, take_dirty_args};
@@ -17,6 +18,7 @@ use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
 use crate::mirror::Mirror;
 use crate::pending::{settle, PendingOp, Transfer};
+use crate::recovery::WriteDone;
 
 pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
     let q = lookup(queue, Kind::Queue)?;
@@ -311,8 +313,9 @@ pub unsafe fn clEnqueueWriteBuffer(
     event: *mut cl_event,
 ) -> cl_int {
     // Whether the data is in a zero-copy buffer's memory when the call returns (the shim
-    // copied it there itself).
+    // copied it there itself), and where it was staged for the worker (replay keeps that).
     let mut landed = false;
+    let mut staged = None;
     let r = (|| {
         let (q, m) = queue_and_mem(queue, buffer)?;
         if ptr.is_null() {
@@ -339,6 +342,7 @@ pub unsafe fn clEnqueueWriteBuffer(
             // completes, but copying now costs the same and frees it at once.
             // SAFETY: ptr holds `size` bytes; the segment at least as many.
             unsafe { cloister_ipc::copy::copy(segment.region.as_ptr(), ptr.cast::<u8>(), size) };
+            staged = keep_staged(&q, &segment, 0, size);
             let make = |segment, sync| EnqueueWriteBuffer {
                 queue: q.id,
                 mem: m.id,
@@ -382,7 +386,7 @@ pub unsafe fn clEnqueueWriteBuffer(
     if rc == CL_SUCCESS && crate::recovery::on() {
         // SAFETY: as for the write itself (`ptr` holds `size` bytes; the list and event per
         // the API contract, the event written by the successful call).
-        unsafe { record_write(queue, buffer, offset, size, ptr, n, list, event, landed) };
+        unsafe { record_write(queue, buffer, offset, size, ptr, n, list, event, landed, staged) };
     }
     rc
 }
@@ -403,6 +407,16 @@ fn vouched_write(q: &Object, m: &Object, offset: usize, size: usize) -> bool {
         .is_some_and(|state| !own_memory && m.data.host_transfer_allowed(state.context, true, offset, size))
 }
 
+/// Below this a write's data is copied into the journal (cheap) rather than keeping its staging
+/// segment, which is at least 64 KiB, out of the pool.
+const KEEP_STAGED_MIN: usize = 64 << 10;
+
+/// In replay mode, the `len` bytes at `at` of a write's staging `segment`, for the journal to
+/// keep instead of copying them (`recovery::journal`).
+fn keep_staged(q: &Object, segment: &Segment, at: usize, len: usize) -> Option<KeptBytes> {
+    (len >= KEEP_STAGED_MIN && q.conn.replays()).then(|| segment.kept(at, len)).flatten()
+}
+
 /// In replay mode, records a successful write with its data (`recovery`).
 ///
 /// # Safety
@@ -418,6 +432,7 @@ unsafe fn record_write(
     list: *const cl_event,
     event: *mut cl_event,
     landed: bool,
+    staged: Option<KeptBytes>,
 ) {
     let Some((q, m)) = queue_and_mem(queue, buffer).ok().filter(|(q, _)| q.conn.replays()) else { return };
     // SAFETY: the wait list holds `n` events per the API contract.
@@ -427,7 +442,8 @@ unsafe fn record_write(
     let event = unsafe { super::returned_event(event) };
     // SAFETY: ptr holds `size` bytes.
     let data = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), size) };
-    crate::recovery::journal_of(&q.conn).wrote(q.id, m.id, offset as u64, data, EnqueueSync { wait, event }, landed);
+    let done = WriteDone { sync: EnqueueSync { wait, event }, landed, staged };
+    crate::recovery::journal_of(&q.conn).wrote(q.id, m.id, offset as u64, data, done);
 }
 
 pub unsafe fn clEnqueueCopyBuffer(
@@ -595,6 +611,14 @@ pub unsafe fn clEnqueueUnmapMemObject(
         if q.conn.replays() {
             // A zero-copy buffer's mapping is its memory (a mirror is the application's own).
             let in_place = record.segment.is_none() && record.mirror.is_none();
+            // A staged mapping's bytes are what the unmap writes back: kept, not copied.
+            let staged = match (&record.segment, record.range, record.mirror) {
+                (Some(segment), Some((_, size)), None) => {
+                    let at = (mapped_ptr as usize).wrapping_sub(segment.region.as_ptr() as usize);
+                    keep_staged(&q, segment, at, size as usize)
+                }
+                _ => None,
+            };
             // SAFETY: the record was this mapping's, live until the unmap below.
             unsafe {
                 crate::recovery::journal_of(&q.conn).unmapping(
@@ -603,6 +627,7 @@ pub unsafe fn clEnqueueUnmapMemObject(
                     mapped_ptr as usize,
                     write_back,
                     in_place,
+                    staged,
                     &sync,
                 )
             };
@@ -655,7 +680,15 @@ unsafe fn unmap_carried(
     if q.conn.replays() {
         // SAFETY: as the caller says.
         unsafe {
-            crate::recovery::journal_of(&q.conn).unmapping(q.id, m.id, mapped_ptr as usize, write_back, false, sync)
+            crate::recovery::journal_of(&q.conn).unmapping(
+                q.id,
+                m.id,
+                mapped_ptr as usize,
+                write_back,
+                false,
+                None,
+                sync,
+            )
         };
     }
     let rc = match (write_back, record.range) {

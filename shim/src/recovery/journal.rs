@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
+use cloister_ipc::shm::KeptBytes;
 use cloister_ipc::*;
 
 use super::budget;
@@ -47,12 +48,65 @@ unsafe fn copy_from(src: *const u8, len: usize) -> Vec<u8> {
     v
 }
 
+/// Data the journal keeps: its own copy, or a write's bytes left where the write staged them
+/// (a segment the pool does not hand out again while they are kept, `Segment::kept`), which
+/// saves a copy per write on a discrete device.
+pub(super) enum Bytes {
+    Copy(Vec<u8>),
+    /// The worker maps the segment too: a driver that writes into it before dying (a wild
+    /// pointer) changes what replay writes into the rebuilt buffer, never how much.
+    Staged(KeptBytes),
+}
+
+impl Bytes {
+    /// What to keep of a write of `data`: its `staged` bytes when it has them (the same bytes,
+    /// where the shim copied them for the worker), else a copy.
+    pub(super) fn of(data: &[u8], staged: Option<KeptBytes>) -> Self {
+        match staged {
+            Some(k) if k.len() == data.len() => Bytes::Staged(k),
+            _ => Bytes::Copy(copy_of(data)),
+        }
+    }
+
+    pub(super) fn as_ptr(&self) -> *const u8 {
+        match self {
+            Bytes::Copy(v) => v.as_ptr(),
+            Bytes::Staged(k) => k.as_ptr(),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Bytes::Copy(v) => v.len(),
+            Bytes::Staged(k) => k.len(),
+        }
+    }
+
+    /// The journal's own copy (tests).
+    #[cfg(test)]
+    pub(super) fn copied(&self) -> Option<&[u8]> {
+        match self {
+            Bytes::Copy(v) => Some(v),
+            Bytes::Staged(_) => None,
+        }
+    }
+}
+
+/// How a journaled write went: its wait list and event, whether its data is in a zero-copy
+/// buffer's memory already (`landed`: the shim copied it there itself), and its data where the
+/// shim staged it for the worker (`staged`, kept instead of a copy).
+pub struct WriteDone {
+    pub sync: EnqueueSync,
+    pub landed: bool,
+    pub staged: Option<KeptBytes>,
+}
+
 /// A buffer's contents at the last checkpoint.
 #[derive(Clone)]
 pub(super) enum Base {
     /// Never written: any contents will do (OpenCL leaves them undefined).
     Undefined,
-    Known(Arc<Vec<u8>>),
+    Known(Arc<Bytes>),
     /// A zero-copy buffer's own memory holds them (`Recipe::view`): no journaled command
     /// uses the buffer, or only commands that write it idempotently (writes, fills, copies
     /// into it), so its memory as the dead worker left it, with those commands run again,
@@ -65,17 +119,25 @@ pub(super) enum Base {
 }
 
 impl Base {
-    /// Makes `data` the known contents, overwriting the last copy when it is as large (no new
-    /// pages to fault in: a whole read or write of a large buffer costs one memory copy more).
-    pub(super) fn set(&mut self, data: &[u8]) {
+    /// Makes `data` the known contents: its `staged` bytes if it has them, else a copy that
+    /// overwrites the last one when that is as large (no new pages to fault in: a whole read
+    /// or write of a large buffer costs one memory copy more).
+    pub(super) fn set(&mut self, data: &[u8], staged: Option<KeptBytes>) {
+        if staged.is_some() {
+            *self = Base::Known(Arc::new(Bytes::of(data, staged)));
+            return;
+        }
         let in_place = match self {
-            Base::Known(old) => Arc::get_mut(old).filter(|v| v.len() == data.len()),
+            Base::Known(old) => match Arc::get_mut(old) {
+                Some(Bytes::Copy(v)) if v.len() == data.len() => Some(v),
+                _ => None,
+            },
             _ => None,
         };
         match in_place {
             // SAFETY: `v` holds as many bytes as `data` (checked above); two distinct buffers.
             Some(v) => unsafe { cloister_ipc::copy::copy(v.as_mut_ptr(), data.as_ptr(), data.len()) },
-            None => *self = Base::Known(Arc::new(copy_of(data))),
+            None => *self = Base::Known(Arc::new(Bytes::Copy(copy_of(data)))),
         }
     }
 }
@@ -167,7 +229,7 @@ pub(super) enum Cmd {
         queue: ObjectId,
         mem: ObjectId,
         offset: u64,
-        data: Vec<u8>,
+        data: Bytes,
         sync: EnqueueSync,
     },
     /// An NDRange (with every argument), a copy, a fill, a marker or a barrier.
@@ -175,7 +237,7 @@ pub(super) enum Cmd {
     /// A rectangular or image write (`req.data` is replaced by `data`, packed).
     Region {
         req: EnqueueRegionTransfer,
-        data: Vec<u8>,
+        data: Bytes,
     },
     /// A non-blocking read (`EnqueueReadBuffer` or a region read) into the application's
     /// `dst` (rows `shape`, and `mirror` for a `CL_MEM_USE_HOST_PTR` object): read again if the
@@ -411,7 +473,7 @@ impl Journal {
                 None => Base::Undefined,
                 Some(d) if s.bytes + d.len() as u64 <= budget() => {
                     s.bytes += d.len() as u64;
-                    Base::Known(Arc::new(copy_of(d)))
+                    Base::Known(Arc::new(Bytes::Copy(copy_of(d))))
                 }
                 Some(_) => Base::Lost,
             };
@@ -546,7 +608,8 @@ impl Journal {
     /// A writing map of a buffer becomes a journaled write of what the mapping holds now (what
     /// the buffer holds after the unmap); an image written through a map is lost until a
     /// checkpoint. `in_place`: the mapping is the buffer's own memory (a zero-copy buffer's,
-    /// not one carried over from a dead worker).
+    /// not one carried over from a dead worker); `staged`: the mapping's bytes in the segment the
+    /// unmap writes back from, kept instead of a copy.
     ///
     /// # Safety
     /// `ptr` is the application's live mapping of `mem` recorded by `mapped`, valid until
@@ -558,6 +621,7 @@ impl Journal {
         ptr: usize,
         write: bool,
         in_place: bool,
+        staged: Option<KeptBytes>,
         sync: &EnqueueSync,
     ) {
         self.with(|s| {
@@ -576,26 +640,25 @@ impl Journal {
                     // SAFETY: per the caller, `ptr` is the live mapping of `size` bytes made by
                     // the map that recorded this range.
                     let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, size as usize) };
-                    s.write(queue, mem, offset, data, sync.clone());
+                    s.write(queue, mem, offset, data, staged, sync.clone());
                 }
                 (true, None) => s.lose(mem),
             }
         });
     }
 
-    /// A buffer was written with `data` at `offset`; `landed`: the data is in the buffer's
-    /// memory already (the shim copied it into a zero-copy buffer itself).
-    pub fn wrote(&self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync, landed: bool) {
+    /// A buffer was written with `data` at `offset` (`WriteDone` says how).
+    pub fn wrote(&self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], write: WriteDone) {
         self.with(|s| {
-            if !(landed && s.lands_in_place(mem)) {
-                s.write(queue, mem, offset, data, sync)
+            if !(write.landed && s.lands_in_place(mem)) {
+                s.write(queue, mem, offset, data, write.staged, write.sync)
             }
         });
     }
 
     /// A rectangular or image write went to the worker with `data`, packed.
     pub fn wrote_region(&self, req: EnqueueRegionTransfer, data: Vec<u8>) {
-        self.with(|s| s.push_write(req.mem, data.len(), || Cmd::Region { req, data }));
+        self.with(|s| s.push_write(req.mem, data.len(), || Cmd::Region { req, data: Bytes::Copy(data) }));
     }
 
     /// An enqueue went to the worker: recorded if replay knows it, else what it may write is
@@ -742,23 +805,37 @@ impl State {
         // of a command's half-done work only where that command writes idempotently, and it
         // runs again).
         let copy = unsafe { copy_from(at.cast_const(), len) };
-        r.base = Base::Known(Arc::new(copy));
+        r.base = Base::Known(Arc::new(Bytes::Copy(copy)));
         self.bytes += len as u64;
     }
 
     /// Journals a write of `data` into buffer `mem` at `offset` (or makes it the checkpoint's
     /// contents, `superseded_by`).
-    pub(super) fn write(&mut self, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8], sync: EnqueueSync) {
-        if !self.superseded_by(mem, offset, data) {
-            self.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: copy_of(data), sync })
+    pub(super) fn write(
+        &mut self,
+        queue: ObjectId,
+        mem: ObjectId,
+        offset: u64,
+        data: &[u8],
+        staged: Option<KeptBytes>,
+        sync: EnqueueSync,
+    ) {
+        if let Err(staged) = self.superseded_by(mem, offset, data, staged) {
+            self.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: Bytes::of(data, staged), sync })
         }
     }
 
     /// A write of all of buffer `mem` that nothing in the journal needs the old contents of
     /// (the journal only writes it, with writes and fills): its data becomes the checkpoint's
-    /// contents of `mem` (the last copy reused when it is as large: no allocation), and the
-    /// earlier writes of `mem` go. Returns whether it did.
-    pub(super) fn superseded_by(&mut self, mem: ObjectId, offset: u64, data: &[u8]) -> bool {
+    /// contents of `mem` (its `staged` bytes, or a copy over the last one when it is as large: no
+    /// allocation), and the earlier writes of `mem` go. Gives `staged` back if it did not.
+    pub(super) fn superseded_by(
+        &mut self,
+        mem: ObjectId,
+        offset: u64,
+        data: &[u8],
+        staged: Option<KeptBytes>,
+    ) -> Result<(), Option<KeptBytes>> {
         let whole = offset == 0
             && self.storage(mem) == mem
             && self.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
@@ -769,7 +846,7 @@ impl State {
         };
         let untouched = |c: &Cmd| c.uses().iter().all(|u| self.storage(*u) != mem);
         if !whole || !self.cmds.iter().all(|c| only_written(c) || untouched(c)) {
-            return false;
+            return Err(staged);
         }
         let kept_bytes = |c: &Cmd| match c {
             Cmd::Write { data, .. } | Cmd::Region { data, .. } => data.len() as u64,
@@ -779,7 +856,7 @@ impl State {
         let freed: u64 = self.cmds.iter().filter(|c| only_written(c)).map(kept_bytes).sum();
         let after = self.bytes.saturating_sub(before + freed) + data.len() as u64;
         if after > budget() {
-            return false;
+            return Err(staged);
         }
         let gone: Vec<bool> = self.cmds.iter().map(only_written).collect();
         let mut i = 0;
@@ -787,10 +864,10 @@ impl State {
             i += 1;
             !gone[i - 1]
         });
-        let Some(r) = self.recipes.get_mut(&mem) else { return false };
-        r.base.set(data);
+        let Some(r) = self.recipes.get_mut(&mem) else { return Err(None) };
+        r.base.set(data, staged);
         self.bytes = after;
-        true
+        Ok(())
     }
 
     /// Journals a write of `len` bytes of data into `mem`, or loses `mem` if the data does not
@@ -1009,14 +1086,14 @@ impl State {
         self.recipes.retain(|id, _| keep.contains(id));
         for (m, d) in fresh {
             if let Some(r) = self.recipes.get_mut(&m) {
-                r.base = Base::Known(Arc::new(d));
+                r.base = Base::Known(Arc::new(Bytes::Copy(d)));
             }
         }
         for r in self.recipes.values_mut().filter(|r| r.view.is_some()) {
             r.base = Base::InPlace;
         }
         if let Some(r) = have.and_then(|(m, _)| self.recipes.get_mut(&m)) {
-            r.base.set(have.map_or(&[][..], |(_, d)| d));
+            r.base.set(have.map_or(&[][..], |(_, d)| d), None);
         }
         self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
     }
@@ -1141,7 +1218,7 @@ mod tests {
     }
 
     fn write(mem: ObjectId, offset: u64, data: &[u8]) -> Cmd {
-        Cmd::Write { queue: 2, mem, offset, data: data.to_vec(), sync: EnqueueSync::default() }
+        Cmd::Write { queue: 2, mem, offset, data: Bytes::Copy(data.to_vec()), sync: EnqueueSync::default() }
     }
 
     fn state() -> State {
@@ -1166,16 +1243,45 @@ mod tests {
     fn a_whole_write_supersedes_only_what_never_reads_the_old_contents() {
         let mut st = state();
         st.cmds.push(write(11, 0, b"xy"));
-        assert!(st.superseded_by(11, 0, b"1234"), "earlier writes of the buffer alone go");
+        assert!(st.superseded_by(11, 0, b"1234", None).is_ok(), "earlier writes of the buffer alone go");
         assert!(st.cmds.is_empty());
-        assert!(matches!(&st.recipes[&11].base, Base::Known(d) if d.as_slice() == b"1234"));
+        assert!(matches!(&st.recipes[&11].base, Base::Known(d) if d.copied() == Some(&b"1234"[..])));
         // A partial write is journaled; a kernel reading the buffer keeps the journal.
-        assert!(!st.superseded_by(11, 1, b"12"));
+        assert!(st.superseded_by(11, 1, b"12", None).is_err());
         st.cmds.push(kernel_on(&[11]));
-        assert!(!st.superseded_by(11, 0, b"5678"), "the kernel needs the old contents");
+        assert!(st.superseded_by(11, 0, b"5678", None).is_err(), "the kernel needs the old contents");
         // A buffer the journal does not touch is superseded at once.
-        assert!(st.superseded_by(10, 0, b"abcd"));
+        assert!(st.superseded_by(10, 0, b"abcd", None).is_ok());
         assert_eq!(st.cmds.len(), 1);
+    }
+
+    /// A write's staged bytes are kept where they were staged, not copied, and held (so not
+    /// reused by the segment pool) only while the journal needs them.
+    #[test]
+    fn staged_write_data_is_kept_in_its_segment_until_superseded() {
+        let mut st = state();
+        let segment = Arc::new(cloister_ipc::shm::SharedRegion::create("journal-test", 8).unwrap());
+        // SAFETY: the region holds 8 bytes.
+        unsafe { std::ptr::copy_nonoverlapping(b"--ab--cd".as_ptr(), segment.as_ptr(), 8) };
+        let staged = |at| KeptBytes::new(Arc::clone(&segment), at, 2);
+        st.cmds.push(kernel_on(&[11]));
+        st.write(2, 11, 1, b"ab", staged(2), EnqueueSync::default());
+        let Some(Cmd::Write { data: Bytes::Staged(k), .. }) = st.cmds.last() else { panic!("not kept staged") };
+        // SAFETY: the kept bytes are valid for their length.
+        assert_eq!(unsafe { std::slice::from_raw_parts(k.as_ptr(), k.len()) }, b"ab");
+        assert_eq!(Arc::strong_count(&segment), 2, "the journal holds the segment");
+        // Bytes that are not the write's are copied.
+        st.write(2, 11, 1, b"xyz", staged(6), EnqueueSync::default());
+        assert!(matches!(st.cmds.last(), Some(Cmd::Write { data: Bytes::Copy(v), .. }) if v == b"xyz"));
+        assert!(KeptBytes::new(Arc::clone(&segment), 7, 2).is_none(), "past the segment");
+        // A whole write of buffer 10 nothing uses becomes its contents, still in the segment.
+        st.write(2, 10, 0, b"--ab", KeptBytes::new(Arc::clone(&segment), 0, 4), EnqueueSync::default());
+        assert!(matches!(&st.recipes[&10].base, Base::Known(d) if matches!(**d, Bytes::Staged(_))));
+        assert_eq!(Arc::strong_count(&segment), 3);
+        st.give_up_journal();
+        assert_eq!(Arc::strong_count(&segment), 2, "the dropped journal let its write's segment go");
+        st.write(2, 10, 0, b"zzzz", None, EnqueueSync::default());
+        assert_eq!(Arc::strong_count(&segment), 1, "superseded contents let theirs go");
     }
 
     /// A zero-copy buffer (id 13, 4 bytes) whose contents are in place, and its memory.
@@ -1207,11 +1313,11 @@ mod tests {
         assert!(!st.in_place_unused(13));
         st.changing(13, true);
         set(b"wxyz");
-        assert!(matches!(&st.recipes[&13].base, Base::Known(d) if d.as_slice() == b"abcd"));
+        assert!(matches!(&st.recipes[&13].base, Base::Known(d) if d.copied() == Some(&b"abcd"[..])));
         assert_eq!(st.bytes, 4);
         // Once copied out, a further change keeps the copy.
         st.changing(13, false);
-        assert!(matches!(&st.recipes[&13].base, Base::Known(d) if d.as_slice() == b"abcd"));
+        assert!(matches!(&st.recipes[&13].base, Base::Known(d) if d.copied() == Some(&b"abcd"[..])));
     }
 
     #[test]
@@ -1221,7 +1327,7 @@ mod tests {
         // SAFETY: as above.
         unsafe { std::ptr::copy_nonoverlapping(b"1234".as_ptr(), at, 4) };
         st.changing(13, false);
-        assert!(matches!(&st.recipes[&13].base, Base::Known(d) if d.as_slice() == b"1234"));
+        assert!(matches!(&st.recipes[&13].base, Base::Known(d) if d.copied() == Some(&b"1234"[..])));
         // A sub-buffer of a zero-copy buffer is its parent's memory.
         let sub = CreateSubBuffer { id: 14, buffer: 13, flags: 0, origin: 0, size: 2 };
         st.recipes.insert(14, Recipe::new(Request::CreateSubBuffer(sub)));

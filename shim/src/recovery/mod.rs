@@ -44,7 +44,7 @@ use crate::conn::{met_death, take_met_death, Conn};
 mod journal;
 mod rebuild;
 
-pub use journal::{image_box, Journal};
+pub use journal::{image_box, Journal, WriteDone};
 pub use rebuild::{carry_over, fire_kept_callbacks, keep_event_callback, rebuild, write_buffer, Outcome};
 
 /// What replay mode keeps of `conn`'s objects, kept there (`Conn::state`).

@@ -8,7 +8,7 @@ use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
 use cloister_ipc::*;
 
-use super::journal::{depends_on, Base, Cmd, Recipe, State, Step};
+use super::journal::{depends_on, Base, Bytes, Cmd, Recipe, State, Step};
 use super::{concluded, on, RETRIES};
 use crate::conn::{Callback, Conn, ContextNotifyFn, EventNotifyFn};
 use crate::handle::{Kind, SharedView};
@@ -102,10 +102,35 @@ pub(super) fn with_segment<C: Call<Reply = i32>>(
     bytes: &[u8],
     make: impl FnOnce(DataRef) -> C,
 ) -> Result<i32, i32> {
-    let seg = conn.acquire_segment(bytes.len())?;
-    // SAFETY: the segment holds at least `bytes.len()` bytes.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), seg.region.as_ptr(), bytes.len()) };
-    let rc = conn.call(make(DataRef::Segment { id: seg.id, offset: 0, len: bytes.len() as u64 }));
+    // SAFETY: a slice is valid for its length.
+    unsafe { with_copy_of(conn, bytes.as_ptr(), bytes.len(), make) }
+}
+
+/// `with_segment` for what the journal kept.
+pub(super) fn with_kept<C: Call<Reply = i32>>(
+    conn: &Conn,
+    bytes: &Bytes,
+    make: impl FnOnce(DataRef) -> C,
+) -> Result<i32, i32> {
+    // SAFETY: the journal's bytes are valid for their length while it holds them.
+    unsafe { with_copy_of(conn, bytes.as_ptr(), bytes.len(), make) }
+}
+
+/// Runs `make(data)` with a copy of the `len` bytes at `src` in a fresh segment the worker
+/// knows.
+///
+/// # Safety
+/// `src` is valid for `len` bytes of reads during the call.
+unsafe fn with_copy_of<C: Call<Reply = i32>>(
+    conn: &Conn,
+    src: *const u8,
+    len: usize,
+    make: impl FnOnce(DataRef) -> C,
+) -> Result<i32, i32> {
+    let seg = conn.acquire_segment(len)?;
+    // SAFETY: the segment holds at least `len` bytes; `src` per the caller, another mapping.
+    unsafe { cloister_ipc::copy::copy(seg.region.as_ptr(), src, len) };
+    let rc = conn.call(make(DataRef::Segment { id: seg.id, offset: 0, len: len as u64 }));
     conn.release_segment(seg);
     rc
 }
@@ -221,7 +246,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             Request::CreateImage(i) => {
                 let flags = i.flags & !(CL_MEM_COPY_HOST_PTR | CL_MEM_USE_HOST_PTR);
                 match &r.base {
-                    Base::Known(d) => with_segment(new, d, |data| CreateImage {
+                    Base::Known(d) => with_kept(new, d, |data| CreateImage {
                         flags: flags | CL_MEM_COPY_HOST_PTR,
                         host_data: Some(data),
                         ..i.clone()
@@ -338,7 +363,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
         }
         let queue = st.cmds[i].queue();
         let rc = match &st.cmds[i] {
-            Cmd::Write { queue, mem, offset, data, sync } => with_segment(new, data, |data| EnqueueWriteBuffer {
+            Cmd::Write { queue, mem, offset, data, sync } => with_kept(new, data, |data| EnqueueWriteBuffer {
                 queue: *queue,
                 mem: *mem,
                 blocking: true,
@@ -348,7 +373,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             }),
             Cmd::Enqueue(req) => new.call_request(req),
             Cmd::Batch { req, .. } => new.call(req.clone()),
-            Cmd::Region { req, data } => with_segment(new, data, |data| EnqueueRegionTransfer { data, ..req.clone() }),
+            Cmd::Region { req, data } => with_kept(new, data, |data| EnqueueRegionTransfer { data, ..req.clone() }),
             Cmd::Read { req, event, dst, shape, mirror } => {
                 let rc = read_again(new, req, *dst, *shape, *mirror);
                 if rc == Ok(CL_SUCCESS) {
@@ -506,8 +531,9 @@ pub(super) fn rebuild_buffer(
         let region =
             cloister_ipc::shm::SharedRegion::create("cloister-buffer", size).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         if let Some(d) = &data {
-            // SAFETY: the region holds `size` bytes; the checkpoint is the buffer's size.
-            unsafe { std::ptr::copy_nonoverlapping(d.as_ptr(), region.as_ptr(), d.len().min(size)) };
+            // SAFETY: the region holds `size` bytes; the checkpoint's bytes are valid for their
+            // length, in another mapping.
+            unsafe { cloister_ipc::copy::copy(region.as_ptr(), d.as_ptr(), d.len().min(size)) };
         } else if let (Base::InPlace, Some(at)) = (&r.base, old.at(0, old.len.min(size))) {
             // SAFETY: `at` is the old memory's first `min(len, size)` bytes (checked by `at`),
             // which the dead worker can no longer change; the region holds `size` bytes.
@@ -522,7 +548,7 @@ pub(super) fn rebuild_buffer(
         return Ok(rc);
     }
     match data {
-        Some(d) => with_segment(conn, &d, |data| CreateBuffer {
+        Some(d) => with_kept(conn, &d, |data| CreateBuffer {
             flags: flags | CL_MEM_COPY_HOST_PTR,
             host_data: Some(data),
             memory: None,
