@@ -257,9 +257,9 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         key: "recovery",
         env: "CLOISTER_RECOVERY",
-        kind: Kind::Choice(&["auto", "report", "replay"]),
-        default: DefaultValue::Value("auto"),
-        doc: "`report`: after a worker's death its objects answer `CL_DEVICE_NOT_AVAILABLE`; `replay`: they are rebuilt in the replacement and the application carries on (see \"Recovery\"); `auto`: `replay` for a driver whose every device shares the host's memory with zero-copy buffers on (pocl, where it costs nothing measurable), `report` for others (discrete GPUs, where the journal's copies cost)",
+        kind: Kind::Choice(&["replay", "report", "auto"]),
+        default: DefaultValue::Value("replay"),
+        doc: "`replay`: after a worker's death the application's objects are rebuilt in the replacement and it carries on (see \"Recovery\"); `report`: its objects answer `CL_DEVICE_NOT_AVAILABLE`; `auto`: `replay` only for a driver whose every device shares the host's memory with zero-copy buffers on (the journal then keeps next to nothing), `report` for others",
         per_driver: false,
         in_file: true,
         worker: false,

@@ -116,10 +116,10 @@ pub fn zero_copy() -> bool {
     switch("zero_copy")
 }
 
-/// `recovery`: what the shim does when a worker dies: `replay` rebuilds the application's
+/// `recovery`: what the shim does when a worker dies: `replay` (the default) rebuilds the application's
 /// objects and memory contents in the replacement and reruns what was lost; `report` makes the
-/// lost objects answer `CL_DEVICE_NOT_AVAILABLE`; `auto` (the default) is `replay` for a driver
-/// whose devices all share the host's memory and `report` for others.
+/// lost objects answer `CL_DEVICE_NOT_AVAILABLE`; `auto` is `replay` for a driver whose devices
+/// all share the host's memory and `report` for others. `replay` is the default.
 pub fn recovery() -> String {
     get("recovery", None).unwrap_or_default()
 }

@@ -36,9 +36,9 @@ pub enum RecoveryMode {
 pub fn recovery_mode() -> RecoveryMode {
     static MODE: OnceLock<RecoveryMode> = OnceLock::new();
     *MODE.get_or_init(|| match cloister_ipc::settings::recovery().as_str() {
-        "replay" => RecoveryMode::Replay,
+        "auto" => RecoveryMode::Auto,
         "report" => RecoveryMode::Report,
-        _ => RecoveryMode::Auto,
+        _ => RecoveryMode::Replay,
     })
 }
 

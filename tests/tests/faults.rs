@@ -46,12 +46,12 @@ fn assert_caged_survived(fault: &str, step: &str, c: &std::process::Output) {
     assert!(t.contains("still running after the driver fault"), "{t}");
 }
 
-/// Without `CLOISTER_RECOVERY` (`auto`), a driver whose devices share the host's memory (pocl)
-/// is replayed: a crash in an enqueue costs the application nothing, and it is told it was
-/// carried over. With staged buffers (`CLOISTER_ZERO_COPY=0`, as on a discrete GPU) `auto`
-/// reports instead, as `CLOISTER_RECOVERY=report` does.
+/// Without `CLOISTER_RECOVERY` (`replay`), a crash in an enqueue costs the application nothing,
+/// and it is told it was carried over: with zero-copy buffers and with staged ones
+/// (`CLOISTER_ZERO_COPY=0`, as on a discrete GPU). `auto` replays only the former and reports
+/// the latter, as `CLOISTER_RECOVERY=report` does.
 #[test]
-fn by_default_pocl_is_replayed_and_report_mode_loses_the_context() {
+fn by_default_every_driver_is_replayed_and_report_mode_loses_the_context() {
     let cache = std::env::temp_dir().join(format!("cloister-faults-default-{}", std::process::id()));
     let driver = fault_driver();
     let run = |recovery: Option<&str>, zero_copy: &str| {
@@ -78,9 +78,10 @@ fn by_default_pocl_is_replayed_and_report_mode_loses_the_context() {
         assert!(t.contains("ERROR step=") && !t.contains("carried over"), "not report mode:\n{t}");
     };
     carried(&run(None, "1"));
+    carried(&run(None, "0"));
     carried(&run(Some("auto"), "1"));
     carried(&run(Some("replay"), "0"));
-    reported(&run(None, "0"));
+    reported(&run(Some("auto"), "0"));
     reported(&run(Some("report"), "1"));
 }
 

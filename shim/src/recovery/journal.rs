@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
@@ -22,6 +23,11 @@ const LONG_JOURNAL: usize = 64;
 /// Most commands the journal holds: an application that never waits (so never gives a
 /// checkpoint) makes what its commands wrote lost instead of growing the journal without end.
 const MAX_JOURNAL: usize = 16384;
+
+/// A checkpoint that reads contents back waits until the time since the last one is this many
+/// times what that one took: read-backs cost the application about 5% of its time at most,
+/// however large its working set (a discrete device's buffers come back over the bus).
+const READ_BACK_SPACING: u32 = 19;
 
 /// `CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`.
 const OUT_OF_ORDER: u64 = 1;
@@ -407,6 +413,8 @@ pub struct State {
     /// over (the application's pointer and its unmap belong to the dead worker's mapping): it
     /// answers `CL_DEVICE_NOT_AVAILABLE`.
     pub(super) open_maps: HashMap<(ObjectId, usize), Vec<Option<MapRange>>>,
+    /// When the last checkpoint that read contents back ended, and how long it took.
+    pub(super) last_read_back: Option<(Instant, Duration)>,
 }
 
 /// A buffer mapping's (offset, size).
@@ -688,7 +696,9 @@ impl Journal {
     /// it is cheap (see the module's doc).
     pub fn read(&self, conn: &Conn, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8]) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.settled() && s.in_place_unused(mem) {
+        // Nothing to learn from a read of contents the journal holds already (in place, or
+        // known with nothing journaled since): no checkpoint's bookkeeping on every read.
+        if s.settled() && (s.in_place_unused(mem) || s.known(mem)) {
             return;
         }
         let whole = offset == 0 && s.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
@@ -696,13 +706,14 @@ impl Journal {
         let free = s.complete(queue) && dirty.iter().all(|&m| (whole && m == mem) || s.in_place(m));
         if free {
             s.checkpoint(conn, queue, whole.then_some((mem, data)), false);
-        } else if s.cmds.len() >= LONG_JOURNAL || s.bytes > budget() / 2 {
+        } else if s.read_back_due() {
             s.checkpoint(conn, queue, whole.then_some((mem, data)), true);
         }
     }
 
     /// After `clFinish` of `queue`: a checkpoint once the journal is long (its read-back then
-    /// costs the application one round trip per `LONG_JOURNAL` commands, not per `clFinish`).
+    /// costs the application one round trip per `LONG_JOURNAL` commands at most, not per
+    /// `clFinish`; see `State::read_back_due`).
     pub fn finished(&self, conn: &Conn, queue: ObjectId) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.settled() {
@@ -710,7 +721,7 @@ impl Journal {
         }
         if s.complete(queue) && s.dirty().iter().all(|&m| s.in_place(m)) {
             s.checkpoint(conn, queue, None, false);
-        } else if s.cmds.len() >= LONG_JOURNAL || s.bytes > budget() / 2 {
+        } else if s.read_back_due() {
             s.checkpoint(conn, queue, None, true);
         }
     }
@@ -756,6 +767,22 @@ impl State {
     /// Whether a journaled command uses the memory of `mem` (its storage's).
     fn used(&self, mem: ObjectId) -> bool {
         self.cmds.iter().any(|c| c.any_use(|u| self.storage(u) == mem))
+    }
+
+    /// Whether a checkpoint that reads contents back is due at a blocking read or `clFinish`:
+    /// the journal is long (`LONG_JOURNAL` commands, or half the budget) and the last read-back
+    /// was long enough ago (`READ_BACK_SPACING`), or the journal nears its limits, where it
+    /// would be given up or its writes lost.
+    pub(super) fn read_back_due(&self) -> bool {
+        let long = self.cmds.len() >= LONG_JOURNAL || self.bytes > budget() / 2;
+        let near_limits = self.cmds.len() >= MAX_JOURNAL / 2 || self.bytes > budget() / 4 * 3;
+        let spaced = |(end, took): (Instant, Duration)| end.elapsed() >= took * READ_BACK_SPACING;
+        long && (near_limits || self.last_read_back.is_none_or(spaced))
+    }
+
+    /// Whether `mem`'s contents (its storage's) are known (a copy, or staged bytes).
+    fn known(&self, mem: ObjectId) -> bool {
+        self.recipes.get(&self.storage(mem)).is_some_and(|r| matches!(r.base, Base::Known(_)))
     }
 
     /// Whether `mem`'s contents are in place and no journaled command uses them: a change that
@@ -1060,6 +1087,7 @@ impl State {
             return;
         }
         let mut fresh: Vec<(ObjectId, Vec<u8>)> = Vec::new();
+        let started = Instant::now();
         if read_back {
             let queues: BTreeSet<ObjectId> = self.cmds.iter().map(Cmd::queue).chain([queue]).collect();
             for q in queues {
@@ -1079,6 +1107,9 @@ impl State {
                     None => return,
                 }
             }
+        }
+        if read_back {
+            self.last_read_back = Some((Instant::now(), started.elapsed()));
         }
         self.cmds.clear();
         self.attempts.clear();
@@ -1253,6 +1284,24 @@ mod tests {
         // A buffer the journal does not touch is superseded at once.
         assert!(st.superseded_by(10, 0, b"abcd", None).is_ok());
         assert_eq!(st.cmds.len(), 1);
+    }
+
+    /// Read-backs are spaced by what the last one took, except near the journal's limits.
+    #[test]
+    fn read_back_checkpoints_are_spaced_by_their_cost() {
+        let mut st = state();
+        st.cmds.extend((0..LONG_JOURNAL - 1).map(|_| kernel_on(&[11])));
+        assert!(!st.read_back_due(), "a short journal waits");
+        st.cmds.push(kernel_on(&[11]));
+        assert!(st.read_back_due(), "a long one is read back the first time");
+        st.last_read_back = Some((Instant::now(), Duration::from_secs(5)));
+        assert!(!st.read_back_due(), "not again before 19 times the last read-back's time");
+        st.cmds.extend((st.cmds.len()..MAX_JOURNAL / 2).map(|_| kernel_on(&[11])));
+        assert!(st.read_back_due(), "but before the journal would be given up");
+        st.cmds.truncate(LONG_JOURNAL);
+        let long_ago = Instant::now().checked_sub(Duration::from_millis(200)).unwrap();
+        st.last_read_back = Some((long_ago, Duration::from_millis(10)));
+        assert!(st.read_back_due(), "190 ms after a 10 ms read-back");
     }
 
     /// A write's staged bytes are kept where they were staged, not copied, and held (so not
