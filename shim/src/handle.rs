@@ -166,13 +166,21 @@ pub struct MapRecord {
     /// For a `CL_MEM_USE_HOST_PTR` object: the application's rows the mapping points at, packed
     /// back into the segment when a writing map is unmapped.
     pub mirror: Option<crate::mirror::Mirror>,
-    /// A buffer mapping's (offset, size); `None` for an image's.
-    pub range: Option<(u64, u64)>,
+    /// What it covers.
+    pub range: MapArea,
     /// Made in a worker that died since (replay mode): the replacement has no such mapping, so
     /// the unmap writes what the application wrote into it as a plain write.
     pub carried: bool,
     /// The dead worker's zero-copy memory the mapping points into, kept until the unmap.
     pub keep: Option<Arc<cloister_ipc::shm::SharedMapping>>,
+}
+
+/// What a mapping covers: a buffer's bytes, or an image's box (`origin` and `region` in
+/// pixels; the mapping holds its rows packed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapArea {
+    Buffer { offset: u64, size: u64 },
+    Image { origin: [u64; 3], region: [u64; 3] },
 }
 
 #[derive(Default)]

@@ -188,6 +188,15 @@ fn mappings_held_across_a_crash_keep_working() {
     assert_client_survives_fault("replay_heldmap", "enqueue:segv:once", "20", true);
 }
 
+/// The driver crashes (the 21st NDRange, iteration 10) while the application holds a writing
+/// map of a box of one image and a reading map of all of another: the images are carried over
+/// with their mappings, it reads and writes through them after the death, and the unmap writes
+/// the box to the rebuilt image: the results are those of an undisturbed run.
+#[test]
+fn image_mappings_held_across_a_crash_keep_working() {
+    assert_client_survives_fault("replay_imagemap", "enqueue:segv:once", "20", true);
+}
+
 /// As above, the crash asynchronous (150 ms after the 22nd NDRange returned): it lands where it
 /// lands (a map, an unmap, a read, with mappings held or not) and changes nothing.
 #[test]

@@ -15,10 +15,10 @@ use cloister_ipc::*;
 use super::kernel::{all_args, all_args_set, restore_dirty_args, take_dirty_args};
 use super::{enqueue_posted, enqueue_sync, finish_enqueue, slice};
 use crate::conn::Segment;
-use crate::handle::{lookup, Kind, MapRecord, ObjData, Object};
+use crate::handle::{lookup, Kind, MapArea, MapRecord, ObjData, Object};
 use crate::mirror::Mirror;
 use crate::pending::{settle, PendingOp, Transfer};
-use crate::recovery::WriteDone;
+use crate::recovery::{Unmapping, WriteDone};
 
 pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc<Object>, Arc<Object>), cl_int> {
     let q = lookup(queue, Kind::Queue)?;
@@ -562,11 +562,11 @@ pub unsafe fn clEnqueueMapBuffer(
         // SAFETY: event per API contract; the mirror covers part of the buffer's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, (id, view), map_flags, mirror) };
         let ptr = mirror.map_or(view as usize, |m| m.at);
+        let range = MapArea::Buffer { offset: offset as u64, size: size as u64 };
         if q.conn.replays() {
-            crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, Some((offset as u64, size as u64)));
+            crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, range);
         }
         if let ObjData::Mem { maps, .. } = &m.data {
-            let range = Some((offset as u64, size as u64));
             let record = MapRecord { id, segment, flags: map_flags, mirror, range, carried: false, keep: None };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
         }
@@ -608,34 +608,14 @@ pub unsafe fn clEnqueueUnmapMemObject(
         // A non-blocking map not yet seen complete needs no filling any more.
         let unsettled_map = crate::pending::of(&q.conn).forget_map(&q.conn, record.id);
         let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
-        if q.conn.replays() {
-            // A zero-copy buffer's mapping is its memory (a mirror is the application's own).
-            let in_place = record.segment.is_none() && record.mirror.is_none();
-            // A staged mapping's bytes are what the unmap writes back: kept, not copied.
-            let staged = match (&record.segment, record.range, record.mirror) {
-                (Some(segment), Some((_, size)), None) => {
-                    let at = (mapped_ptr as usize).wrapping_sub(segment.region.as_ptr() as usize);
-                    keep_staged(&q, segment, at, size as usize)
-                }
-                _ => None,
-            };
-            // SAFETY: the record was this mapping's, live until the unmap below.
-            unsafe {
-                crate::recovery::journal_of(&q.conn).unmapping(
-                    q.id,
-                    m.id,
-                    mapped_ptr as usize,
-                    write_back,
-                    in_place,
-                    staged,
-                    &sync,
-                )
-            };
-        }
         if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
             // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
             // holds the packed rows.
             unsafe { m.pack_into(segment.region.as_ptr()) };
+        }
+        if q.conn.replays() {
+            // SAFETY: the record was this mapping's, live until the unmap below.
+            unsafe { journal_unmap(&q, &m, mapped_ptr, &record, false, &sync) };
         }
         let segment = match record.segment {
             Some(segment) if write_back || unsettled_map => {
@@ -677,33 +657,82 @@ unsafe fn unmap_carried(
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
     let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
+    if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
+        // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
+        // (kept by the record) holds the packed rows.
+        unsafe { m.pack_into(segment.region.as_ptr()) };
+    }
     if q.conn.replays() {
         // SAFETY: as the caller says.
-        unsafe {
-            crate::recovery::journal_of(&q.conn).unmapping(
-                q.id,
-                m.id,
-                mapped_ptr as usize,
-                write_back,
-                false,
-                None,
-                sync,
-            )
-        };
+        unsafe { journal_unmap(q, m, mapped_ptr, &record, true, sync) };
     }
     let rc = match (write_back, record.range) {
-        (true, Some((offset, size))) => {
+        (true, MapArea::Buffer { offset, size }) => {
             // SAFETY: the mapping covers `size` bytes at `mapped_ptr`, its memory held by the
             // record (a segment, the dead worker's zero-copy memory, or the application's own).
             let data = unsafe { std::slice::from_raw_parts(mapped_ptr as *const u8, size as usize) };
             crate::recovery::write_buffer(&q.conn, q.id, m.id, offset, data, sync.clone())
         }
-        (true, None) => Err(CL_DEVICE_NOT_AVAILABLE),
+        (true, MapArea::Image { origin, region }) => match (&record.segment, packed_image_len(m, region)) {
+            (Some(segment), Some(len)) if len <= segment.region.len() => {
+                // SAFETY: the segment (held by the record) holds the box's rows packed, `len`
+                // bytes, within its length (checked).
+                let data = unsafe { std::slice::from_raw_parts(segment.region.as_ptr().cast_const(), len) };
+                crate::recovery::write_image(&q.conn, q.id, m.id, origin, region, data, sync.clone())
+            }
+            _ => Err(CL_DEVICE_NOT_AVAILABLE),
+        },
         (false, _) => q.conn.call(EnqueueMarkerOrBarrier { queue: q.id, barrier: false, sync: sync.clone() }),
     };
     drop(record);
     // SAFETY: event per the caller.
     Ok(unsafe { finish_enqueue(q, sync, event, rc) })
+}
+
+/// The bytes of image `m`'s box `region`, packed (as a mapping holds them).
+fn packed_image_len(m: &Object, region: [u64; 3]) -> Option<usize> {
+    let ObjData::Mem { image: Some(meta), .. } = &m.data else { return None };
+    let len = region.iter().try_fold(meta.elem as u64, |n, &r| n.checked_mul(r))?;
+    usize::try_from(len).ok()
+}
+
+/// In replay mode, tells the journal of the unmap of `record`, the application's mapping of
+/// `m` at `mapped_ptr` (`carried`: made in a worker that died since). A writing map's bytes are
+/// journaled as a write: from the mapping for a buffer, from the segment's packed rows for an
+/// image (a `CL_MEM_USE_HOST_PTR` object's rows packed into it already); a staged buffer
+/// mapping's are kept in its segment rather than copied.
+///
+/// # Safety
+/// `record` is the application's live mapping at `mapped_ptr`.
+unsafe fn journal_unmap(
+    q: &Object,
+    m: &Object,
+    mapped_ptr: *mut c_void,
+    record: &MapRecord,
+    carried: bool,
+    sync: &EnqueueSync,
+) {
+    let write = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
+    // A zero-copy buffer's mapping is its memory (a mirror is the application's own).
+    let in_place = !carried && record.segment.is_none() && record.mirror.is_none();
+    let (packed, len, staged) = match (&record.segment, record.range) {
+        (Some(segment), MapArea::Image { region, .. }) => {
+            let len = packed_image_len(m, region).filter(|&l| l <= segment.region.len());
+            (segment.region.as_ptr() as usize, len, len.and_then(|l| keep_staged(q, segment, 0, l)))
+        }
+        (segment, MapArea::Buffer { size, .. }) => {
+            let at = |s: &Segment| (mapped_ptr as usize).wrapping_sub(s.region.as_ptr() as usize);
+            let staged = match (segment, record.mirror, carried) {
+                (Some(s), None, false) => keep_staged(q, s, at(s), size as usize),
+                _ => None,
+            };
+            (mapped_ptr as usize, Some(size as usize), staged)
+        }
+        (None, MapArea::Image { .. }) => (0, None, None),
+    };
+    let unmap = Unmapping { queue: q.id, mem: m.id, ptr: mapped_ptr as usize, write, in_place, packed, len, staged };
+    // SAFETY: the mapping is live (the caller); `packed` holds `len` bytes of it.
+    unsafe { crate::recovery::journal_of(&q.conn).unmapping(unmap, sync) };
 }
 
 /// Has the worker unmap mapping `id` of `m` (copying its view back first if `write_back` and

@@ -12,7 +12,7 @@ use cloister_ipc::*;
 
 use super::enqueue::{enqueue_pending, map_done, queue_and_mem, with_own_event, SettleAfter};
 use super::{enqueue_call, enqueue_sync, finish_enqueue};
-use crate::handle::{ImageMeta, Kind, MapRecord, ObjData, Object};
+use crate::handle::{ImageMeta, Kind, MapArea, MapRecord, ObjData, Object};
 use crate::mirror::Mirror;
 use crate::pending::Transfer;
 
@@ -670,12 +670,13 @@ pub unsafe fn clEnqueueMapImage(
                 *image_slice_pitch = slice_pitch;
             }
         }
+        let area = MapArea::Image { origin: wide(origin), region: wide(region) };
         if q.conn.replays() {
-            crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, None);
+            crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, area);
         }
         if let ObjData::Mem { maps, .. } = &m.data {
             let (id, segment, flags) = (segment.id, Some(segment), map_flags);
-            let record = MapRecord { id, segment, flags, mirror, range: None, carried: false, keep: None };
+            let record = MapRecord { id, segment, flags, mirror, range: area, carried: false, keep: None };
             maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
         }
         Ok(ptr as *mut c_void)

@@ -13,7 +13,7 @@ use cloister_ipc::*;
 use super::budget;
 use super::rebuild::read_memory;
 use crate::conn::{Conn, ContextNotifyFn};
-use crate::handle::SharedView;
+use crate::handle::{MapArea, SharedView};
 use crate::mirror::Mirror;
 
 /// A journal this long is checkpointed at the next blocking read or `clFinish` even when that
@@ -96,6 +96,21 @@ impl Bytes {
             Bytes::Staged(_) => None,
         }
     }
+}
+
+/// An unmap the journal hears of (`Journal::unmapping`): the mapping of `mem` at `ptr`, whether
+/// it was for writing, whether it is a zero-copy buffer's own memory (`in_place`), and where its
+/// bytes are, packed: `len` bytes at `packed` (`None`: not known, the object is lost), or kept
+/// where they were staged (`staged`).
+pub struct Unmapping {
+    pub queue: ObjectId,
+    pub mem: ObjectId,
+    pub ptr: usize,
+    pub write: bool,
+    pub in_place: bool,
+    pub packed: usize,
+    pub len: Option<usize>,
+    pub staged: Option<KeptBytes>,
 }
 
 /// How a journaled write went: its wait list and event, whether its data is in a zero-copy
@@ -408,17 +423,14 @@ pub struct State {
     /// Events of non-blocking reads and maps the worker's death cut short (their data never
     /// reached the application): they fail in the replacement.
     pub(super) unfinished: HashSet<ObjectId>,
-    /// Mappings the application holds, by memory object and pointer: (offset, size) of a
-    /// buffer's, `None` for an image's. An object mapped when its worker dies is not carried
-    /// over (the application's pointer and its unmap belong to the dead worker's mapping): it
-    /// answers `CL_DEVICE_NOT_AVAILABLE`.
-    pub(super) open_maps: HashMap<(ObjectId, usize), Vec<Option<MapRange>>>,
+    /// Mappings the application holds, by memory object and pointer, with what each covers.
+    /// An object mapped when its worker dies is carried over with its mappings: their memory
+    /// stays the application's until the unmap, which writes a writing map's bytes to the
+    /// rebuilt object (`api::enqueue`).
+    pub(super) open_maps: HashMap<(ObjectId, usize), Vec<MapArea>>,
     /// When the last checkpoint that read contents back ended, and how long it took.
     pub(super) last_read_back: Option<(Instant, Duration)>,
 }
-
-/// A buffer mapping's (offset, size).
-pub(super) type MapRange = (u64, u64);
 
 /// The recovery record of one worker's objects (empty unless replay mode is on).
 #[derive(Default)]
@@ -607,50 +619,53 @@ impl Journal {
         self.with(|s| s.unfinished.insert(event));
     }
 
-    /// `mem` was mapped at `ptr`; `range` is a buffer's (offset, size), `None` for an image.
-    pub fn mapped(&self, mem: ObjectId, ptr: usize, range: Option<MapRange>) {
-        self.with(|s| s.open_maps.entry((mem, ptr)).or_default().push(range));
+    /// `mem` was mapped at `ptr`, covering `area`.
+    pub fn mapped(&self, mem: ObjectId, ptr: usize, area: MapArea) {
+        self.with(|s| s.open_maps.entry((mem, ptr)).or_default().push(area));
     }
 
-    /// The application unmaps `mem`'s mapping at `ptr` (before the unmap goes to the worker).
-    /// A writing map of a buffer becomes a journaled write of what the mapping holds now (what
-    /// the buffer holds after the unmap); an image written through a map is lost until a
-    /// checkpoint. `in_place`: the mapping is the buffer's own memory (a zero-copy buffer's,
-    /// not one carried over from a dead worker); `staged`: the mapping's bytes in the segment the
-    /// unmap writes back from, kept instead of a copy.
+    /// The application unmaps a mapping (before the unmap goes to the worker). A writing map
+    /// becomes a journaled write of what the mapping holds now (what the object holds after
+    /// the unmap): a buffer's bytes, an image's box as a region write of its packed rows.
     ///
     /// # Safety
-    /// `ptr` is the application's live mapping of `mem` recorded by `mapped`, valid until
-    /// this unmap.
-    pub unsafe fn unmapping(
-        &self,
-        queue: ObjectId,
-        mem: ObjectId,
-        ptr: usize,
-        write: bool,
-        in_place: bool,
-        staged: Option<KeptBytes>,
-        sync: &EnqueueSync,
-    ) {
+    /// `unmap.packed` holds `unmap.len` bytes of the application's live mapping recorded by
+    /// `mapped`, valid until this unmap.
+    pub unsafe fn unmapping(&self, unmap: Unmapping, sync: &EnqueueSync) {
+        let Unmapping { queue, mem, ptr, write, in_place, packed, len, staged } = unmap;
         self.with(|s| {
             let Some(list) = s.open_maps.get_mut(&(mem, ptr)) else { return };
-            let range = list.pop().flatten();
+            let Some(area) = list.pop() else { return };
             if list.is_empty() {
                 s.open_maps.remove(&(mem, ptr));
             }
-            match (write, range) {
-                (false, _) => {}
-                // A zero-copy buffer's mapping is its memory: what the application wrote there
-                // is in place.
-                (true, Some(_)) if in_place && s.lands_in_place(mem) => {}
-                (true, Some((offset, size))) => {
-                    s.changing(mem, true);
-                    // SAFETY: per the caller, `ptr` is the live mapping of `size` bytes made by
-                    // the map that recorded this range.
-                    let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, size as usize) };
-                    s.write(queue, mem, offset, data, staged, sync.clone());
+            if !write {
+                return;
+            }
+            // A zero-copy buffer's mapping is its memory: what the application wrote there is
+            // in place.
+            if in_place && matches!(area, MapArea::Buffer { .. }) && s.lands_in_place(mem) {
+                return;
+            }
+            let Some(len) = len else { return s.lose(mem) };
+            s.changing(mem, true);
+            // SAFETY: per the caller, `packed` holds `len` bytes of the live mapping.
+            let data = unsafe { std::slice::from_raw_parts(packed as *const u8, len) };
+            match area {
+                MapArea::Buffer { offset, .. } => s.write(queue, mem, offset, data, staged, sync.clone()),
+                MapArea::Image { origin, region } => {
+                    let req = EnqueueRegionTransfer {
+                        queue,
+                        mem,
+                        write: true,
+                        blocking: true,
+                        target: RegionTarget::Image { origin },
+                        region,
+                        data: DataRef::Lane { offset: 0, len: 0 },
+                        sync: sync.clone(),
+                    };
+                    s.push_write(mem, len, || Cmd::Region { req, data: Bytes::of(data, staged) });
                 }
-                (true, None) => s.lose(mem),
             }
         });
     }

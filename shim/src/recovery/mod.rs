@@ -44,8 +44,8 @@ use crate::conn::{met_death, take_met_death, Conn};
 mod journal;
 mod rebuild;
 
-pub use journal::{image_box, Journal, WriteDone};
-pub use rebuild::{carry_over, fire_kept_callbacks, keep_event_callback, rebuild, write_buffer, Outcome};
+pub use journal::{image_box, Journal, Unmapping, WriteDone};
+pub use rebuild::{carry_over, fire_kept_callbacks, keep_event_callback, rebuild, write_buffer, write_image, Outcome};
 
 /// What replay mode keeps of `conn`'s objects, kept there (`Conn::state`).
 pub fn journal_of(conn: &Conn) -> &Journal {

@@ -96,6 +96,30 @@ pub fn write_buffer(
     with_segment(conn, data, |data| EnqueueWriteBuffer { queue, mem, blocking: true, offset, data, sync })
 }
 
+/// Writes `data`, the rows of image `mem`'s box `region` at `origin` packed, blocking (an image
+/// mapping carried over from a dead worker, unmapped: see `api::enqueue`).
+pub fn write_image(
+    conn: &Conn,
+    queue: ObjectId,
+    mem: ObjectId,
+    origin: [u64; 3],
+    region: [u64; 3],
+    data: &[u8],
+    sync: EnqueueSync,
+) -> Result<i32, i32> {
+    let target = RegionTarget::Image { origin };
+    with_segment(conn, data, |data| EnqueueRegionTransfer {
+        queue,
+        mem,
+        write: true,
+        blocking: true,
+        target,
+        region,
+        data,
+        sync,
+    })
+}
+
 /// Runs `make(data)` with `bytes` in a fresh segment the worker knows.
 pub(super) fn with_segment<C: Call<Reply = i32>>(
     conn: &Conn,
@@ -212,10 +236,9 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             batches.push(id);
             continue;
         }
-        // An image mapped now cannot be carried over (its mapping's rows would be written
-        // back as a region); a mapped buffer is, its mapping kept (`MapRecord::carried`).
-        let mapped = st.open_maps.iter().any(|((m, _), ranges)| *m == id && ranges.iter().any(Option::is_none));
-        if mapped || matches!(r.base, Base::Lost) || depends_on(&r.req).iter().any(|d| !out.created.contains(d)) {
+        // A mapped object is carried over, its mappings kept until their unmaps
+        // (`MapRecord::carried`).
+        if matches!(r.base, Base::Lost) || depends_on(&r.req).iter().any(|d| !out.created.contains(d)) {
             lost.insert(id);
             continue;
         }
