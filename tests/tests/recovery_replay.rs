@@ -197,6 +197,22 @@ fn image_mappings_held_across_a_crash_keep_working() {
     assert_client_survives_fault("replay_imagemap", "enqueue:segv:once", "20", true);
 }
 
+/// The driver crashes (the 22nd NDRange, iteration 10) while a write, a kernel, a non-blocking
+/// read and a non-blocking map wait on a user event the application sets only afterwards: the
+/// replacement gets them without the rebuild waiting for them (it would wait for ever), and the
+/// read and the map land once the event is set. Zero-copy and staged buffers.
+#[test]
+fn commands_held_by_a_user_event_run_through_a_crash() {
+    assert_client_survives_fault("replay_userevent", "enqueue:segv:once", "21", true);
+    assert_client_survives_fault_with(
+        "replay_userevent",
+        "enqueue:segv:once",
+        "21",
+        true,
+        &[("CLOISTER_ZERO_COPY", "0")],
+    );
+}
+
 /// As above, the crash asynchronous (150 ms after the 22nd NDRange returned): it lands where it
 /// lands (a map, an unmap, a read, with mappings held or not) and changes nothing.
 #[test]

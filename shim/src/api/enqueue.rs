@@ -161,6 +161,23 @@ pub(super) unsafe fn map_done(
     }
 }
 
+/// In replay mode, journals a non-blocking map as a read of what it maps (`read`, of event
+/// `event_id`) into the mapping's memory `view` (rows `shape`, and `mirror`, a
+/// `CL_MEM_USE_HOST_PTR` object's memory, unless the map invalidates): if the worker dies before
+/// the map is complete, the replacement reads it again there before its event completes.
+pub(super) fn journal_map_in_flight(
+    q: &Object,
+    read: Request,
+    event_id: ObjectId,
+    view: *mut u8,
+    shape: Strided,
+    flags: u64,
+    mirror: Option<Mirror>,
+) {
+    let mirror = mirror.filter(|_| flags & CL_MAP_WRITE_INVALIDATE_REGION == 0);
+    crate::recovery::journal_of(&q.conn).reading(read, event_id, view as usize, shape, mirror);
+}
+
 /// Enqueues a transfer through `segment` without waiting for it, and records it as pending.
 ///
 /// # Safety
@@ -541,6 +558,13 @@ pub unsafe fn clEnqueueMapBuffer(
                 (Some(segment), id, view)
             }
         };
+        // Replay reads the mapped range again if the worker dies before a non-blocking map is
+        // complete.
+        let read_again = (!blocking && q.conn.replays()).then(|| {
+            let into = DataRef::Lane { offset: 0, len: 0 };
+            let (queue, mem, sync) = (q.id, m.id, wire_sync.clone());
+            EnqueueReadBuffer { queue, mem, blocking: false, offset: offset as u64, into, sync }.into_request()
+        });
         let req = EnqueueMapBuffer {
             queue: q.id,
             mem: m.id,
@@ -561,6 +585,9 @@ pub unsafe fn clEnqueueMapBuffer(
         }
         // SAFETY: event per API contract; the mirror covers part of the buffer's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, (id, view), map_flags, mirror) };
+        if let Some(read) = read_again {
+            journal_map_in_flight(&q, read, event_id, view, Strided::linear(size), map_flags, mirror);
+        }
         let ptr = mirror.map_or(view as usize, |m| m.at);
         let range = MapArea::Buffer { offset: offset as u64, size: size as u64 };
         if q.conn.replays() {

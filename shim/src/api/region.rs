@@ -10,7 +10,7 @@ use cloister_ipc::image::Strided;
 use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::*;
 
-use super::enqueue::{enqueue_pending, map_done, queue_and_mem, with_own_event, SettleAfter};
+use super::enqueue::{enqueue_pending, journal_map_in_flight, map_done, queue_and_mem, with_own_event, SettleAfter};
 use super::{enqueue_call, enqueue_sync, finish_enqueue};
 use crate::handle::{ImageMeta, Kind, MapArea, MapRecord, ObjData, Object};
 use crate::mirror::Mirror;
@@ -632,6 +632,22 @@ pub unsafe fn clEnqueueMapImage(
         let blocking = blocking_map != CL_FALSE;
         let (wire_sync, event_id) = if blocking { (sync.clone(), 0) } else { with_own_event(&q, &sync) };
         let segment = q.conn.acquire_segment(size)?;
+        // Replay reads the box again if the worker dies before a non-blocking map is complete.
+        let read_again = (!blocking && q.conn.replays()).then(|| {
+            let (target, into) = (RegionTarget::Image { origin: wide(origin) }, DataRef::Lane { offset: 0, len: 0 });
+            let (queue, mem, sync) = (q.id, m.id, wire_sync.clone());
+            EnqueueRegionTransfer {
+                queue,
+                mem,
+                write: false,
+                blocking: false,
+                target,
+                region: wide(region),
+                data: into,
+                sync,
+            }
+            .into_request()
+        });
         let req = EnqueueMapImage {
             queue: q.id,
             mem: m.id,
@@ -659,6 +675,9 @@ pub unsafe fn clEnqueueMapImage(
         let view = (segment.id, segment.region.as_ptr());
         // SAFETY: event per API contract; the mirror is within the image's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, view, map_flags, mirror) };
+        if let Some(read) = read_again {
+            journal_map_in_flight(&q, read, event_id, view.1, packed, map_flags, mirror);
+        }
         let (ptr, row_pitch, slice_pitch) = match (mirror, meta.host) {
             (Some(m), Some(h)) => (m.at, h.row_pitch, if needs_slice { h.slice_pitch } else { 0 }),
             _ => (segment.region.as_ptr() as usize, row_pitch, slice_pitch),

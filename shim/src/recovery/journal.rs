@@ -787,12 +787,22 @@ impl State {
     /// Whether a checkpoint that reads contents back is due at a blocking read or `clFinish`:
     /// the journal is long (`LONG_JOURNAL` commands, or half the budget) and the last read-back
     /// was long enough ago (`READ_BACK_SPACING`), or the journal nears its limits, where it
-    /// would be given up or its writes lost.
+    /// would be given up or its writes lost; and no command waits on a user event not set.
     pub(super) fn read_back_due(&self) -> bool {
         let long = self.cmds.len() >= LONG_JOURNAL || self.bytes > budget() / 2;
         let near_limits = self.cmds.len() >= MAX_JOURNAL / 2 || self.bytes > budget() / 4 * 3;
         let spaced = |(end, took): (Instant, Duration)| end.elapsed() >= took * READ_BACK_SPACING;
-        long && (near_limits || self.last_read_back.is_none_or(spaced))
+        long && (near_limits || self.last_read_back.is_none_or(spaced)) && !self.held_by_user_event()
+    }
+
+    /// Whether a journaled command waits on a user event the application has not set: a
+    /// read-back, which finishes the queues, would wait for ever (the application sets it
+    /// later on this thread).
+    fn held_by_user_event(&self) -> bool {
+        let unset = |id: &ObjectId| {
+            self.recipes.get(id).is_some_and(|r| matches!(r.req, Request::CreateUserEvent(_)) && r.status.is_none())
+        };
+        self.cmds.iter().any(|c| c.sync().is_some_and(|s| s.wait.iter().any(unset)))
     }
 
     /// Whether `mem`'s contents (its storage's) are known (a copy, or staged bytes).

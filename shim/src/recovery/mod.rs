@@ -41,6 +41,7 @@ use cloister_ipc::Call;
 
 use crate::conn::{met_death, take_met_death, Conn};
 
+mod gated;
 mod journal;
 mod rebuild;
 

@@ -8,6 +8,7 @@ use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
 use cloister_ipc::*;
 
+use super::gated::Gates;
 use super::journal::{depends_on, Base, Bytes, Cmd, Recipe, State, Step};
 use super::{concluded, on, RETRIES};
 use crate::conn::{Callback, Conn, ContextNotifyFn, EventNotifyFn};
@@ -357,6 +358,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     let mut failed_events: Vec<ObjectId> = Vec::new();
     // Reads cut short by the death (kept in `st` until a rebuild succeeds).
     let mut unfinished = st.unfinished.clone();
+    let mut gates = Gates::new(st, &out.created);
     for i in 0..st.cmds.len() {
         let step = Step::Cmd(i);
         if let Cmd::Read { event, .. } = &st.cmds[i] {
@@ -385,6 +387,25 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             sync.wait.retain(|w| out.created.contains(w));
         }
         let queue = st.cmds[i].queue();
+        if gates.hold(&st.cmds[i]) {
+            // Waits on a user event not set yet: enqueued, not finished (`gated`).
+            let rc = gates.enqueue(&st.cmds[i], old, new);
+            match rc {
+                Err(_) if new.is_dead() => return crashed(step),
+                Ok(CL_SUCCESS) => {
+                    out.replayed += 1;
+                    out.created.extend(event);
+                    if let Cmd::Read { event, .. } = &st.cmds[i] {
+                        unfinished.remove(event);
+                    }
+                }
+                _ => {
+                    lost.extend(writes);
+                    failed_events.extend(event);
+                }
+            }
+            continue;
+        }
         let rc = match &st.cmds[i] {
             Cmd::Write { queue, mem, offset, data, sync } => with_kept(new, data, |data| EnqueueWriteBuffer {
                 queue: *queue,
