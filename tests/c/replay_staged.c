@@ -1,7 +1,7 @@
 /* Large writes through staging segments, as on a discrete GPU (a test runs it with zero-copy
  * buffers off): replay's journal keeps these writes' data where the shim staged them for the
  * worker instead of copying it, so a segment the pool handed out again too early would change
- * what replay writes. Each iteration writes a 1 MiB buffer whole (blocking), 192 KiB of it again
+ * what replay writes. Each iteration writes a 5 MiB buffer whole (blocking), 192 KiB of it again
  * (non-blocking), 256 KiB of it through a writing map, then runs a kernel that folds it into an
  * accumulator (where a test crashes the driver) and reads the accumulator back. Every result
  * is folded into a checksum, which a run whose driver crashed must match.
@@ -11,7 +11,7 @@
  * "checksum X" and "done", or "ERROR step=... code=..." and exits 1. */
 #include "replay_common.h"
 
-#define N (256 * 1024) /* ints: 1 MiB */
+#define N (1280 * 1024) /* ints: 5 MiB (a blocking write of 4 MiB or more is pipelined unless replay keeps it) */
 #define PART (48 * 1024) /* ints: 192 KiB */
 #define WINDOW (64 * 1024) /* ints: 256 KiB */
 
