@@ -11,7 +11,7 @@
  * "checksum X" and "done", or "ERROR step=... code=..." and exits 1. */
 #include "replay_common.h"
 
-#define N (1280 * 1024) /* ints: 5 MiB (a blocking write of 4 MiB or more is pipelined unless replay keeps it) */
+#define N (1280 * 1024) /* ints: 5 MiB (a blocking write of 4 MiB or more is pipelined, and copied into the journal) */
 #define PART (48 * 1024) /* ints: 192 KiB */
 #define WINDOW (64 * 1024) /* ints: 256 KiB */
 

@@ -151,7 +151,7 @@ fn staged_buffers_run_through_a_crash_mid_run() {
     }
 }
 
-/// Large writes (5 MiB blocking, posted whole under replay) and a writing map each iteration into a staged buffer (zero-copy off, as on a
+/// Large writes (5 MiB blocking, pipelined) and a writing map each iteration into a staged buffer (zero-copy off, as on a
 /// discrete GPU), whose data the journal keeps in the segments they were staged in rather than
 /// copying it: the 11th NDRange crashes the driver, and replay writes that data again.
 #[test]

@@ -349,12 +349,9 @@ pub unsafe fn clEnqueueWriteBuffer(
         }
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        // Under replay a large write of a staged buffer is posted whole too: the journal keeps
-        // its segment, where the pipelined path's slots would need a copy of their own.
-        let whole = size < PIPE_MIN || (size <= NON_BLOCKING_MAX && q.conn.replays() && m.data.shared_view().is_none());
         let posted = match blocking_write {
             CL_FALSE => size <= NON_BLOCKING_MAX,
-            _ => n == 0 && event.is_null() && whole && vouched_write(&q, &m, offset, size),
+            _ => n == 0 && event.is_null() && size < PIPE_MIN && vouched_write(&q, &m, offset, size),
         };
         if posted {
             let segment = q.conn.acquire_segment(size)?;
