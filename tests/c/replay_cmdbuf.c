@@ -50,13 +50,9 @@ int main(int argc, char **argv) {
     /* The command buffer before the program, kernels and buffers it records. */
     cl_command_buffer_khr cb = clCreateCommandBufferKHR(1, &q, NULL, &err);
     STEP("command buffer", err);
-    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
-    STEP("program", err);
-    STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL));
-    cl_kernel bump = clCreateKernel(prog, "bump", &err);
-    STEP("kernel", err);
-    cl_kernel stir = clCreateKernel(prog, "stir", &err);
-    STEP("kernel", err);
+    REPLAY_PROGRAM(prog, ctx, src, err);
+    REPLAY_KERNEL(bump, prog, "bump", err);
+    REPLAY_KERNEL(stir, prog, "stir", err);
     static cl_uint host[N];
     for (int i = 0; i < N; i++) host[i] = (cl_uint)i * 11u;
     cl_mem a = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof host, host, &err);
@@ -79,7 +75,7 @@ int main(int argc, char **argv) {
                                                (cl_sync_point_khr[]){s_fill, s_stir}, NULL, NULL));
     STEP("finalize", clFinalizeCommandBufferKHR(cb));
     STEP("arg", clSetKernelArg(bump, 0, sizeof a, &a));
-    uint64_t sum = 1469598103934665603ull;
+    uint64_t sum = FOLD_START;
     for (int it = 0; it < iterations; it++) {
         cl_uint k = (cl_uint)it * 3u + 1u;
         STEP("arg", clSetKernelArg(bump, 1, sizeof k, &k));

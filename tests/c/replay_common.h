@@ -44,6 +44,26 @@ static void CL_CALLBACK notified(const char *errinfo, const void *p, size_t cb, 
     cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);   \
     STEP("queue", err)
 
+/* Declares program `prog` made from `src` in `ctx`, built; a failing step ends main as STEP does. */
+#define REPLAY_PROGRAM(prog, ctx, src, err)                                     \
+    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);      \
+    STEP("program", err);                                                      \
+    STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL))
+
+/* Declares kernel `k`, `name` in `prog`. */
+#define REPLAY_KERNEL(k, prog, name, err)               \
+    cl_kernel k = clCreateKernel(prog, name, &err);     \
+    STEP("kernel", err)
+
+/* The checksum every client folds its results into (FNV-1a over 32-bit words): its start, and
+ * `n` words at `v` folded in. */
+#define FOLD_START 1469598103934665603ull
+static inline uint64_t fold(uint64_t sum, const void *v, size_t n) {
+    const uint32_t *w = (const uint32_t *)v;
+    for (size_t i = 0; i < n; i++) sum = (sum ^ w[i]) * 1099511628211ull;
+    return sum;
+}
+
 /* ITERATIONS (20 without) and SLEEP_MS (0 without) from the command line. */
 static inline void replay_args(int argc, char **argv, int *iterations, int *sleep_ms) {
     *iterations = argc > 1 ? atoi(argv[1]) : 20;

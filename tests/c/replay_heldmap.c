@@ -22,22 +22,14 @@ static const char *src =
     "  acc[i] = acc[i] * 29 + in[i % 8192];\n"
     "}\n";
 
-static uint64_t fold(uint64_t sum, const int *v, int n) {
-    for (int i = 0; i < n; i++) sum = (sum ^ (uint32_t)v[i]) * 1099511628211ull;
-    return sum;
-}
 
 int main(int argc, char **argv) {
     int iterations, sleep_ms;
     replay_args(argc, argv, &iterations, &sleep_ms);
     REPLAY_OPEN(p, d, ctx, q, err);
-    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
-    STEP("program", err);
-    STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL));
-    cl_kernel busy = clCreateKernel(prog, "busy", &err);
-    STEP("kernel", err);
-    cl_kernel take = clCreateKernel(prog, "take", &err);
-    STEP("kernel", err);
+    REPLAY_PROGRAM(prog, ctx, src, err);
+    REPLAY_KERNEL(busy, prog, "busy", err);
+    REPLAY_KERNEL(take, prog, "take", err);
     static int zeros[BIG];
     cl_mem in = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, N * sizeof(int), zeros, &err);
     STEP("in", err);
@@ -48,7 +40,7 @@ int main(int argc, char **argv) {
     STEP("arg", clSetKernelArg(busy, 0, sizeof other, &other));
     STEP("arg", clSetKernelArg(take, 0, sizeof in, &in));
     STEP("arg", clSetKernelArg(take, 1, sizeof acc, &acc));
-    uint64_t sum = 1469598103934665603ull;
+    uint64_t sum = FOLD_START;
     size_t n = N, big = BIG;
     for (int it = 0; it < iterations; it++) {
         int *w = clEnqueueMapBuffer(q, in, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0, N * sizeof(int), 0, NULL, NULL,

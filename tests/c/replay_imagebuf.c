@@ -25,13 +25,9 @@ int main(int argc, char **argv) {
     int iterations, sleep_ms;
     replay_args(argc, argv, &iterations, &sleep_ms);
     REPLAY_OPEN(p, d, ctx, q, err);
-    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
-    STEP("program", err);
-    STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL));
-    cl_kernel sample = clCreateKernel(prog, "sample", &err);
-    STEP("kernel", err);
-    cl_kernel feed = clCreateKernel(prog, "feed", &err);
-    STEP("kernel", err);
+    REPLAY_PROGRAM(prog, ctx, src, err);
+    REPLAY_KERNEL(sample, prog, "sample", err);
+    REPLAY_KERNEL(feed, prog, "feed", err);
     static cl_uint init[N], host[N];
     for (int i = 0; i < N; i++) init[i] = (cl_uint)(i * 2654435761u);
     cl_mem px = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof init, init, &err);
@@ -50,7 +46,7 @@ int main(int argc, char **argv) {
     STEP("arg", clSetKernelArg(sample, 1, sizeof out, &out));
     STEP("arg", clSetKernelArg(feed, 0, sizeof px, &px));
     STEP("arg", clSetKernelArg(feed, 1, sizeof out, &out));
-    uint64_t sum = 1469598103934665603ull;
+    uint64_t sum = FOLD_START;
     size_t global = N;
     for (int it = 0; it < iterations; it++) {
         cl_uint k = (cl_uint)it + 3;

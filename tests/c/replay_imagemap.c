@@ -25,22 +25,14 @@ static const char *src =
     "  write_imageui(out, p, x * 5u + y);\n"
     "}\n";
 
-static uint64_t fold(uint64_t sum, const cl_uint *v, size_t n) {
-    for (size_t i = 0; i < n; i++) sum = (sum ^ v[i]) * 1099511628211ull;
-    return sum;
-}
 
 int main(int argc, char **argv) {
     int iterations, sleep_ms;
     replay_args(argc, argv, &iterations, &sleep_ms);
     REPLAY_OPEN(p, d, ctx, q, err);
-    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
-    STEP("program", err);
-    STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL));
-    cl_kernel busy = clCreateKernel(prog, "busy", &err);
-    STEP("kernel", err);
-    cl_kernel blend = clCreateKernel(prog, "blend", &err);
-    STEP("kernel", err);
+    REPLAY_PROGRAM(prog, ctx, src, err);
+    REPLAY_KERNEL(busy, prog, "busy", err);
+    REPLAY_KERNEL(blend, prog, "blend", err);
     static cl_uint zeros[N]; /* N >= W * H */
     cl_image_format fmt = {CL_R, CL_UNSIGNED_INT32};
     cl_image_desc desc = {.image_type = CL_MEM_OBJECT_IMAGE2D, .image_width = W, .image_height = H};
@@ -56,7 +48,7 @@ int main(int argc, char **argv) {
     STEP("arg", clSetKernelArg(blend, 0, sizeof in, &in));
     STEP("arg", clSetKernelArg(blend, 1, sizeof acc, &acc));
     STEP("arg", clSetKernelArg(blend, 2, sizeof out, &out));
-    uint64_t sum = 1469598103934665603ull;
+    uint64_t sum = FOLD_START;
     size_t n = N, whole[3] = {W, H, 1}, corner[3] = {0, 0, 0};
     for (int it = 0; it < iterations; it++) {
         /* A box of `in` (not its corner), for writing; all of `acc`, for reading. */

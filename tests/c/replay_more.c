@@ -25,9 +25,7 @@ int main(int argc, char **argv) {
     int iterations, sleep_ms;
     replay_args(argc, argv, &iterations, &sleep_ms);
     REPLAY_OPEN(p, d, ctx, q, err);
-    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
-    STEP("program", err);
-    STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL));
+    REPLAY_PROGRAM(prog, ctx, src, err);
     /* Both kernels from clCreateKernelsInProgram, found by name (the driver's order is its own). */
     cl_kernel ks[2], mix = NULL, twist = NULL;
     cl_uint nk = 0;
@@ -66,7 +64,7 @@ int main(int argc, char **argv) {
     STEP("arg", clSetKernelArg(twist, 0, sizeof acc, &acc));
 
     static int host[N];
-    uint64_t sum = 1469598103934665603ull;
+    uint64_t sum = FOLD_START;
     size_t global = N;
     for (int it = 0; it < iterations; it++) {
         /* The whole input through a writing map, then a quarter of it through a partial one. */

@@ -25,21 +25,18 @@ int main(int argc, char **argv) {
     int iterations, sleep_ms;
     replay_args(argc, argv, &iterations, &sleep_ms);
     REPLAY_OPEN(p, d, ctx, q, err);
-    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
-    STEP("program", err);
-    STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL));
-    cl_kernel fold = clCreateKernel(prog, "fold", &err);
-    STEP("kernel", err);
+    REPLAY_PROGRAM(prog, ctx, src, err);
+    REPLAY_KERNEL(fold_kernel, prog, "fold", err);
     static int zeros[N];
     cl_mem in = clCreateBuffer(ctx, CL_MEM_READ_ONLY, N * sizeof(int), NULL, &err);
     STEP("in", err);
     cl_mem acc = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, N * sizeof(int), zeros, &err);
     STEP("acc", err);
-    STEP("arg0", clSetKernelArg(fold, 0, sizeof in, &in));
-    STEP("arg1", clSetKernelArg(fold, 1, sizeof acc, &acc));
+    STEP("arg0", clSetKernelArg(fold_kernel, 0, sizeof in, &in));
+    STEP("arg1", clSetKernelArg(fold_kernel, 1, sizeof acc, &acc));
 
     static int whole[N], part[PART], out[N];
-    uint64_t sum = 1469598103934665603ull;
+    uint64_t sum = FOLD_START;
     size_t g = N;
     for (int it = 0; it < iterations; it++) {
         for (int i = 0; i < N; i++) whole[i] = (i * 13 + it * 7) % 1009;
@@ -54,8 +51,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < WINDOW; i++) m[i] = -(it * 5 + i % 83);
         STEP("unmap", clEnqueueUnmapMemObject(q, in, m, 0, NULL, NULL));
         int k = it % 5 + 1;
-        STEP("arg2", clSetKernelArg(fold, 2, sizeof k, &k));
-        STEP("enqueue", clEnqueueNDRangeKernel(q, fold, 1, NULL, &g, NULL, 0, NULL, NULL));
+        STEP("arg2", clSetKernelArg(fold_kernel, 2, sizeof k, &k));
+        STEP("enqueue", clEnqueueNDRangeKernel(q, fold_kernel, 1, NULL, &g, NULL, 0, NULL, NULL));
         STEP("read", clEnqueueReadBuffer(q, acc, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
         for (int i = 0; i < N; i += 7) sum = (sum ^ (uint32_t)out[i]) * 1099511628211ull;
         iteration_done(it, sleep_ms);

@@ -24,10 +24,6 @@ static const char *src =
     "  x[i] = x[i] * 3 + 1;\n"
     "}\n";
 
-static uint64_t fold(uint64_t sum, const int *v, int n) {
-    for (int i = 0; i < n; i++) sum = (sum ^ (uint32_t)v[i]) * 1099511628211ull;
-    return sum;
-}
 
 int main(int argc, char **argv) {
     int iterations, sleep_ms;
@@ -35,13 +31,9 @@ int main(int argc, char **argv) {
     REPLAY_OPEN(p, d, ctx, q, err);
     cl_command_queue q2 = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
     STEP("queue 2", err);
-    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
-    STEP("program", err);
-    STEP("build", clBuildProgram(prog, 0, NULL, "", NULL, NULL));
-    cl_kernel accumulate = clCreateKernel(prog, "accumulate", &err);
-    STEP("kernel", err);
-    cl_kernel busy = clCreateKernel(prog, "busy", &err);
-    STEP("kernel", err);
+    REPLAY_PROGRAM(prog, ctx, src, err);
+    REPLAY_KERNEL(accumulate, prog, "accumulate", err);
+    REPLAY_KERNEL(busy, prog, "busy", err);
     static int zeros[N];
     cl_mem acc = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros, zeros, &err);
     STEP("acc", err);
@@ -52,7 +44,7 @@ int main(int argc, char **argv) {
     STEP("arg", clSetKernelArg(accumulate, 0, sizeof acc, &acc));
     STEP("arg", clSetKernelArg(accumulate, 1, sizeof in, &in));
     STEP("arg", clSetKernelArg(busy, 0, sizeof other, &other));
-    uint64_t sum = 1469598103934665603ull;
+    uint64_t sum = FOLD_START;
     size_t n = N;
     static int data[N], snap[N];
     for (int it = 0; it < iterations; it++) {
