@@ -604,41 +604,32 @@ fn a_pyopencl_program_runs_through_a_kill_of_its_worker() {
 
 /// ffmpeg's `avgblur_opencl` filter (Debian's ffmpeg, unmodified): frames uploaded to OpenCL
 /// images, blurred by two kernels, downloaded; written raw so outputs compare byte for byte.
-fn ffmpeg_args(out: &std::path::Path, realtime: bool) -> Vec<String> {
+const AVGBLUR: &str = "avgblur_opencl=sizeX=3";
+
+/// ffmpeg's arguments for 40 frames through the OpenCL `filter`.
+fn ffmpeg_args(out: &std::path::Path, realtime: bool, filter: &str) -> Vec<String> {
     let mut a: Vec<String> =
         ["-v", "error", "-init_hw_device", "opencl=gpu:0.0", "-filter_hw_device", "gpu"].map(String::from).to_vec();
     if realtime {
         a.push("-re".into());
     }
-    a.extend(
-        [
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=320x240:rate=10",
-            "-frames:v",
-            "40",
-            "-vf",
-            "format=rgba,hwupload,avgblur_opencl=sizeX=3,hwdownload,format=rgba",
-            "-f",
-            "rawvideo",
-            "-y",
-        ]
-        .map(String::from),
-    );
+    a.extend(["-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-frames:v", "40", "-vf"].map(String::from));
+    a.push(format!("format=rgba,hwupload,{filter},hwdownload,format=rgba"));
+    a.extend(["-f", "rawvideo", "-y"].map(String::from));
     a.push(out.to_str().unwrap().into());
     a
 }
 
-/// ffmpeg's output run directly on pocl, or `None` when ffmpeg is not installed.
-fn ffmpeg_undisturbed(tag: &str) -> Option<(std::path::PathBuf, Vec<u8>)> {
+/// ffmpeg's output through `filter` run directly on pocl, or `None` when ffmpeg is not
+/// installed.
+fn ffmpeg_undisturbed(tag: &str, filter: &str) -> Option<(std::path::PathBuf, Vec<u8>)> {
     let ffmpeg = std::path::PathBuf::from("/usr/bin/ffmpeg");
     if !ffmpeg.exists() {
         eprintln!("skipped: no /usr/bin/ffmpeg (apt-get install ffmpeg)");
         return None;
     }
     let out = std::env::temp_dir().join(format!("cloister-ffmpeg-{tag}-direct-{}.raw", std::process::id()));
-    let args = ffmpeg_args(&out, false);
+    let args = ffmpeg_args(&out, false, filter);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = direct(&ffmpeg, &args, &[]);
     assert!(run.status.success(), "ffmpeg fails directly:\n{}", text(&run));
@@ -648,21 +639,21 @@ fn ffmpeg_undisturbed(tag: &str) -> Option<(std::path::PathBuf, Vec<u8>)> {
     Some((ffmpeg, bytes))
 }
 
-#[test]
-fn ffmpeg_avgblur_opencl_runs_through_a_driver_crash_byte_identical() {
-    let Some((ffmpeg, expected)) = ffmpeg_undisturbed("fault") else { return };
-    let out = std::env::temp_dir().join(format!("cloister-ffmpeg-fault-{}.raw", std::process::id()));
-    let cache = std::env::temp_dir().join(format!("cloister-ffmpeg-cache-{}", std::process::id()));
+/// ffmpeg through `filter`, caged, with the driver crashing in the NDRange after `skip`
+/// (mid-run): it finishes, told it was carried over, and its output is byte-identical.
+fn ffmpeg_survives_a_driver_crash(tag: &str, filter: &str, skip: &str) {
+    let Some((ffmpeg, expected)) = ffmpeg_undisturbed(tag, filter) else { return };
+    let out = std::env::temp_dir().join(format!("cloister-ffmpeg-{tag}-{}.raw", std::process::id()));
+    let cache = std::env::temp_dir().join(format!("cloister-ffmpeg-{tag}-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
     let driver = fault_driver();
-    // Two kernels a frame: the 41st NDRange is in frame 21 of 40.
     let env = [
         ("CLOISTER_RECOVERY", "replay"),
         ("CLOISTER_FAULT", "enqueue:segv:once"),
-        ("CLOISTER_FAULT_SKIP", "40"),
+        ("CLOISTER_FAULT_SKIP", skip),
         ("XDG_CACHE_HOME", cache.to_str().unwrap()),
     ];
-    let args = ffmpeg_args(&out, false);
+    let args = ffmpeg_args(&out, false, filter);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &ffmpeg, &args, &env);
     let t = text(&run);
@@ -674,15 +665,37 @@ fn ffmpeg_avgblur_opencl_runs_through_a_driver_crash_byte_identical() {
     assert!(got == expected, "the output differs from the undisturbed run ({} bytes):\n{t}", got.len());
 }
 
+/// Two kernels a frame: the 41st NDRange is in frame 21 of 40.
+#[test]
+fn ffmpeg_avgblur_opencl_runs_through_a_driver_crash_byte_identical() {
+    ffmpeg_survives_a_driver_crash("avgblur", AVGBLUR, "40");
+}
+
+/// `unsharp_opencl`: the 21st NDRange crashes the driver, mid-run.
+#[test]
+fn ffmpeg_unsharp_opencl_runs_through_a_driver_crash_byte_identical() {
+    ffmpeg_survives_a_driver_crash("unsharp", "unsharp_opencl=lx=5:ly=5:la=1.5", "20");
+}
+
+/// `program_opencl` with the application's own kernel (`tests/c/ffmpeg_invert.cl`, built from
+/// source by ffmpeg, with the frame's number as an argument): the 21st NDRange crashes the
+/// driver, in frame 21 of 40.
+#[test]
+fn ffmpeg_program_opencl_runs_through_a_driver_crash_byte_identical() {
+    let source = workspace_root().join("tests/c/ffmpeg_invert.cl");
+    let filter = format!("program_opencl=source={}:kernel=invert", source.display());
+    ffmpeg_survives_a_driver_crash("program", &filter, "20");
+}
+
 #[test]
 fn ffmpeg_avgblur_opencl_runs_through_a_kill_of_its_worker_byte_identical() {
-    let Some((ffmpeg, expected)) = ffmpeg_undisturbed("kill") else { return };
+    let Some((ffmpeg, expected)) = ffmpeg_undisturbed("kill", AVGBLUR) else { return };
     let out = std::env::temp_dir().join(format!("cloister-ffmpeg-kill-{}.raw", std::process::id()));
     // In real time (-re, 10 frames a second): the kill lands mid-run.
     let mut child = Command::new(cloister())
         .args(["run", "--"])
         .arg(&ffmpeg)
-        .args(ffmpeg_args(&out, true))
+        .args(ffmpeg_args(&out, true, AVGBLUR))
         .env("CLOISTER_RECOVERY", "replay")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
