@@ -561,14 +561,50 @@ print("checksum", digest.hexdigest(), flush=True)
 print("done", flush=True)
 "#;
 
-#[test]
-fn a_pyopencl_program_runs_through_a_kill_of_its_worker() {
+/// `/usr/bin/python3` if it has pyopencl and numpy.
+fn python_with_pyopencl() -> Option<&'static std::path::Path> {
     let python = std::path::Path::new("/usr/bin/python3");
     let probe = Command::new(python).args(["-c", "import pyopencl, numpy"]).output();
     if !probe.is_ok_and(|o| o.status.success()) {
         eprintln!("skipped: /usr/bin/python3 has no pyopencl (scripts/pyopencl-suite.sh installs it)");
-        return;
+        return None;
     }
+    Some(python)
+}
+
+/// The pyopencl program with the driver crashing in the 11th NDRange (iteration 10 of 20): it
+/// finishes, told it was carried over, with the checksum of the direct run.
+#[test]
+fn a_pyopencl_program_runs_through_a_driver_crash() {
+    let Some(python) = python_with_pyopencl() else { return };
+    let script = std::env::temp_dir().join(format!("cloister-replay-crash-{}.py", std::process::id()));
+    std::fs::write(&script, PYOPENCL_PROGRAM).unwrap();
+    let script_arg = script.to_str().unwrap();
+    let cache = std::env::temp_dir().join(format!("cloister-replay-crash-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let plain = direct(python, &[script_arg, "20", "0"], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
+    let expected = checksum(&text(&plain)).unwrap_or_else(|| panic!("directly:\n{}", text(&plain)));
+    let _ = std::fs::remove_dir_all(&cache);
+    let driver = fault_driver();
+    let env = [
+        ("CLOISTER_RECOVERY", "replay"),
+        ("CLOISTER_FAULT", "enqueue:segv:once"),
+        ("CLOISTER_FAULT_SKIP", "10"),
+        ("XDG_CACHE_HOME", cache.to_str().unwrap()),
+    ];
+    let run =
+        caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], python, &[script_arg, "20", "0"], &env);
+    let _ = std::fs::remove_file(&script);
+    let _ = std::fs::remove_dir_all(&cache);
+    let t = text(&run);
+    assert!(run.status.success(), "{t}");
+    assert!(t.contains("SIGSEGV") && t.contains("carried over"), "{t}");
+    assert_eq!(checksum(&t), Some(expected), "results differ from the undisturbed run:\n{t}");
+}
+
+#[test]
+fn a_pyopencl_program_runs_through_a_kill_of_its_worker() {
+    let Some(python) = python_with_pyopencl() else { return };
     let script = std::env::temp_dir().join(format!("cloister-replay-{}.py", std::process::id()));
     std::fs::write(&script, PYOPENCL_PROGRAM).unwrap();
     let script_arg = script.to_str().unwrap();
