@@ -197,6 +197,12 @@ impl KeptBytes {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The memory they hold: the whole region (a pooled segment may be up to twice the
+    /// transfer it staged).
+    pub fn footprint(&self) -> usize {
+        self.region.len()
+    }
 }
 
 #[cfg(test)]

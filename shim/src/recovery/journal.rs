@@ -88,6 +88,22 @@ impl Bytes {
         }
     }
 
+    /// The memory they hold, which the budget counts: a kept segment whole.
+    pub(super) fn footprint(&self) -> usize {
+        match self {
+            Bytes::Copy(v) => v.len(),
+            Bytes::Staged(k) => k.footprint(),
+        }
+    }
+
+    /// What `Bytes::of(data, staged)` will hold, for the budget.
+    pub(super) fn footprint_of(data: &[u8], staged: &Option<KeptBytes>) -> usize {
+        match staged {
+            Some(k) if k.len() == data.len() => k.footprint(),
+            _ => data.len(),
+        }
+    }
+
     /// The journal's own copy (tests).
     #[cfg(test)]
     pub(super) fn copied(&self) -> Option<&[u8]> {
@@ -238,7 +254,7 @@ impl Recipe {
 
     pub(super) fn base_bytes(&self) -> u64 {
         match &self.base {
-            Base::Known(b) => b.len() as u64,
+            Base::Known(b) => b.footprint() as u64,
             _ => 0,
         }
     }
@@ -416,7 +432,8 @@ impl std::fmt::Display for Step {
 pub struct State {
     pub(super) recipes: BTreeMap<ObjectId, Recipe>,
     pub(super) cmds: Vec<Cmd>,
-    /// Bytes of known contents and of write data the journal holds.
+    /// Memory the journal holds for known contents and write data (a kept segment counts whole),
+    /// bounded by the budget.
     pub(super) bytes: u64,
     /// How many replacement workers each step has crashed.
     pub(super) attempts: HashMap<Step, u32>,
@@ -664,7 +681,8 @@ impl Journal {
                         data: DataRef::Lane { offset: 0, len: 0 },
                         sync: sync.clone(),
                     };
-                    s.push_write(mem, len, || Cmd::Region { req, data: Bytes::of(data, staged) });
+                    let cost = Bytes::footprint_of(data, &staged);
+                    s.push_write(mem, cost, || Cmd::Region { req, data: Bytes::of(data, staged) });
                 }
             }
         });
@@ -873,7 +891,8 @@ impl State {
         sync: EnqueueSync,
     ) {
         if let Err(staged) = self.superseded_by(mem, offset, data, staged) {
-            self.push_write(mem, data.len(), || Cmd::Write { queue, mem, offset, data: Bytes::of(data, staged), sync })
+            let cost = Bytes::footprint_of(data, &staged);
+            self.push_write(mem, cost, || Cmd::Write { queue, mem, offset, data: Bytes::of(data, staged), sync })
         }
     }
 
@@ -901,12 +920,12 @@ impl State {
             return Err(staged);
         }
         let kept_bytes = |c: &Cmd| match c {
-            Cmd::Write { data, .. } | Cmd::Region { data, .. } => data.len() as u64,
+            Cmd::Write { data, .. } | Cmd::Region { data, .. } => data.footprint() as u64,
             Cmd::Read { .. } | Cmd::Enqueue(_) | Cmd::Batch { .. } => 0,
         };
         let before = self.recipes.get(&mem).map_or(0, Recipe::base_bytes);
         let freed: u64 = self.cmds.iter().filter(|c| only_written(c)).map(kept_bytes).sum();
-        let after = self.bytes.saturating_sub(before + freed) + data.len() as u64;
+        let after = self.bytes.saturating_sub(before + freed) + Bytes::footprint_of(data, &staged) as u64;
         if after > budget() {
             return Err(staged);
         }
@@ -922,8 +941,8 @@ impl State {
         Ok(())
     }
 
-    /// Journals a write of `len` bytes of data into `mem`, or loses `mem` if the data does not
-    /// fit the budget.
+    /// Journals a write into `mem` whose data holds `len` bytes of memory, or loses `mem` if
+    /// that does not fit the budget.
     pub(super) fn push_write(&mut self, mem: ObjectId, len: usize, cmd: impl FnOnce() -> Cmd) {
         if !self.recipes.contains_key(&mem) {
             return;
@@ -1344,6 +1363,7 @@ mod tests {
         // SAFETY: the kept bytes are valid for their length.
         assert_eq!(unsafe { std::slice::from_raw_parts(k.as_ptr(), k.len()) }, b"ab");
         assert_eq!(Arc::strong_count(&segment), 2, "the journal holds the segment");
+        assert_eq!(st.bytes, 8, "the budget counts the kept segment whole, not the 2 bytes written");
         // Bytes that are not the write's are copied.
         st.write(2, 11, 1, b"xyz", staged(6), EnqueueSync::default());
         assert!(matches!(st.cmds.last(), Some(Cmd::Write { data: Bytes::Copy(v), .. }) if v == b"xyz"));
