@@ -175,6 +175,19 @@ pub struct MapRecord {
     pub keep: Option<Arc<cloister_ipc::shm::SharedMapping>>,
 }
 
+impl MapRecord {
+    /// Whether the mapping is for writing: its unmap writes it back.
+    pub fn writes_back(&self) -> bool {
+        map_writes(self.flags)
+    }
+}
+
+/// Whether a map with `flags` is for writing (`CL_MAP_WRITE` or
+/// `CL_MAP_WRITE_INVALIDATE_REGION`).
+pub fn map_writes(flags: u64) -> bool {
+    flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0
+}
+
 /// What a mapping covers: a buffer's bytes, or an image's box (`origin` and `region` in
 /// pixels; the mapping holds its rows packed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

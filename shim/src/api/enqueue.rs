@@ -545,7 +545,7 @@ pub unsafe fn clEnqueueMapBuffer(
         // device's data once the map is complete.
         let mirror = use_host_ptr(&m, offset, size)?;
         let (wire_sync, event_id) = if blocking { (sync.clone(), 0) } else { with_own_event(&q, &sync) };
-        if q.conn.replays() && map_flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 {
+        if q.conn.replays() && crate::handle::map_writes(map_flags) {
             crate::recovery::journal_of(&q.conn).changing(m.id, true);
         }
         // A zero-copy buffer maps in place: the application gets this process's view of the
@@ -634,12 +634,8 @@ pub unsafe fn clEnqueueUnmapMemObject(
         }
         // A non-blocking map not yet seen complete needs no filling any more.
         let unsettled_map = crate::pending::of(&q.conn).forget_map(&q.conn, record.id);
-        let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
-        if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
-            // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
-            // holds the packed rows.
-            unsafe { m.pack_into(segment.region.as_ptr()) };
-        }
+        let write_back = record.writes_back();
+        pack_mirror(&record);
         if q.conn.replays() {
             // SAFETY: the record was this mapping's, live until the unmap below.
             unsafe { journal_unmap(&q, &m, mapped_ptr, &record, false, &sync) };
@@ -683,12 +679,8 @@ unsafe fn unmap_carried(
     sync: &EnqueueSync,
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
-    let write_back = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
-    if let (true, Some(m), Some(segment)) = (write_back, record.mirror, &record.segment) {
-        // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
-        // (kept by the record) holds the packed rows.
-        unsafe { m.pack_into(segment.region.as_ptr()) };
-    }
+    let write_back = record.writes_back();
+    pack_mirror(&record);
     if q.conn.replays() {
         // SAFETY: as the caller says.
         unsafe { journal_unmap(q, m, mapped_ptr, &record, true, sync) };
@@ -700,14 +692,14 @@ unsafe fn unmap_carried(
             let data = unsafe { std::slice::from_raw_parts(mapped_ptr as *const u8, size as usize) };
             crate::recovery::write_buffer(&q.conn, q.id, m.id, offset, data, sync.clone())
         }
-        (true, MapArea::Image { origin, region }) => match (&record.segment, packed_image_len(m, region)) {
-            (Some(segment), Some(len)) if len <= segment.region.len() => {
+        (true, MapArea::Image { origin, region }) => match image_rows(m, &record) {
+            Some((segment, len)) => {
                 // SAFETY: the segment (held by the record) holds the box's rows packed, `len`
-                // bytes, within its length (checked).
+                // bytes, within its length (checked by `image_rows`).
                 let data = unsafe { std::slice::from_raw_parts(segment.region.as_ptr().cast_const(), len) };
                 crate::recovery::write_image(&q.conn, q.id, m.id, origin, region, data, sync.clone())
             }
-            _ => Err(CL_DEVICE_NOT_AVAILABLE),
+            None => Err(CL_DEVICE_NOT_AVAILABLE),
         },
         (false, _) => q.conn.call(EnqueueMarkerOrBarrier { queue: q.id, barrier: false, sync: sync.clone() }),
     };
@@ -716,11 +708,25 @@ unsafe fn unmap_carried(
     Ok(unsafe { finish_enqueue(q, sync, event, rc) })
 }
 
-/// The bytes of image `m`'s box `region`, packed (as a mapping holds them).
-fn packed_image_len(m: &Object, region: [u64; 3]) -> Option<usize> {
-    let ObjData::Mem { image: Some(meta), .. } = &m.data else { return None };
+/// Before a writing map's unmap: a `CL_MEM_USE_HOST_PTR` object's rows, which the application
+/// wrote in its own memory, packed into the mapping's segment (which the write-back reads).
+fn pack_mirror(record: &MapRecord) {
+    if let (true, Some(m), Some(segment)) = (record.writes_back(), record.mirror, &record.segment) {
+        // SAFETY: the mirror is the application's memory the mapping pointed at; the segment
+        // (held by the record) holds the packed rows.
+        unsafe { m.pack_into(segment.region.as_ptr()) };
+    }
+}
+
+/// An image mapping's segment and the length of the box's rows packed in it (as the map
+/// packed them: the image's element size times the box), if they fit the segment.
+fn image_rows<'r>(m: &Object, record: &'r MapRecord) -> Option<(&'r Segment, usize)> {
+    let (ObjData::Mem { image: Some(meta), .. }, MapArea::Image { region, .. }) = (&m.data, record.range) else {
+        return None;
+    };
+    let segment = record.segment.as_ref()?;
     let len = region.iter().try_fold(meta.elem as u64, |n, &r| n.checked_mul(r))?;
-    usize::try_from(len).ok()
+    usize::try_from(len).ok().filter(|&len| len <= segment.region.len()).map(|len| (segment, len))
 }
 
 /// In replay mode, tells the journal of the unmap of `record`, the application's mapping of
@@ -739,24 +745,23 @@ unsafe fn journal_unmap(
     carried: bool,
     sync: &EnqueueSync,
 ) {
-    let write = record.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0;
     // A zero-copy buffer's mapping is its memory (a mirror is the application's own).
     let in_place = !carried && record.segment.is_none() && record.mirror.is_none();
-    let (packed, len, staged) = match (&record.segment, record.range) {
-        (Some(segment), MapArea::Image { region, .. }) => {
-            let len = packed_image_len(m, region).filter(|&l| l <= segment.region.len());
-            (segment.region.as_ptr() as usize, len, len.and_then(|l| keep_staged(q, segment, 0, l)))
-        }
-        (segment, MapArea::Buffer { size, .. }) => {
+    let (packed, len, staged) = match record.range {
+        MapArea::Image { .. } => match image_rows(m, record) {
+            Some((segment, len)) => (segment.region.as_ptr() as usize, Some(len), keep_staged(q, segment, 0, len)),
+            None => (0, None, None),
+        },
+        MapArea::Buffer { size, .. } => {
             let at = |s: &Segment| (mapped_ptr as usize).wrapping_sub(s.region.as_ptr() as usize);
-            let staged = match (segment, record.mirror, carried) {
+            let staged = match (&record.segment, record.mirror, carried) {
                 (Some(s), None, false) => keep_staged(q, s, at(s), size as usize),
                 _ => None,
             };
             (mapped_ptr as usize, Some(size as usize), staged)
         }
-        (None, MapArea::Image { .. }) => (0, None, None),
     };
+    let write = record.writes_back();
     let unmap = Unmapping { queue: q.id, mem: m.id, ptr: mapped_ptr as usize, write, in_place, packed, len, staged };
     // SAFETY: the mapping is live (the caller); `packed` holds `len` bytes of it.
     unsafe { crate::recovery::journal_of(&q.conn).unmapping(unmap, sync) };

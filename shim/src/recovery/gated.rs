@@ -12,6 +12,7 @@ use cloister_ipc::cl::*;
 use cloister_ipc::*;
 
 use super::journal::{Bytes, Cmd, State};
+use super::rebuild::read_into;
 use crate::conn::{Conn, Segment};
 use crate::handle::Kind;
 use crate::pending::{PendingOp, Transfer};
@@ -26,13 +27,8 @@ pub(super) struct Gates {
 impl Gates {
     /// The user events made again without a status (`created`: the objects the rebuild made).
     pub(super) fn new(st: &State, created: &HashSet<ObjectId>) -> Self {
-        let unset = st
-            .recipes
-            .iter()
-            .filter(|(id, r)| {
-                matches!(r.req, Request::CreateUserEvent(_)) && r.status.is_none() && created.contains(id)
-            })
-            .map(|(id, _)| *id);
+        let unset =
+            st.recipes.iter().filter(|(id, r)| r.is_unset_user_event() && created.contains(id)).map(|(id, _)| *id);
         Gates { events: unset.collect(), queues: HashSet::new() }
     }
 
@@ -60,21 +56,16 @@ impl Gates {
                 EnqueueRegionTransfer { blocking: false, data, sync, ..req.clone() }.into_request()
             }),
             Cmd::Read { req, dst, shape, mirror, .. } => {
+                let Some(sync) = cmd.sync() else { return Ok(CL_INVALID_OPERATION) };
                 let len = shape.packed_len();
                 let seg = new.acquire_segment(len)?;
                 let into = DataRef::Segment { id: seg.id, offset: 0, len: len as u64 };
-                let (req, sync) = match req {
-                    Request::EnqueueReadBuffer(r) => {
-                        (EnqueueReadBuffer { blocking: false, into, ..r.clone() }.into_request(), r.sync.clone())
-                    }
-                    Request::EnqueueRegionTransfer(r) => (
-                        EnqueueRegionTransfer { blocking: false, data: into, ..r.clone() }.into_request(),
-                        r.sync.clone(),
-                    ),
-                    _ => return Ok(CL_INVALID_OPERATION),
+                let Some(req) = read_into(req, into, false) else {
+                    new.release_segment(seg);
+                    return Ok(CL_INVALID_OPERATION);
                 };
                 let transfer = Transfer::Read { dst: *dst, shape: *shape, mirror: *mirror };
-                track(old, new, queue, &sync, seg, transfer, req)
+                track(old, new, queue, sync, seg, transfer, req)
             }
         }
     }

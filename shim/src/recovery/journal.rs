@@ -65,12 +65,18 @@ pub(super) enum Bytes {
 }
 
 impl Bytes {
-    /// What to keep of a write of `data`: its `staged` bytes when it has them (the same bytes,
-    /// where the shim copied them for the worker), else a copy.
+    /// The `staged` bytes of a write of `data` if they are as many (the same bytes, where the
+    /// shim copied them for the worker): what `of` may keep.
+    pub(super) fn matching(data: &[u8], staged: Option<KeptBytes>) -> Option<KeptBytes> {
+        staged.filter(|k| k.len() == data.len())
+    }
+
+    /// What to keep of a write of `data`: its `staged` bytes (`matching`) when it has them,
+    /// else a copy.
     pub(super) fn of(data: &[u8], staged: Option<KeptBytes>) -> Self {
         match staged {
-            Some(k) if k.len() == data.len() => Bytes::Staged(k),
-            _ => Bytes::Copy(copy_of(data)),
+            Some(k) => Bytes::Staged(k),
+            None => Bytes::Copy(copy_of(data)),
         }
     }
 
@@ -98,10 +104,7 @@ impl Bytes {
 
     /// What `Bytes::of(data, staged)` will hold, for the budget.
     pub(super) fn footprint_of(data: &[u8], staged: &Option<KeptBytes>) -> usize {
-        match staged {
-            Some(k) if k.len() == data.len() => k.footprint(),
-            _ => data.len(),
-        }
+        staged.as_ref().map_or(data.len(), KeptBytes::footprint)
     }
 
     /// The journal's own copy (tests).
@@ -243,6 +246,12 @@ impl Recipe {
         v.extend(self.compile.iter().flat_map(|c| c.headers.iter().map(|(h, _)| *h)));
         v.extend(self.recorded.iter().flat_map(recorded_uses));
         v
+    }
+
+    /// Whether it is a user event the application has not set (commands waiting on it wait
+    /// until the application's next calls).
+    pub(super) fn is_unset_user_event(&self) -> bool {
+        matches!(self.req, Request::CreateUserEvent(_)) && self.status.is_none()
     }
 
     /// Whether it `needs` `id` (without collecting them).
@@ -668,6 +677,7 @@ impl Journal {
             s.changing(mem, true);
             // SAFETY: per the caller, `packed` holds `len` bytes of the live mapping.
             let data = unsafe { std::slice::from_raw_parts(packed as *const u8, len) };
+            let staged = Bytes::matching(data, staged);
             match area {
                 MapArea::Buffer { offset, .. } => s.write(queue, mem, offset, data, staged, sync.clone()),
                 MapArea::Image { origin, region } => {
@@ -717,9 +727,7 @@ impl Journal {
                 }
                 s.cmds.push(Cmd::Enqueue(req))
             }
-            Request::EnqueueMapBuffer(r) if r.flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION) != 0 => {
-                s.lose(r.mem)
-            }
+            Request::EnqueueMapBuffer(r) if crate::handle::map_writes(r.flags) => s.lose(r.mem),
             Request::EnqueueCommandBuffer(req) => s.batch(req),
             _ => {}
         });
@@ -817,9 +825,7 @@ impl State {
     /// read-back, which finishes the queues, would wait for ever (the application sets it
     /// later on this thread).
     fn held_by_user_event(&self) -> bool {
-        let unset = |id: &ObjectId| {
-            self.recipes.get(id).is_some_and(|r| matches!(r.req, Request::CreateUserEvent(_)) && r.status.is_none())
-        };
+        let unset = |id: &ObjectId| self.recipes.get(id).is_some_and(Recipe::is_unset_user_event);
         self.cmds.iter().any(|c| c.sync().is_some_and(|s| s.wait.iter().any(unset)))
     }
 
@@ -890,6 +896,7 @@ impl State {
         staged: Option<KeptBytes>,
         sync: EnqueueSync,
     ) {
+        let staged = Bytes::matching(data, staged);
         if let Err(staged) = self.superseded_by(mem, offset, data, staged) {
             let cost = Bytes::footprint_of(data, &staged);
             self.push_write(mem, cost, || Cmd::Write { queue, mem, offset, data: Bytes::of(data, staged), sync })
@@ -915,7 +922,7 @@ impl State {
             Cmd::Enqueue(Request::EnqueueFillBuffer(f)) => self.storage(f.mem) == mem,
             _ => false,
         };
-        let untouched = |c: &Cmd| c.uses().iter().all(|u| self.storage(*u) != mem);
+        let untouched = |c: &Cmd| !c.any_use(|u| self.storage(u) == mem);
         if !whole || !self.cmds.iter().all(|c| only_written(c) || untouched(c)) {
             return Err(staged);
         }
@@ -1131,7 +1138,7 @@ impl State {
             return;
         }
         let mut fresh: Vec<(ObjectId, Vec<u8>)> = Vec::new();
-        let started = Instant::now();
+        let started = read_back.then(Instant::now);
         if read_back {
             let queues: BTreeSet<ObjectId> = self.cmds.iter().map(Cmd::queue).chain([queue]).collect();
             for q in queues {
@@ -1152,7 +1159,7 @@ impl State {
                 }
             }
         }
-        if read_back {
+        if let Some(started) = started {
             self.last_read_back = Some((Instant::now(), started.elapsed()));
         }
         self.cmds.clear();

@@ -62,11 +62,10 @@ pub(super) fn read_again(
     let len = shape.packed_len();
     let seg = conn.acquire_segment(len)?;
     let into = DataRef::Segment { id: seg.id, offset: 0, len: len as u64 };
-    let rc = match req {
-        Request::EnqueueReadBuffer(r) => conn.call(EnqueueReadBuffer { blocking: true, into, ..r.clone() }),
-        Request::EnqueueRegionTransfer(r) => {
-            conn.call(EnqueueRegionTransfer { blocking: true, data: into, ..r.clone() })
-        }
+    // Typed calls: a blocking one gives the completed events' callbacks their turn.
+    let rc = match read_into(req, into, true) {
+        Some(Request::EnqueueReadBuffer(r)) => conn.call(r),
+        Some(Request::EnqueueRegionTransfer(r)) => conn.call(r),
         _ => Ok(CL_INVALID_OPERATION),
     };
     if rc == Ok(CL_SUCCESS) {
@@ -82,6 +81,18 @@ pub(super) fn read_again(
     }
     conn.release_segment(seg);
     rc
+}
+
+/// A journaled non-blocking read (`Cmd::Read`'s request) made again into `into`, `blocking` or
+/// not; `None` for a request that is not a read.
+pub(super) fn read_into(req: &Request, into: DataRef, blocking: bool) -> Option<Request> {
+    match req {
+        Request::EnqueueReadBuffer(r) => Some(EnqueueReadBuffer { blocking, into, ..r.clone() }.into_request()),
+        Request::EnqueueRegionTransfer(r) => {
+            Some(EnqueueRegionTransfer { blocking, data: into, ..r.clone() }.into_request())
+        }
+        _ => None,
+    }
 }
 
 /// Writes `data` into buffer `mem` at `offset`, blocking (a mapping carried over from a dead
@@ -387,46 +398,36 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
             sync.wait.retain(|w| out.created.contains(w));
         }
         let queue = st.cmds[i].queue();
-        if gates.hold(&st.cmds[i]) {
+        let rc = if gates.hold(&st.cmds[i]) {
             // Waits on a user event not set yet: enqueued, not finished (`gated`).
             let rc = gates.enqueue(&st.cmds[i], old, new);
-            match rc {
-                Err(_) if new.is_dead() => return crashed(step),
-                Ok(CL_SUCCESS) => {
-                    out.replayed += 1;
-                    out.created.extend(event);
-                    if let Cmd::Read { event, .. } = &st.cmds[i] {
+            if let (Cmd::Read { event, .. }, Ok(CL_SUCCESS)) = (&st.cmds[i], &rc) {
+                unfinished.remove(event);
+            }
+            rc
+        } else {
+            let rc = match &st.cmds[i] {
+                Cmd::Write { queue, mem, offset, data, sync } => with_kept(new, data, |data| EnqueueWriteBuffer {
+                    queue: *queue,
+                    mem: *mem,
+                    blocking: true,
+                    offset: *offset,
+                    data,
+                    sync: sync.clone(),
+                }),
+                Cmd::Enqueue(req) => new.call_request(req),
+                Cmd::Batch { req, .. } => new.call(req.clone()),
+                Cmd::Region { req, data } => with_kept(new, data, |data| EnqueueRegionTransfer { data, ..req.clone() }),
+                Cmd::Read { req, event, dst, shape, mirror } => {
+                    let rc = read_again(new, req, *dst, *shape, *mirror);
+                    if rc == Ok(CL_SUCCESS) {
                         unfinished.remove(event);
                     }
+                    rc
                 }
-                _ => {
-                    lost.extend(writes);
-                    failed_events.extend(event);
-                }
-            }
-            continue;
-        }
-        let rc = match &st.cmds[i] {
-            Cmd::Write { queue, mem, offset, data, sync } => with_kept(new, data, |data| EnqueueWriteBuffer {
-                queue: *queue,
-                mem: *mem,
-                blocking: true,
-                offset: *offset,
-                data,
-                sync: sync.clone(),
-            }),
-            Cmd::Enqueue(req) => new.call_request(req),
-            Cmd::Batch { req, .. } => new.call(req.clone()),
-            Cmd::Region { req, data } => with_kept(new, data, |data| EnqueueRegionTransfer { data, ..req.clone() }),
-            Cmd::Read { req, event, dst, shape, mirror } => {
-                let rc = read_again(new, req, *dst, *shape, *mirror);
-                if rc == Ok(CL_SUCCESS) {
-                    unfinished.remove(event);
-                }
-                rc
-            }
+            };
+            rc.and_then(|rc| new.call(FlushOrFinish { queue, finish: true }).map(|_| rc))
         };
-        let rc = rc.and_then(|rc| new.call(FlushOrFinish { queue, finish: true }).map(|_| rc));
         match rc {
             Err(_) if new.is_dead() => return crashed(step),
             Ok(CL_SUCCESS) => {
