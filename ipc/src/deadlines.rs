@@ -67,12 +67,24 @@ pub fn op_index(name: &str) -> Option<u32> {
 /// The name a request is recorded and timed under: its call's, except that a program binary
 /// size query is timed as the code generation it triggers.
 pub fn recorded_name(req: &Request) -> &'static str {
-    match req {
-        Request::GetInfo(q) if q.target == InfoTarget::Program && q.param == CL_PROGRAM_BINARY_SIZES => {
-            PROGRAM_BINARY_SIZES
-        }
-        other => other.op_name(),
+    match is_binary_sizes(req) {
+        true => PROGRAM_BINARY_SIZES,
+        false => req.op_name(),
     }
+}
+
+/// `op_index(recorded_name(req))`, without looking the name up among every call's: the worker
+/// asks for each call it serves.
+pub fn recorded_index(req: &Request) -> u32 {
+    match is_binary_sizes(req) {
+        // `EXTRA_OPS` follow `OP_NAMES`.
+        true => (crate::OP_NAMES.len() + 1) as u32,
+        false => req.op_index(),
+    }
+}
+
+fn is_binary_sizes(req: &Request) -> bool {
+    matches!(req, Request::GetInfo(q) if q.target == InfoTarget::Program && q.param == CL_PROGRAM_BINARY_SIZES)
 }
 
 /// The class of each step. Anything not named here is `Other`.
@@ -255,8 +267,15 @@ mod tests {
     fn binary_size_queries_are_timed_as_builds() {
         let q = crate::GetInfo { target: InfoTarget::Program, object: 1, aux: 0, param: CL_PROGRAM_BINARY_SIZES };
         assert_eq!(recorded_name(&Request::GetInfo(q.clone())), PROGRAM_BINARY_SIZES);
-        assert_eq!(class_of(recorded_name(&Request::GetInfo(q))), Class::Build);
+        assert_eq!(class_of(recorded_name(&Request::GetInfo(q.clone()))), Class::Build);
         let other = crate::GetInfo { target: InfoTarget::Device, object: 1, aux: 0, param: CL_PROGRAM_BINARY_SIZES };
-        assert_eq!(recorded_name(&Request::GetInfo(other)), "GetInfo");
+        assert_eq!(recorded_name(&Request::GetInfo(other.clone())), "GetInfo");
+        for req in [
+            Request::GetInfo(q),
+            Request::GetInfo(other),
+            crate::Call::into_request(crate::FlushOrFinish { queue: 1, finish: true }),
+        ] {
+            assert_eq!(Some(recorded_index(&req)), op_index(recorded_name(&req)), "{}", req.op_name());
+        }
     }
 }

@@ -85,6 +85,10 @@ pub struct Conn {
     /// enqueue's objects cannot be of different contexts (`CL_INVALID_CONTEXT`, which the shim
     /// does not track per object): only then is anything posted.
     contexts_made: AtomicU64,
+    /// Whether a kernel of this worker may call `printf` (`stdio_relay::may_print`): only then
+    /// does a call that waits for the device look for output in the relay's pipes before it
+    /// returns (two `read`s, 2 us a call on the H100's VM, for output that is almost never there).
+    may_print: AtomicBool,
     /// (platform handle, its device handles), in the worker's order.
     pub platforms: OnceLock<Vec<(usize, Vec<usize>)>>,
     /// Under `CLOISTER_RECOVERY=auto`: whether this worker is replayed, once settled
@@ -221,14 +225,28 @@ pub fn met_death(serial: u64) {
 /// thread sees its own `met_death` in program order, which is all `recovery::retrying` needs.
 static DEATHS_MET: AtomicBool = AtomicBool::new(false);
 
+/// Whether any call of the process has met its worker's death (see `DEATHS_MET`).
+#[inline(always)]
+pub fn any_death_met() -> bool {
+    DEATHS_MET.load(Ordering::Relaxed)
+}
+
 /// This thread's death met since the last take, if any. Inlined: every entry point asks, twice,
 /// in replay mode (`recovery::retrying`).
 #[inline]
 pub fn take_met_death() -> Option<u64> {
     match DEATHS_MET.load(Ordering::Relaxed) {
         false => None,
-        true => MET_DEATH.try_with(|m| m.take()).ok().flatten(),
+        true => take_met_death_here(),
     }
+}
+
+/// The thread-local part of `take_met_death`, out of line: inlined, the compiler computed the
+/// thread-local's address (a `__tls_get_addr` call) before the test, on every entry point.
+#[cold]
+#[inline(never)]
+fn take_met_death_here() -> Option<u64> {
+    MET_DEATH.try_with(|m| m.take()).ok().flatten()
 }
 
 thread_local! {
@@ -422,6 +440,7 @@ impl Conn {
             first_poster: AtomicUsize::new(0),
             many_posters: AtomicBool::new(false),
             contexts_made: AtomicU64::new(0),
+            may_print: AtomicBool::new(false),
             death_watcher: OnceLock::new(),
             platforms: OnceLock::new(),
             replay_settled: OnceLock::new(),
@@ -673,10 +692,15 @@ impl Conn {
         if matches!(request, Request::CreateContext(_) | Request::CreateContextFromType(_)) {
             self.contexts_made.fetch_add(1, Ordering::AcqRel);
         }
+        if crate::stdio_relay::may_print(request) {
+            self.may_print.store(true, Ordering::Release);
+        }
         self.after_other_lanes(lane, name)?;
         // Too big for the lane, the request or its reply travels through a segment (`spill`).
         let reply = spill::exchange(self, request.op_name(), &bytes, |frame| self.round_trip(lane, frame, name))?;
-        if cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait {
+        if self.may_print.load(Ordering::Acquire)
+            && cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait
+        {
             // Kernel printf output is in the pipes by now: it reaches the application before
             // the call returns, as it would directly.
             crate::stdio_relay::drain();

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use cloister_ipc::cl::*;
@@ -437,8 +437,24 @@ pub fn live_handles() -> Vec<(usize, Kind)> {
 /// Creates a handle for a new object and registers it.
 pub fn new_handle(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> *mut c_void {
     let h = Box::into_raw(Box::new(Handle { dispatch: conn.above().dispatch() }));
+    HANDLES_FROM.fetch_min(h as usize, Ordering::Relaxed);
+    HANDLES_TO.fetch_max(h as usize, Ordering::Relaxed);
     rebind(h as usize, kind, id, conn, data);
     h.cast()
+}
+
+/// The lowest and highest address any handle ever had: a value outside them (most scalar
+/// kernel arguments of a handle's size: a `double`, a `long`) is no handle, known without the
+/// registry's lock (`maybe_handle`).
+static HANDLES_FROM: AtomicUsize = AtomicUsize::new(usize::MAX);
+static HANDLES_TO: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether `h` may be one of our handles: aligned as they are, and within their addresses.
+#[inline]
+pub fn maybe_handle(h: usize) -> bool {
+    h.is_multiple_of(std::mem::align_of::<Handle>())
+        && h >= HANDLES_FROM.load(Ordering::Relaxed)
+        && h <= HANDLES_TO.load(Ordering::Relaxed)
 }
 
 /// Registers the object behind handle `h`. New handles start here; platform and device handles
@@ -582,27 +598,35 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
 /// How many objects each thread keeps at hand (`RECENT`).
 const RECENT_SLOTS: usize = 8;
 
-/// The objects a thread looked up last, by handle address; the oldest entry makes room.
+/// The objects a thread looked up last, by handle address; the oldest entry makes room. The
+/// addresses are kept apart from the objects so a lookup scans eight plain words.
 struct Recent {
-    entries: [Option<(usize, Arc<Object>)>; RECENT_SLOTS],
+    /// Each slot's handle address (0: empty, which no lookup asks for: NULL is never found).
+    addrs: [usize; RECENT_SLOTS],
+    objects: [Option<Arc<Object>>; RECENT_SLOTS],
     next: usize,
 }
 
 impl Recent {
     #[inline]
     fn find(&self, h: usize, kind: Kind) -> Option<&Arc<Object>> {
-        self.entries.iter().flatten().find(|e| e.0 == h).filter(|e| fresh(e, h, kind)).map(|e| &e.1)
+        if h == 0 {
+            return None;
+        }
+        let i = self.addrs.iter().position(|&a| a == h)?;
+        self.objects[i].as_ref().filter(|o| fresh(o, kind))
     }
 
     fn insert(&mut self, h: usize, obj: Arc<Object>) {
-        let slot = match self.entries.iter().position(|e| e.as_ref().is_some_and(|e| e.0 == h)) {
+        let slot = match self.addrs.iter().position(|&a| a == h) {
             Some(i) => i,
             None => {
                 self.next = (self.next + 1) % RECENT_SLOTS;
                 self.next
             }
         };
-        self.entries[slot] = Some((h, obj));
+        self.addrs[slot] = h;
+        self.objects[slot] = Some(obj);
     }
 }
 
@@ -613,17 +637,15 @@ thread_local! {
     /// not `released` (then the registry has no such handle any more, or another object behind
     /// it).
     static RECENT: std::cell::RefCell<Recent> =
-        const { std::cell::RefCell::new(Recent { entries: [const { None }; RECENT_SLOTS], next: 0 }) };
+        const { std::cell::RefCell::new(Recent { addrs: [0; RECENT_SLOTS], objects: [const { None }; RECENT_SLOTS], next: 0 }) };
 }
 
 /// Whether `obj`, found under `h`, is what a lookup of `h` as `kind` must answer now. A
 /// platform or device whose worker died goes through the registry (`lookup`), which waits for
 /// its successor.
 #[inline]
-fn fresh(entry: &(usize, Arc<Object>), h: usize, kind: Kind) -> bool {
-    let (addr, obj) = entry;
-    *addr == h
-        && obj.kind == kind
+fn fresh(obj: &Object, kind: Kind) -> bool {
+    obj.kind == kind
         && !obj.released.load(Ordering::Acquire)
         && !(matches!(kind, Kind::Platform | Kind::Device) && obj.conn.is_dead())
 }
@@ -632,9 +654,10 @@ fn fresh(entry: &(usize, Arc<Object>), h: usize, kind: Kind) -> bool {
 fn forget_recent(matches: impl Fn(&Object) -> bool) {
     let _ = RECENT.try_with(|r| {
         if let Ok(mut r) = r.try_borrow_mut() {
-            for slot in r.entries.iter_mut() {
-                if slot.as_ref().is_some_and(|(_, o)| matches(o)) {
-                    *slot = None;
+            let r = &mut *r;
+            for (addr, slot) in r.addrs.iter_mut().zip(r.objects.iter_mut()) {
+                if slot.as_ref().is_some_and(|o| matches(o)) {
+                    (*addr, *slot) = (0, None);
                 }
             }
         }
@@ -654,13 +677,18 @@ fn lookup_once(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
         Some(o) if o.kind == kind => o.clone(),
         _ => return Err(kind.invalid()),
     };
-    // Not while a `with_object` up the stack lends out an entry: then this one is not kept.
+    remember(h, &found);
+    Ok(found)
+}
+
+/// Keeps `obj`, found under `h`, in this thread's `RECENT`; not while a `with_object` up the
+/// stack lends out an entry.
+fn remember(h: usize, obj: &Arc<Object>) {
     let _ = RECENT.try_with(|r| {
         if let Ok(mut r) = r.try_borrow_mut() {
-            r.insert(h, found.clone());
+            r.insert(h, obj.clone());
         }
     });
-    Ok(found)
 }
 
 /// Validates `h` as a live handle of `kind`. A platform or device whose worker just died is
@@ -696,43 +724,64 @@ pub fn with_object<R>(h: *const c_void, kind: Kind, f: impl FnOnce(&Object) -> R
     }
 }
 
-/// A lookup `with_object_then` hands its caller: lends the object of `kind` behind a handle,
-/// if there is one, to the callback.
-pub type SecondLookup<'a> = dyn Fn(*const c_void, Kind, &mut dyn FnMut(&Object)) + 'a;
+/// The lookups `with_object_then` hands its caller, for a second handle: read the same borrow
+/// of this thread's `RECENT` as the first (`None`: the first came from the registry).
+pub struct SecondLookup<'a> {
+    recent: Option<&'a Recent>,
+}
+
+impl SecondLookup<'_> {
+    /// `f` applied to the live object behind `h`, if it is of one of `kinds`: which kind, and
+    /// what `f` said. One search of `RECENT` and at most one of the registry, whatever the
+    /// number of kinds; a value that cannot be a handle (`maybe_handle`) is not searched for.
+    #[inline]
+    pub fn of_kinds<R>(&self, h: *const c_void, kinds: &[Kind], f: impl FnOnce(&Object) -> R) -> Option<(Kind, R)> {
+        let addr = h as usize;
+        if !maybe_handle(addr) {
+            return None;
+        }
+        if let Some(o) = self.recent.and_then(|r| kinds.iter().find_map(|&k| r.find(addr, k))) {
+            return Some((o.kind, f(o)));
+        }
+        let found = registry().read().unwrap_or_else(|e| e.into_inner()).get(&addr).cloned()?;
+        let kind = *kinds.iter().find(|&&k| found.kind == k)?;
+        if self.recent.is_none() {
+            // No borrow of `RECENT` is held: keep the object at hand for the next call.
+            remember(addr, &found);
+        }
+        // A platform or device whose worker died goes through `lookup`, which waits for its
+        // successor (the kinds asked for here are never those).
+        let found = match matches!(kind, Kind::Platform | Kind::Device) {
+            true => lookup(h, kind).ok()?,
+            false => found,
+        };
+        (!found.released.load(Ordering::Acquire)).then(|| (kind, f(&found)))
+    }
+}
 
 /// `with_object` for a call that looks up a second handle while it holds the first (the
 /// argument of `clSetKernelArg`): `f` gets a lookup of its own that reads the same borrow of
-/// this thread's `RECENT`, one thread-local access for both. The second object is lent to `g`.
-#[inline]
+/// this thread's `RECENT`, one thread-local access for both.
+#[inline(always)]
 pub fn with_object_then<R>(
     h: *const c_void,
     kind: Kind,
     f: impl FnOnce(&Object, &SecondLookup) -> R,
 ) -> Result<R, cl_int> {
-    let second = |recent: Option<&Recent>, h2: *const c_void, kind2: Kind, g: &mut dyn FnMut(&Object)| match recent
-        .and_then(|r| r.find(h2 as usize, kind2))
-    {
-        Some(o) => g(o),
-        None => {
-            if let Ok(o) = lookup(h2, kind2) {
-                g(&o)
-            }
-        }
-    };
     let addr = h as usize;
     let mut f = Some(f);
     let lent = RECENT.try_with(|r| {
         let r = r.try_borrow().ok()?;
         let obj = r.find(addr, kind)?;
         let f = f.take()?;
-        Some(f(obj, &|h2, k2, g| second(Some(&r), h2, k2, g)))
+        Some(f(obj, &SecondLookup { recent: Some(&r) }))
     });
     if let Ok(Some(v)) = lent {
         return Ok(v);
     }
     let obj = lookup(h, kind)?;
     match f.take() {
-        Some(f) => Ok(f(&obj, &|h2, k2, g| second(None, h2, k2, g))),
+        Some(f) => Ok(f(&obj, &SecondLookup { recent: None })),
         None => Err(kind.invalid()), // not reached: `f` is taken only when it ran
     }
 }

@@ -41,15 +41,13 @@ pub enum Answer {
     Value(Vec<u8>),
     /// The size query succeeded (with this size) but the value query failed with this code.
     SizeOnly(usize, cl_int),
-    /// Already copied out to the application from the cache, with this outcome.
-    Written(cl_int),
 }
 
 impl Answer {
     pub fn into_value(self) -> Result<Vec<u8>, cl_int> {
         match self {
             Answer::Value(v) => Ok(v),
-            Answer::SizeOnly(_, e) | Answer::Written(e) => Err(e),
+            Answer::SizeOnly(_, e) => Err(e),
         }
     }
 }
@@ -101,9 +99,14 @@ pub fn ref_count_param(kind: Kind) -> Option<u32> {
 /// The common shape of every `clGet*Info` entry point: validate, answer locally where the shim
 /// knows better (`local`), else forward; then apply the size protocol.
 ///
+/// A query repeated in a tight loop (a device's name, its limits) is answered from the cache by
+/// the small first step; only what the cache cannot answer takes `get_info_otherwise`, which
+/// looks the handle up again.
+///
 /// # Safety
 /// As for `write_value`.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub unsafe fn get_info(
     handle: *const c_void,
     kind: Kind,
@@ -115,21 +118,61 @@ pub unsafe fn get_info(
     size_ret: *mut usize,
     local: impl FnOnce(&Object) -> Option<Result<Vec<u8>, cl_int>>,
 ) -> cl_int {
+    /// What the first step found.
+    enum First {
+        /// Written from the cache, with this outcome.
+        Written(cl_int),
+        /// The shim's own answer (`local`).
+        Local(Result<Vec<u8>, cl_int>),
+        Otherwise,
+    }
     // The object is lent (`with_object`): a repeated query touches no reference count.
-    let answer = crate::handle::with_object(handle, kind, |obj| {
+    let first = crate::handle::with_object(handle, kind, |obj| {
         if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
-            return Ok(Answer::Value(obj.ref_count().to_ne_bytes().to_vec()));
+            return First::Otherwise;
         }
         if let Some(v) = local(obj) {
-            return v.map(Answer::Value);
+            return First::Local(v);
         }
         // A cached value goes straight from the cache to the application: the common repeated
         // query allocates nothing.
-        if cacheable(target, param) {
+        match cacheable(target, param) {
             // SAFETY: forwarded from the caller.
-            if let Some(rc) = obj.cached_info((param, aux), |b| unsafe { write_value(b, size, value, size_ret) }) {
-                return Ok(Answer::Written(rc));
-            }
+            true => obj.cached_info((param, aux), |b| unsafe { write_value(b, size, value, size_ret) }),
+            false => None,
+        }
+        .map_or(First::Otherwise, First::Written)
+    });
+    match first {
+        Ok(First::Written(rc)) => rc,
+        // SAFETY: forwarded from the caller.
+        Ok(First::Local(Ok(b))) => unsafe { write_value(&b, size, value, size_ret) },
+        Ok(First::Local(Err(e))) | Err(e) => e,
+        // SAFETY: forwarded from the caller.
+        Ok(First::Otherwise) => unsafe { get_info_otherwise(handle, kind, target, aux, param, size, value, size_ret) },
+    }
+}
+
+/// `get_info` for what neither the cache nor `local` answered: a reference count, or a query
+/// for the worker.
+///
+/// # Safety
+/// As for `write_value`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn get_info_otherwise(
+    handle: *const c_void,
+    kind: Kind,
+    target: InfoTarget,
+    aux: u64,
+    param: u32,
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+) -> cl_int {
+    let answer = crate::handle::with_object(handle, kind, |obj| {
+        if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
+            return Ok(Answer::Value(obj.ref_count().to_ne_bytes().to_vec()));
         }
         query_answer(obj, target, aux, param)
     })
@@ -137,7 +180,6 @@ pub unsafe fn get_info(
     match answer {
         // SAFETY: forwarded from the caller.
         Ok(Answer::Value(b)) => unsafe { write_value(&b, size, value, size_ret) },
-        Ok(Answer::Written(rc)) => rc,
         Ok(Answer::SizeOnly(len, e)) => {
             if !value.is_null() {
                 return e;

@@ -111,6 +111,35 @@ fn write_all(fd: i32, mut bytes: &[u8]) {
     }
 }
 
+/// Whether `request` may give a worker a kernel that calls `printf`, so that calls waiting for
+/// the device must relay the pipes' contents before they return (`drain`). A program made from
+/// source may print only if "printf" is written in its source, its build options (`-D`) or the
+/// application's headers it includes; one made from a binary, IL or built-in kernels may always
+/// print. Output a driver writes on its own (warnings, debug logs) is relayed as it comes, by
+/// the relay thread, with no order to keep.
+pub fn may_print(request: &cloister_ipc::Request) -> bool {
+    use cloister_ipc::Request;
+    fn says(bytes: &[u8]) -> bool {
+        bytes.windows(6).any(|w| w == b"printf")
+    }
+    fn in_options(options: &Option<Vec<u8>>) -> bool {
+        options.as_deref().is_some_and(says)
+    }
+    fn in_headers(includes: &Option<cloister_ipc::AppIncludes>) -> bool {
+        includes.as_ref().is_some_and(|i| i.files.iter().any(|(_, text)| says(text)))
+    }
+    match request {
+        Request::CreateProgramWithSource(r) => r.sources.iter().any(|s| says(s)),
+        Request::BuildProgram(r) => in_options(&r.options) || in_headers(&r.includes),
+        Request::CompileProgram(r) => in_options(&r.options) || in_headers(&r.includes),
+        Request::LinkProgram(r) => in_options(&r.options),
+        Request::CreateProgramWithBinary(_)
+        | Request::CreateProgramWithIl(_)
+        | Request::CreateProgramWithBuiltInKernels(_) => true,
+        _ => false,
+    }
+}
+
 /// Relays what the workers wrote so far, before the application goes on: called after calls
 /// that wait for the device (kernel `printf` output is written before they return).
 pub fn drain() {
@@ -121,4 +150,40 @@ pub fn drain() {
 
 extern "C" fn drain_at_exit() {
     drain();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_print;
+    use cloister_ipc::{
+        AppIncludes, BuildProgram, Call, CreateProgramWithBinary, CreateProgramWithSource, FlushOrFinish,
+    };
+
+    fn source(text: &str) -> cloister_ipc::Request {
+        CreateProgramWithSource { id: 1, context: 2, sources: vec![b"kernel void k() {}".to_vec(), text.into()] }
+            .into_request()
+    }
+
+    fn build(options: Option<&str>, header: Option<&str>) -> cloister_ipc::Request {
+        let includes = header.map(|h| AppIncludes {
+            dirs: vec!["/inc".into()],
+            files: vec![("/inc/a.h".into(), b"#define X 1".to_vec()), ("/inc/b.h".into(), h.into())],
+            macro_dirs: vec![],
+        });
+        BuildProgram { program: 1, devices: None, options: options.map(Into::into), includes, notify: None }
+            .into_request()
+    }
+
+    #[test]
+    fn a_program_may_print_where_printf_is_written_or_its_code_cannot_be_read() {
+        assert!(may_print(&source("kernel void p() { printf(\"%d\", 1); }")));
+        assert!(!may_print(&source("kernel void p(global int *a) { a[0] = 1; } // print nothing")));
+        assert!(may_print(&build(Some("-DSAY=printf"), None)));
+        assert!(!may_print(&build(Some("-DSAY=print -cl-fast-relaxed-math"), None)));
+        assert!(may_print(&build(None, Some("#define SAY(x) printf(\"%d\", x)"))));
+        assert!(!may_print(&build(None, Some("#define SAY(x) (x)"))));
+        let binary = CreateProgramWithBinary { id: 1, context: 2, devices: vec![3], binaries: vec![vec![0; 16]] };
+        assert!(may_print(&binary.into_request()));
+        assert!(!may_print(&FlushOrFinish { queue: 4, finish: true }.into_request()));
+    }
 }

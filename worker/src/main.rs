@@ -391,8 +391,7 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
     // Runs a request and encodes its reply. Noted before the driver runs it, so a crash or hang
     // inside names the call.
     let run = |req: Request| {
-        let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
-            .unwrap_or_else(|| req.op_index());
+        let op = cloister_ipc::deadlines::recorded_index(&req);
         let start = recorder.map(|r| FlightRecorder::begin(r, slot, lane_id, op));
         let reply = dispatch_call(&server, req).unwrap_or_default();
         if let (Some(r), Some(start)) = (recorder, start) {
@@ -413,8 +412,7 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                     |bytes| match cloister_ipc::decode_request(bytes) {
                         Ok(req) => {
                             // Noted before the driver runs it, so a crash or hang inside names the call.
-                            let op = cloister_ipc::deadlines::op_index(cloister_ipc::deadlines::recorded_name(&req))
-                                .unwrap_or_else(|| req.op_index());
+                            let op = cloister_ipc::deadlines::recorded_index(&req);
                             in_flight = recorder.map(|r| (r, op, FlightRecorder::begin(r, slot, lane_id, op)));
                             let build = cloister_ipc::deadlines::class_of(req.op_name())
                                 == cloister_ipc::deadlines::Class::Build;

@@ -87,7 +87,18 @@ forward_info!(clGetDeviceInfo, cl_device_id, Kind::Device, InfoTarget::Device, d
 
 /// What the shim answers about a device itself: availability after a worker death, sub-device
 /// reference counts, and the masked capability and extension values.
+/// Inlined, so the common query (none of these) costs a few comparisons.
+#[inline]
 fn device_answers(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
+    match param_name {
+        CL_DEVICE_AVAILABLE | CL_DEVICE_REFERENCE_COUNT => device_answers_here(obj, param_name),
+        p if extensions::rewrites_device_param(p) => device_answers_here(obj, p),
+        _ => None,
+    }
+}
+
+#[inline(never)]
+fn device_answers_here(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
     match param_name {
         // A device whose worker died is unavailable, not an error.
         CL_DEVICE_AVAILABLE if obj.conn.is_dead() => Some(Ok(CL_FALSE.to_ne_bytes().to_vec())),

@@ -151,44 +151,44 @@ impl Incoming<'_> {
         }
     }
 
-    /// Whether `slot` (a recorded value, which the driver accepted) has this value's shape:
-    /// the same size of bytes, the same `__local` size, or the same object.
-    fn fits(&self, slot: Option<&ArgValue>) -> bool {
-        match (self, slot) {
-            (Incoming::Bytes(new), Some(ArgValue::Bytes(old))) => old.len() == new.len(),
-            (Incoming::Local(n), Some(ArgValue::Local(old))) => old == n,
-            (Incoming::Object { id, .. }, Some(ArgValue::Object(old))) => old == id,
-            _ => false,
+    /// Records the value in `slot` if `slot` (a recorded value, which the driver accepted) has
+    /// this value's shape, the same size of bytes, the same `__local` size or the same object,
+    /// reusing its storage: whether the value changed. `None`: a new shape, not recorded.
+    #[inline]
+    fn update(&self, slot: Option<&mut ArgValue>) -> Option<bool> {
+        match (self, slot?) {
+            (Incoming::Bytes(new), ArgValue::Bytes(old)) if old.len() == new.len() => Some(overwrite(old, new)),
+            (Incoming::Local(n), ArgValue::Local(old)) if old == n => Some(false),
+            (Incoming::Object { id, .. }, ArgValue::Object(old)) if old == id => Some(false),
+            _ => None,
         }
     }
+}
 
-    /// Records the value in `slot`, reusing what is there: `false` if it was there already.
-    fn store(&self, slot: &mut Option<ArgValue>) -> bool {
-        match (self, slot.as_mut()) {
-            (Incoming::Bytes(new), Some(ArgValue::Bytes(old))) if old.len() == new.len() => {
-                // Byte by byte: arguments are a few bytes, where a memcmp and a memcpy call each
-                // cost more than the loop.
-                let mut changed = false;
-                for (o, n) in old.iter_mut().zip(new.iter()) {
-                    changed |= *o != *n;
-                    *o = *n;
-                }
-                changed
-            }
-            (Incoming::Local(n), Some(ArgValue::Local(old))) if old == n => false,
-            (Incoming::Object { id, .. }, Some(ArgValue::Object(old))) if old == id => false,
-            _ => {
-                *slot = Some(self.to_value());
-                true
-            }
-        }
+/// Copies `new` over `old` (of the same length): whether anything changed. The common sizes are
+/// one load and store each; arguments are a few bytes, where a memcmp and a memcpy call each
+/// cost more than the comparison.
+#[inline]
+fn overwrite(old: &mut [u8], new: &[u8]) -> bool {
+    if let (Ok(o), Ok(n)) = (<&mut [u8; 4]>::try_from(&mut *old), <&[u8; 4]>::try_from(new)) {
+        return std::mem::replace(o, *n) != *n;
     }
+    if let (Ok(o), Ok(n)) = (<&mut [u8; 8]>::try_from(&mut *old), <&[u8; 8]>::try_from(new)) {
+        return std::mem::replace(o, *n) != *n;
+    }
+    let mut changed = false;
+    for (o, n) in old.iter_mut().zip(new.iter()) {
+        changed |= *o != *n;
+        *o = *n;
+    }
+    changed
 }
 
 /// Records the argument, to be shipped with the next enqueue. A shape the driver has accepted
 /// before (index, size, kind of value) is recorded without a round trip and, for a value of
 /// the same size as the last one, without an allocation: applications set arguments before
-/// every enqueue.
+/// every enqueue. Inlined into its entry point: applications call it in tight loops.
+#[inline]
 pub unsafe fn clSetKernelArg(
     kernel: cl_kernel,
     arg_index: cl_uint,
@@ -212,25 +212,32 @@ pub unsafe fn clSetKernelArg(
             let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
             object_arg(bytes, &k.conn, also).unwrap_or(Incoming::Bytes(bytes))
         };
-        let shape = (arg_index, arg_size as u64, incoming.shape_kind());
         let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
-        let accepted = incoming.fits(a.values.get(arg_index as usize).and_then(Option::as_ref));
-        if !accepted && !a.accepted.contains(&shape) {
-            drop(a);
-            // A shape the driver has not seen: ask it now, so an error comes from this call (a
-            // wrong size, a NULL `__local` size) and not from a later enqueue.
-            let call = cloister_ipc::SetKernelArg { kernel: k.id, index: arg_index, value: incoming.to_value() };
-            match k.conn.call(call) {
-                Ok(CL_SUCCESS) => {}
-                Ok(e) | Err(e) => return e,
+        let changed = match incoming.update(a.values.get_mut(arg_index as usize).and_then(Option::as_mut)) {
+            Some(changed) => changed,
+            None => {
+                let shape = (arg_index, arg_size as u64, incoming.shape_kind());
+                if !a.accepted.contains(&shape) {
+                    drop(a);
+                    // A shape the driver has not seen: ask it now, so an error comes from this
+                    // call (a wrong size, a NULL `__local` size) and not from a later enqueue.
+                    let call =
+                        cloister_ipc::SetKernelArg { kernel: k.id, index: arg_index, value: incoming.to_value() };
+                    match k.conn.call(call) {
+                        Ok(CL_SUCCESS) => {}
+                        Ok(e) | Err(e) => return e,
+                    }
+                    a = args.lock().unwrap_or_else(|e| e.into_inner());
+                    a.accepted.insert(shape);
+                }
+                if a.values.len() <= arg_index as usize {
+                    a.values.resize(arg_index as usize + 1, None);
+                }
+                a.values[arg_index as usize] = Some(incoming.to_value());
+                true
             }
-            a = args.lock().unwrap_or_else(|e| e.into_inner());
-            a.accepted.insert(shape);
-        }
-        if a.values.len() <= arg_index as usize {
-            a.values.resize(arg_index as usize + 1, None);
-        }
-        if incoming.store(&mut a.values[arg_index as usize]) && !a.dirty.contains(&arg_index) {
+        };
+        if changed && !a.dirty.contains(&arg_index) {
             a.dirty.push(arg_index);
         }
         CL_SUCCESS
@@ -242,6 +249,7 @@ pub unsafe fn clSetKernelArg(
 /// kernel's worker travels as its id (with the kind of object it is); an object of another
 /// worker is not one the driver knows, so its handle is just bytes. `lookup` finds handles
 /// (`handle::with_object_then`).
+#[inline(always)]
 fn object_arg<'a>(
     bytes: &'a [u8],
     kernel_conn: &std::sync::Arc<crate::conn::Conn>,
@@ -251,14 +259,9 @@ fn object_arg<'a>(
     if raw.is_null() {
         return None;
     }
-    for kind in [Kind::Mem, Kind::Sampler] {
-        let mut found = None;
-        lookup(raw, kind, &mut |o| found = Some(std::sync::Arc::ptr_eq(&o.conn, kernel_conn).then_some(o.id)));
-        if let Some(same_worker) = found {
-            return same_worker.map(|id| Incoming::Object { id, sampler: kind == Kind::Sampler });
-        }
-    }
-    None
+    let (kind, same_worker) = lookup
+        .of_kinds(raw, &[Kind::Mem, Kind::Sampler], |o| std::sync::Arc::ptr_eq(&o.conn, kernel_conn).then_some(o.id))?;
+    same_worker.map(|id| Incoming::Object { id, sampler: kind == Kind::Sampler })
 }
 
 /// Takes the arguments set since the last enqueue, to ship with the next one.

@@ -250,11 +250,10 @@ macro_rules! forward_info {
             value: *mut c_void,
             size_ret: *mut usize,
         ) -> cl_int {
-            let local: fn(&crate::handle::Object, cl_uint) -> Option<Result<Vec<u8>, cl_int>> = $local;
             // SAFETY: forwarded API contract.
             unsafe {
                 info::get_info(handle, $kind, $target, 0, param_name, size, value, size_ret, |obj| {
-                    local(obj, param_name)
+                    ($local)(obj, param_name)
                 })
             }
         }

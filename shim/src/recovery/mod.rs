@@ -39,7 +39,7 @@ use std::sync::{Mutex, OnceLock};
 use cloister_ipc::cl::*;
 use cloister_ipc::Call;
 
-use crate::conn::{met_death, take_met_death, Conn};
+use crate::conn::{any_death_met, met_death, take_met_death, Conn};
 
 mod gated;
 mod journal;
@@ -107,26 +107,50 @@ fn carried_over(serial: u64) -> bool {
 }
 
 /// Runs an entry point; in replay mode, one that failed because its worker died runs again
-/// once the objects are carried over (at most `RETRIES` + 1 times in all).
+/// once the objects are carried over (at most `RETRIES` + 1 times in all). Until some call of
+/// the process meets a death this is the call and two loads of one flag: every entry point
+/// goes through here.
+#[inline(always)]
 pub fn retrying<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R) -> R {
+    if any_death_met() {
+        return retrying_after_deaths(failed, f);
+    }
+    let r = f();
+    match any_death_met() {
+        false => r,
+        // This call may have met the first death: as `retrying_after_deaths` would have had
+        // it, with no earlier death of this thread's to keep.
+        true => retried(failed, f, r, None),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn retrying_after_deaths<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R) -> R {
     if !on() {
         return f();
     }
     let outer = take_met_death();
+    let r = f();
+    retried(failed, f, r, outer)
+}
+
+/// `r` came from a call made once; runs it again while it failed because its worker died and
+/// the objects were carried over, then restores the death an outer call met (`outer`).
+#[cold]
+#[inline(never)]
+fn retried<R>(failed: impl Fn(&R) -> bool, f: impl Fn() -> R, mut r: R, outer: Option<u64>) -> R {
+    if !on() {
+        return r;
+    }
     let mut tries = 0;
-    let r = loop {
-        let r = f();
-        let met = take_met_death();
-        match met {
-            Some(serial) if failed(&r) && tries < RETRIES => {
-                if !carried_over(serial) {
-                    break r;
-                }
-                tries += 1;
-            }
-            _ => break r,
+    while let Some(serial) = take_met_death() {
+        if !failed(&r) || tries >= RETRIES || !carried_over(serial) {
+            break;
         }
-    };
+        tries += 1;
+        r = f();
+    }
     if let Some(o) = outer {
         met_death(o);
     }
