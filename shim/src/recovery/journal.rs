@@ -456,6 +456,9 @@ pub struct State {
     pub(super) open_maps: HashMap<(ObjectId, usize), Vec<MapArea>>,
     /// When the last checkpoint that read contents back ended, and how long it took.
     pub(super) last_read_back: Option<(Instant, Duration)>,
+    /// Released objects kept since the last checkpoint (a checkpoint drops those no longer
+    /// needed): while there are none, a checkpoint of a settled journal has nothing to do.
+    pub(super) released_kept: usize,
 }
 
 /// The recovery record of one worker's objects (empty unless replay mode is on).
@@ -619,6 +622,7 @@ impl Journal {
                 }
                 Some(_) => {
                     if let Some(r) = s.recipes.get_mut(&id) {
+                        s.released_kept += usize::from(!r.released);
                         r.released = true;
                         // Its `pfn_notify`'s user data may be freed: a released context never
                         // hears of a carry-over.
@@ -737,14 +741,14 @@ impl Journal {
     /// it is cheap (see the module's doc).
     pub fn read(&self, conn: &Conn, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8]) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let whole = offset == 0 && s.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
         // Nothing to learn from a read of contents the journal holds already (in place, or
-        // known with nothing journaled since): no checkpoint's bookkeeping on every read.
-        if s.settled() && (s.in_place_unused(mem) || s.known(mem)) {
+        // known with nothing journaled since), nor, with nothing journaled and nothing to drop,
+        // from a read of part of a buffer: no checkpoint's bookkeeping on every read.
+        if s.settled() && (s.in_place_unused(mem) || s.known(mem) || (!whole && s.released_kept == 0)) {
             return;
         }
-        let whole = offset == 0 && s.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
-        let dirty = s.dirty();
-        let free = s.complete(queue) && dirty.iter().all(|&m| (whole && m == mem) || s.in_place(m));
+        let free = s.complete(queue) && s.dirty_all(|m| (whole && m == mem) || s.in_place(m));
         if free {
             s.checkpoint(conn, queue, whole.then_some((mem, data)), false);
         } else if s.read_back_due() {
@@ -760,7 +764,7 @@ impl Journal {
         if s.settled() {
             return;
         }
-        if s.complete(queue) && s.dirty().iter().all(|&m| s.in_place(m)) {
+        if s.complete(queue) && s.dirty_all(|m| s.in_place(m)) {
             s.checkpoint(conn, queue, None, false);
         } else if s.read_back_due() {
             s.checkpoint(conn, queue, None, true);
@@ -1042,6 +1046,13 @@ impl State {
     }
 
     /// Buffers the journal's commands may write, and those whose contents are lost.
+    /// Whether every object `dirty` would name passes `ok`, without collecting them: a
+    /// `clFinish` or blocking read asks on every call, and stops at the first that fails.
+    pub(super) fn dirty_all(&self, ok: impl Fn(ObjectId) -> bool) -> bool {
+        self.cmds.iter().all(|c| self.writes(c).into_iter().all(&ok))
+            && self.recipes.iter().all(|(id, r)| !matches!(r.base, Base::Lost) || ok(*id))
+    }
+
     pub(super) fn dirty(&self) -> BTreeSet<ObjectId> {
         let mut out: BTreeSet<ObjectId> = self.cmds.iter().flat_map(|c| self.writes(c)).collect();
         out.extend(self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost)).map(|(id, _)| *id));
@@ -1164,8 +1175,11 @@ impl State {
         }
         self.cmds.clear();
         self.attempts.clear();
-        let keep = self.needed();
-        self.recipes.retain(|id, _| keep.contains(id));
+        if self.released_kept > 0 {
+            let keep = self.needed();
+            self.recipes.retain(|id, _| keep.contains(id));
+            self.released_kept = self.recipes.values().filter(|r| r.released).count();
+        }
         for (m, d) in fresh {
             if let Some(r) = self.recipes.get_mut(&m) {
                 r.base = Base::Known(Arc::new(Bytes::Copy(d)));
@@ -1335,6 +1349,37 @@ mod tests {
         // A buffer the journal does not touch is superseded at once.
         assert!(st.superseded_by(10, 0, b"abcd", None).is_ok());
         assert_eq!(st.cmds.len(), 1);
+    }
+
+    /// `dirty_all`, which `clFinish` and blocking reads ask, names what `dirty` collects.
+    #[test]
+    fn dirty_all_asks_of_what_dirty_names() {
+        let mut st = state();
+        st.cmds.push(kernel_on(&[10, 12]));
+        assert!(st.dirty_all(|m| m == 11), "the sub-buffer's parent, not the read-only buffer");
+        assert!(!st.dirty_all(|m| m == 10));
+        st.cmds.push(write(10, 0, b"ab"));
+        assert!(!st.dirty_all(|m| m == 11));
+        assert!(st.dirty_all(|m| m == 10 || m == 11));
+        st.cmds.clear();
+        assert!(st.dirty_all(|_| false), "nothing journaled, nothing lost");
+        st.recipes.get_mut(&10).unwrap().base = Base::Lost;
+        assert!(!st.dirty_all(|_| false), "a lost buffer is dirty");
+        assert!(st.dirty_all(|m| m == 10));
+    }
+
+    /// An object released while the journal uses it is counted once, so a checkpoint knows
+    /// whether it has anything to drop.
+    #[test]
+    fn released_objects_the_journal_keeps_are_counted_once() {
+        let j = Journal::default();
+        j.put(state());
+        j.with(|s| s.cmds.push(kernel_on(&[11])));
+        j.released(10);
+        assert_eq!(j.with(|s| (s.released_kept, s.recipes.contains_key(&10))), (0, false), "unused: dropped at once");
+        j.released(11);
+        j.released(11);
+        assert_eq!(j.with(|s| (s.released_kept, s.recipes[&11].released)), (1, true), "used by the kernel: kept");
     }
 
     /// Read-backs are spaced by what the last one took, except near the journal's limits.
