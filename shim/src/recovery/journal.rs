@@ -1018,7 +1018,8 @@ impl State {
 
     /// Whether every journaled command is complete once a blocking call on `queue` returned.
     fn complete(&self, queue: ObjectId) -> bool {
-        self.cmds.iter().all(|c| self.in_order(c.queue(), queue))
+        // `in_order` of each command, with the queue's order looked up once.
+        self.cmds.is_empty() || (!self.out_of_order(queue) && self.cmds.iter().all(|c| c.queue() == queue))
     }
 
     /// Whether `mem` is a zero-copy buffer: once every command is complete, its memory holds
@@ -1045,7 +1046,6 @@ impl State {
         }
     }
 
-    /// Buffers the journal's commands may write, and those whose contents are lost.
     /// Whether every object `dirty` would name passes `ok`, without collecting them: a
     /// `clFinish` or blocking read asks on every call, and stops at the first that fails.
     pub(super) fn dirty_all(&self, ok: impl Fn(ObjectId) -> bool) -> bool {
@@ -1053,6 +1053,7 @@ impl State {
             && self.recipes.iter().all(|(id, r)| !matches!(r.base, Base::Lost) || ok(*id))
     }
 
+    /// Buffers the journal's commands may write, and those whose contents are lost.
     pub(super) fn dirty(&self) -> BTreeSet<ObjectId> {
         let mut out: BTreeSet<ObjectId> = self.cmds.iter().flat_map(|c| self.writes(c)).collect();
         out.extend(self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost)).map(|(id, _)| *id));
