@@ -1016,9 +1016,9 @@ impl State {
         self.cmds.is_empty() && !self.recipes.values().any(|r| matches!(r.base, Base::Lost))
     }
 
-    /// Whether every journaled command is complete once a blocking call on `queue` returned.
+    /// Whether every journaled command is complete once a blocking call on `queue` returned:
+    /// all were on `queue`, an in-order queue (its order looked up once, not per command).
     fn complete(&self, queue: ObjectId) -> bool {
-        // `in_order` of each command, with the queue's order looked up once.
         self.cmds.is_empty() || (!self.out_of_order(queue) && self.cmds.iter().all(|c| c.queue() == queue))
     }
 
@@ -1026,11 +1026,6 @@ impl State {
     /// its contents (a checkpoint of it costs nothing).
     fn in_place(&self, mem: ObjectId) -> bool {
         self.recipes.get(&mem).is_some_and(|r| r.view.is_some())
-    }
-
-    /// Whether a command on `cmd_queue` is complete once a blocking call on `queue` returned.
-    pub(super) fn in_order(&self, cmd_queue: ObjectId, queue: ObjectId) -> bool {
-        cmd_queue == queue && !self.out_of_order(queue)
     }
 
     pub(super) fn out_of_order(&self, queue: ObjectId) -> bool {
