@@ -104,7 +104,9 @@ fn core_idle() -> bool {
     let now_ms = BASE.get_or_init(Instant::now).elapsed().as_millis() as u64;
     if now_ms >= NEXT_MS.load(Ordering::Relaxed) {
         NEXT_MS.store(now_ms + 20, Ordering::Relaxed);
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Read once: `available_parallelism` reads the cgroup's files (five system calls).
+        static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         IDLE.store(runnable().is_none_or(|r| r <= cpus), Ordering::Relaxed);
     }
     IDLE.load(Ordering::Relaxed)
