@@ -118,6 +118,7 @@ pub unsafe fn get_info(
     size_ret: *mut usize,
     local: impl FnOnce(&Object) -> Option<Result<Vec<u8>, cl_int>>,
 ) -> cl_int {
+    let out = Out { size, value, size_ret };
     /// What the first step found.
     enum First {
         /// Written from the cache, with this outcome.
@@ -138,7 +139,7 @@ pub unsafe fn get_info(
         // query allocates nothing.
         match cacheable(target, param) {
             // SAFETY: forwarded from the caller.
-            true => obj.cached_info((param, aux), |b| unsafe { write_value(b, size, value, size_ret) }),
+            true => obj.cached_info((param, aux), |b| unsafe { out.write(b) }),
             false => None,
         }
         .map_or(First::Otherwise, First::Written)
@@ -146,10 +147,28 @@ pub unsafe fn get_info(
     match first {
         Ok(First::Written(rc)) => rc,
         // SAFETY: forwarded from the caller.
-        Ok(First::Local(Ok(b))) => unsafe { write_value(&b, size, value, size_ret) },
+        Ok(First::Local(Ok(b))) => unsafe { out.write(&b) },
         Ok(First::Local(Err(e))) | Err(e) => e,
         // SAFETY: forwarded from the caller.
-        Ok(First::Otherwise) => unsafe { get_info_otherwise(handle, kind, target, aux, param, size, value, size_ret) },
+        Ok(First::Otherwise) => unsafe { get_info_otherwise(handle, kind, target, aux, param, out) },
+    }
+}
+
+/// Where an answer goes: the application's `param_value_size`, `param_value` and
+/// `param_value_size_ret`.
+#[derive(Clone, Copy)]
+struct Out {
+    size: usize,
+    value: *mut c_void,
+    size_ret: *mut usize,
+}
+
+impl Out {
+    /// # Safety
+    /// As for `write_value`.
+    unsafe fn write(self, bytes: &[u8]) -> cl_int {
+        // SAFETY: forwarded from the caller.
+        unsafe { write_value(bytes, self.size, self.value, self.size_ret) }
     }
 }
 
@@ -158,7 +177,6 @@ pub unsafe fn get_info(
 ///
 /// # Safety
 /// As for `write_value`.
-#[allow(clippy::too_many_arguments)]
 #[inline(never)]
 unsafe fn get_info_otherwise(
     handle: *const c_void,
@@ -166,9 +184,7 @@ unsafe fn get_info_otherwise(
     target: InfoTarget,
     aux: u64,
     param: u32,
-    size: usize,
-    value: *mut c_void,
-    size_ret: *mut usize,
+    out: Out,
 ) -> cl_int {
     let answer = crate::handle::with_object(handle, kind, |obj| {
         if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
@@ -179,14 +195,14 @@ unsafe fn get_info_otherwise(
     .and_then(|a| a);
     match answer {
         // SAFETY: forwarded from the caller.
-        Ok(Answer::Value(b)) => unsafe { write_value(&b, size, value, size_ret) },
+        Ok(Answer::Value(b)) => unsafe { out.write(&b) },
         Ok(Answer::SizeOnly(len, e)) => {
-            if !value.is_null() {
+            if !out.value.is_null() {
                 return e;
             }
-            if !size_ret.is_null() {
+            if !out.size_ret.is_null() {
                 // SAFETY: the caller guarantees size_ret is valid.
-                unsafe { *size_ret = len };
+                unsafe { *out.size_ret = len };
             }
             CL_SUCCESS
         }
