@@ -220,7 +220,7 @@ pub fn met_death(serial: u64) {
     let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
 }
 
-/// Set once any call met its worker's death: until then `take_met_death` skips the
+/// Set once any call met its worker's death: until then `recovery::retrying` skips the
 /// thread-local (in a library the loader opened, each access is a `__tls_get_addr` call). A
 /// thread sees its own `met_death` in program order, which is all `recovery::retrying` needs.
 static DEATHS_MET: AtomicBool = AtomicBool::new(false);
@@ -231,21 +231,9 @@ pub fn any_death_met() -> bool {
     DEATHS_MET.load(Ordering::Relaxed)
 }
 
-/// This thread's death met since the last take, if any. Inlined: every entry point asks, twice,
-/// in replay mode (`recovery::retrying`).
-#[inline]
+/// This thread's death met since the last take, if any (`recovery::retrying` asks only once
+/// `any_death_met`).
 pub fn take_met_death() -> Option<u64> {
-    match DEATHS_MET.load(Ordering::Relaxed) {
-        false => None,
-        true => take_met_death_here(),
-    }
-}
-
-/// The thread-local part of `take_met_death`, out of line: inlined, the compiler computed the
-/// thread-local's address (a `__tls_get_addr` call) before the test, on every entry point.
-#[cold]
-#[inline(never)]
-fn take_met_death_here() -> Option<u64> {
     MET_DEATH.try_with(|m| m.take()).ok().flatten()
 }
 

@@ -610,11 +610,17 @@ struct Recent {
 impl Recent {
     #[inline]
     fn find(&self, h: usize, kind: Kind) -> Option<&Arc<Object>> {
+        self.find_of(h, &[kind])
+    }
+
+    /// The object behind `h` if it is of one of `kinds`: one scan of the addresses.
+    #[inline]
+    fn find_of(&self, h: usize, kinds: &[Kind]) -> Option<&Arc<Object>> {
         if h == 0 {
             return None;
         }
         let i = self.addrs.iter().position(|&a| a == h)?;
-        self.objects[i].as_ref().filter(|o| fresh(o, kind))
+        self.objects[i].as_ref().filter(|o| kinds.contains(&o.kind) && fresh(o, o.kind))
     }
 
     fn insert(&mut self, h: usize, obj: Arc<Object>) {
@@ -734,28 +740,26 @@ impl SecondLookup<'_> {
     /// `f` applied to the live object behind `h`, if it is of one of `kinds`: which kind, and
     /// what `f` said. One search of `RECENT` and at most one of the registry, whatever the
     /// number of kinds; a value that cannot be a handle (`maybe_handle`) is not searched for.
+    /// Not for platforms and devices, whose lookup may wait for a restarted worker (`lookup`).
     #[inline]
     pub fn of_kinds<R>(&self, h: *const c_void, kinds: &[Kind], f: impl FnOnce(&Object) -> R) -> Option<(Kind, R)> {
+        debug_assert!(!kinds.iter().any(|k| matches!(k, Kind::Platform | Kind::Device)));
         let addr = h as usize;
         if !maybe_handle(addr) {
             return None;
         }
-        if let Some(o) = self.recent.and_then(|r| kinds.iter().find_map(|&k| r.find(addr, k))) {
+        if let Some(o) = self.recent.and_then(|r| r.find_of(addr, kinds)) {
             return Some((o.kind, f(o)));
         }
         let found = registry().read().unwrap_or_else(|e| e.into_inner()).get(&addr).cloned()?;
-        let kind = *kinds.iter().find(|&&k| found.kind == k)?;
+        if !kinds.contains(&found.kind) || found.released.load(Ordering::Acquire) {
+            return None;
+        }
         if self.recent.is_none() {
             // No borrow of `RECENT` is held: keep the object at hand for the next call.
             remember(addr, &found);
         }
-        // A platform or device whose worker died goes through `lookup`, which waits for its
-        // successor (the kinds asked for here are never those).
-        let found = match matches!(kind, Kind::Platform | Kind::Device) {
-            true => lookup(h, kind).ok()?,
-            false => found,
-        };
-        (!found.released.load(Ordering::Acquire)).then(|| (kind, f(&found)))
+        Some((found.kind, f(&found)))
     }
 }
 

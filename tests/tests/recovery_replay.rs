@@ -572,18 +572,27 @@ fn python_with_pyopencl() -> Option<&'static std::path::Path> {
     Some(python)
 }
 
+/// Writes `PYOPENCL_PROGRAM` out and runs it directly (20 iterations) with a fresh pyopencl
+/// cache: the script, the cache folder (the caged run gets it too) and the run's checksum.
+/// pyopencl keeps built binaries in its cache; a fresh one makes both runs build from source.
+fn pyopencl_direct_run(python: &std::path::Path, tag: &str) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let tmp = std::env::temp_dir();
+    let script = tmp.join(format!("cloister-replay-{tag}-{}.py", std::process::id()));
+    std::fs::write(&script, PYOPENCL_PROGRAM).unwrap();
+    let cache = tmp.join(format!("cloister-replay-{tag}-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let plain = direct(python, &[script.to_str().unwrap(), "20", "0"], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
+    let expected = checksum(&text(&plain)).unwrap_or_else(|| panic!("directly:\n{}", text(&plain)));
+    (script, cache, expected)
+}
+
 /// The pyopencl program with the driver crashing in the 11th NDRange (iteration 10 of 20): it
 /// finishes, told it was carried over, with the checksum of the direct run.
 #[test]
 fn a_pyopencl_program_runs_through_a_driver_crash() {
     let Some(python) = python_with_pyopencl() else { return };
-    let script = std::env::temp_dir().join(format!("cloister-replay-crash-{}.py", std::process::id()));
-    std::fs::write(&script, PYOPENCL_PROGRAM).unwrap();
+    let (script, cache, expected) = pyopencl_direct_run(python, "crash");
     let script_arg = script.to_str().unwrap();
-    let cache = std::env::temp_dir().join(format!("cloister-replay-crash-cache-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&cache);
-    let plain = direct(python, &[script_arg, "20", "0"], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
-    let expected = checksum(&text(&plain)).unwrap_or_else(|| panic!("directly:\n{}", text(&plain)));
     let _ = std::fs::remove_dir_all(&cache);
     let driver = fault_driver();
     let env = [
@@ -605,13 +614,8 @@ fn a_pyopencl_program_runs_through_a_driver_crash() {
 #[test]
 fn a_pyopencl_program_runs_through_a_kill_of_its_worker() {
     let Some(python) = python_with_pyopencl() else { return };
-    let script = std::env::temp_dir().join(format!("cloister-replay-{}.py", std::process::id()));
-    std::fs::write(&script, PYOPENCL_PROGRAM).unwrap();
+    let (script, cache, expected) = pyopencl_direct_run(python, "kill");
     let script_arg = script.to_str().unwrap();
-    // pyopencl keeps built binaries in a cache: a fresh one, so both runs build from source.
-    let cache = std::env::temp_dir().join(format!("cloister-replay-pycache-{}", std::process::id()));
-    let plain = direct(python, &[script_arg, "20", "0"], &[("XDG_CACHE_HOME", cache.to_str().unwrap())]);
-    let expected = checksum(&text(&plain)).unwrap_or_else(|| panic!("directly:\n{}", text(&plain)));
     let mut child = Command::new(cloister())
         .args(["run", "--"])
         .arg(python)

@@ -86,32 +86,28 @@ pub unsafe fn clGetDeviceIDs(
 forward_info!(clGetDeviceInfo, cl_device_id, Kind::Device, InfoTarget::Device, device_answers);
 
 /// What the shim answers about a device itself: availability after a worker death, sub-device
-/// reference counts, and the masked capability and extension values.
-/// Inlined, so the common query (none of these) costs a few comparisons.
+/// reference counts, and the masked capability and extension values. Inlined, with the masking
+/// out of line, so the common query (none of these) costs a few comparisons.
 #[inline]
 fn device_answers(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
-    match param_name {
-        CL_DEVICE_AVAILABLE | CL_DEVICE_REFERENCE_COUNT => device_answers_here(obj, param_name),
-        p if extensions::rewrites_device_param(p) => device_answers_here(obj, p),
-        _ => None,
-    }
-}
-
-#[inline(never)]
-fn device_answers_here(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
     match param_name {
         // A device whose worker died is unavailable, not an error.
         CL_DEVICE_AVAILABLE if obj.conn.is_dead() => Some(Ok(CL_FALSE.to_ne_bytes().to_vec())),
         // Sub-devices are counted here; root devices always say 1.
         CL_DEVICE_REFERENCE_COUNT if obj.id & WORKER_ID_BIT == 0 => Some(Ok(obj.ref_count().to_ne_bytes().to_vec())),
-        p if extensions::rewrites_device_param(p) => Some(info::query(obj, InfoTarget::Device, 0, p).map(|v| {
-            // Versioned masking needs the versions; a 1.2 device has none.
-            let versions =
-                info::query(obj, InfoTarget::Device, 0, CL_DEVICE_EXTENSIONS_WITH_VERSION).unwrap_or_default();
-            extensions::device_value(p, v, &versions)
-        })),
+        p if extensions::rewrites_device_param(p) => Some(masked(obj, p)),
         _ => None,
     }
+}
+
+/// The driver's value of `param`, masked to what the cage supports.
+#[inline(never)]
+fn masked(obj: &Object, param: cl_uint) -> Result<Vec<u8>, cl_int> {
+    info::query(obj, InfoTarget::Device, 0, param).map(|v| {
+        // Versioned masking needs the versions; a 1.2 device has none.
+        let versions = info::query(obj, InfoTarget::Device, 0, CL_DEVICE_EXTENSIONS_WITH_VERSION).unwrap_or_default();
+        extensions::device_value(param, v, &versions)
+    })
 }
 
 /// Sub-devices are objects like any other: ids from the shim, reference counted here.

@@ -1041,18 +1041,22 @@ impl State {
         }
     }
 
-    /// Whether every object `dirty` would name passes `ok`, without collecting them: a
-    /// `clFinish` or blocking read asks on every call, and stops at the first that fails.
+    /// Buffers the journal's commands may write, and those whose contents are lost (a buffer
+    /// may come more than once).
+    fn dirty_ids(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        let lost = self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost)).map(|(id, _)| *id);
+        self.cmds.iter().flat_map(|c| self.writes(c)).chain(lost)
+    }
+
+    /// Whether every object of `dirty` passes `ok`, without collecting them: a `clFinish` or
+    /// blocking read asks on every call, and stops at the first that fails.
     pub(super) fn dirty_all(&self, ok: impl Fn(ObjectId) -> bool) -> bool {
-        self.cmds.iter().all(|c| self.writes(c).into_iter().all(&ok))
-            && self.recipes.iter().all(|(id, r)| !matches!(r.base, Base::Lost) || ok(*id))
+        self.dirty_ids().all(ok)
     }
 
     /// Buffers the journal's commands may write, and those whose contents are lost.
     pub(super) fn dirty(&self) -> BTreeSet<ObjectId> {
-        let mut out: BTreeSet<ObjectId> = self.cmds.iter().flat_map(|c| self.writes(c)).collect();
-        out.extend(self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost)).map(|(id, _)| *id));
-        out
+        self.dirty_ids().collect()
     }
 
     /// The buffer whose memory `mem` is: a sub-buffer's parent, else itself.
