@@ -17,6 +17,7 @@ use cloister_ipc::cl::*;
 use cloister_ipc::dispatch::IcdDispatch;
 use cloister_ipc::{ArgValue, ObjectId};
 
+use crate::brief_lock::BriefLock;
 use crate::conn::Conn;
 
 pub use cloister_ipc::ObjectKind as Kind;
@@ -255,7 +256,7 @@ pub enum ObjData {
     },
     Kernel {
         num_args: u32,
-        args: Mutex<KernelArgs>,
+        args: BriefLock<KernelArgs>,
     },
     Event,
     Sampler,
@@ -561,12 +562,12 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
             binary_sizes: Mutex::new(binary_sizes.lock().unwrap_or_else(|e| e.into_inner()).clone()),
         },
         ObjData::Kernel { num_args, args } => {
-            let a = args.lock().unwrap_or_else(|e| e.into_inner());
+            let a = args.lock();
             // Every argument set goes with the next enqueue: the rebuilt kernel has those of
             // the last command replayed, not necessarily the latest.
             let dirty = (0..a.values.len() as u32).filter(|&i| a.values[i as usize].is_some()).collect();
             let args = KernelArgs { values: a.values.clone(), dirty, accepted: a.accepted.clone() };
-            ObjData::Kernel { num_args: *num_args, args: Mutex::new(args) }
+            ObjData::Kernel { num_args: *num_args, args: BriefLock::new(args) }
         }
         ObjData::Platform => ObjData::Platform,
         ObjData::Device => ObjData::Device,
@@ -690,11 +691,15 @@ fn lookup_once(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
 /// Keeps `obj`, found under `h`, in this thread's `RECENT`; not while a `with_object` up the
 /// stack lends out an entry.
 fn remember(h: usize, obj: &Arc<Object>) {
-    let _ = RECENT.try_with(|r| {
-        if let Ok(mut r) = r.try_borrow_mut() {
-            r.insert(h, obj.clone());
-        }
-    });
+    let _ = RECENT.try_with(|r| remember_in(r, h, obj.clone()));
+}
+
+/// `remember`, for a caller that holds this thread's `RECENT` already (not borrowed).
+#[cold]
+fn remember_in(recent: &std::cell::RefCell<Recent>, h: usize, obj: Arc<Object>) {
+    if let Ok(mut r) = recent.try_borrow_mut() {
+        r.insert(h, obj);
+    }
 }
 
 /// Validates `h` as a live handle of `kind`. A platform or device whose worker just died is
@@ -734,6 +739,10 @@ pub fn with_object<R>(h: *const c_void, kind: Kind, f: impl FnOnce(&Object) -> R
 /// of this thread's `RECENT` as the first (`None`: the first came from the registry).
 pub struct SecondLookup<'a> {
     recent: Option<&'a Recent>,
+    /// An object found in the registry while `recent` was borrowed: `with_object_then` keeps
+    /// it in `RECENT` once the borrow ends, so the next call finds it there (applications set
+    /// the same buffer as an argument before every enqueue).
+    missed: std::cell::Cell<Option<(usize, Arc<Object>)>>,
 }
 
 impl SecondLookup<'_> {
@@ -755,12 +764,46 @@ impl SecondLookup<'_> {
         if !kinds.contains(&found.kind) || found.released.load(Ordering::Acquire) {
             return None;
         }
+        let r = (found.kind, f(&found));
         if self.recent.is_none() {
             // No borrow of `RECENT` is held: keep the object at hand for the next call.
             remember(addr, &found);
+        } else {
+            self.missed.set(Some((addr, found)));
         }
-        Some((found.kind, f(&found)))
+        Some(r)
     }
+}
+
+/// This thread's recent objects, as `with_recent` lends them for a second handle.
+pub struct RecentObjects<'a>(&'a Recent);
+
+impl RecentObjects<'_> {
+    /// The live object behind `h` if it is here and of one of `kinds` (not a platform or a
+    /// device: see `SecondLookup::of_kinds`).
+    #[inline(always)]
+    pub fn find_of(&self, h: *const c_void, kinds: &[Kind]) -> Option<&Object> {
+        self.0.find_of(h as usize, kinds).map(|o| &**o)
+    }
+}
+
+/// `f` applied to the live object of `kind` behind `h` if it is among this thread's recent
+/// objects (`RECENT`), with them at hand for a second handle: for a call's loop case, which
+/// gives up (`None`, having changed nothing) on any miss and lets the full path decide.
+#[inline(always)]
+pub fn with_recent<R>(
+    h: *const c_void,
+    kind: Kind,
+    f: impl FnOnce(&Object, RecentObjects<'_>) -> Option<R>,
+) -> Option<R> {
+    RECENT
+        .try_with(|r| {
+            let r = r.try_borrow().ok()?;
+            let obj = r.find(h as usize, kind)?;
+            f(obj, RecentObjects(&r))
+        })
+        .ok()
+        .flatten()
 }
 
 /// `with_object` for a call that looks up a second handle while it holds the first (the
@@ -775,17 +818,23 @@ pub fn with_object_then<R>(
     let addr = h as usize;
     let mut f = Some(f);
     let lent = RECENT.try_with(|r| {
-        let r = r.try_borrow().ok()?;
-        let obj = r.find(addr, kind)?;
+        let borrowed = r.try_borrow().ok()?;
+        let obj = borrowed.find(addr, kind)?;
         let f = f.take()?;
-        Some(f(obj, &SecondLookup { recent: Some(&r) }))
+        let second = SecondLookup { recent: Some(&borrowed), missed: std::cell::Cell::new(None) };
+        let v = f(obj, &second);
+        if let Some((addr, found)) = second.missed.take() {
+            drop(borrowed);
+            remember_in(r, addr, found);
+        }
+        Some(v)
     });
     if let Ok(Some(v)) = lent {
         return Ok(v);
     }
     let obj = lookup(h, kind)?;
     match f.take() {
-        Some(f) => Ok(f(&obj, &SecondLookup { recent: None })),
+        Some(f) => Ok(f(&obj, &SecondLookup { recent: None, missed: std::cell::Cell::new(None) })),
         None => Err(kind.invalid()), // not reached: `f` is taken only when it ran
     }
 }

@@ -116,41 +116,107 @@ pub unsafe fn get_info(
     size: usize,
     value: *mut c_void,
     size_ret: *mut usize,
-    local: impl FnOnce(&Object) -> Option<Result<Vec<u8>, cl_int>>,
+    local: impl Fn(&Object) -> Option<Result<Vec<u8>, cl_int>>,
 ) -> cl_int {
     let out = Out { size, value, size_ret };
-    /// What the first step found.
-    enum First {
-        /// Written from the cache, with this outcome.
-        Written(cl_int),
-        /// The shim's own answer (`local`).
-        Local(Result<Vec<u8>, cl_int>),
-        Otherwise,
+    // The object is lent from this thread's recent ones (`with_recent`): a repeated query
+    // touches no reference count and no lock. A handle not among them is looked up out of line.
+    // SAFETY: forwarded from the caller.
+    let first = |obj: &Object| unsafe { first_step(obj, kind, target, aux, param, out, &local) };
+    match crate::handle::with_recent(handle, kind, |obj, _| Some(first(obj))) {
+        // SAFETY: forwarded from the caller.
+        Some(first) => unsafe { first.finish(handle, kind, target, aux, param, out) },
+        // SAFETY: forwarded from the caller.
+        None => unsafe { get_info_looked_up(handle, kind, target, aux, param, out, &local) },
     }
-    // The object is lent (`with_object`): a repeated query touches no reference count.
-    let first = crate::handle::with_object(handle, kind, |obj| {
-        if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
-            return First::Otherwise;
-        }
-        if let Some(v) = local(obj) {
-            return First::Local(v);
-        }
-        // A cached value goes straight from the cache to the application: the common repeated
-        // query allocates nothing.
-        match cacheable(target, param) {
+}
+
+/// A `clGet*Info` entry point's own answers (`get_info`'s `local`): `None` asks further.
+type LocalAnswer<'a> = dyn Fn(&Object) -> Option<Result<Vec<u8>, cl_int>> + 'a;
+
+/// What `get_info`'s first step found.
+enum First {
+    /// Written from the cache, with this outcome.
+    Written(cl_int),
+    /// The shim's own answer (`local`).
+    Local(Result<Vec<u8>, cl_int>),
+    Otherwise,
+}
+
+impl First {
+    /// # Safety
+    /// As for `write_value`.
+    #[inline(always)]
+    unsafe fn finish(
+        self,
+        handle: *const c_void,
+        kind: Kind,
+        target: InfoTarget,
+        aux: u64,
+        param: u32,
+        out: Out,
+    ) -> cl_int {
+        match self {
+            First::Written(rc) => rc,
             // SAFETY: forwarded from the caller.
-            true => obj.cached_info((param, aux), |b| unsafe { out.write(b) }),
-            false => None,
+            First::Local(Ok(b)) => unsafe { out.write(&b) },
+            First::Local(Err(e)) => e,
+            // SAFETY: forwarded from the caller.
+            First::Otherwise => unsafe { get_info_otherwise(handle, kind, target, aux, param, out) },
         }
-        .map_or(First::Otherwise, First::Written)
-    });
-    match first {
-        Ok(First::Written(rc)) => rc,
+    }
+}
+
+/// `get_info`'s first step on the object: the shim's own answer, or a cached one written
+/// straight from the cache to the application (the common repeated query allocates nothing).
+///
+/// # Safety
+/// As for `write_value`.
+#[inline(always)]
+unsafe fn first_step(
+    obj: &Object,
+    kind: Kind,
+    target: InfoTarget,
+    aux: u64,
+    param: u32,
+    out: Out,
+    local: &LocalAnswer<'_>,
+) -> First {
+    if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
+        return First::Otherwise;
+    }
+    if let Some(v) = local(obj) {
+        return First::Local(v);
+    }
+    match cacheable(target, param) {
         // SAFETY: forwarded from the caller.
-        Ok(First::Local(Ok(b))) => unsafe { out.write(&b) },
-        Ok(First::Local(Err(e))) | Err(e) => e,
+        true => obj.cached_info((param, aux), |b| unsafe { out.write(b) }),
+        false => None,
+    }
+    .map_or(First::Otherwise, First::Written)
+}
+
+/// `get_info` for a handle not among this thread's recent objects: looked up in full.
+///
+/// # Safety
+/// As for `write_value`.
+#[inline(never)]
+unsafe fn get_info_looked_up(
+    handle: *const c_void,
+    kind: Kind,
+    target: InfoTarget,
+    aux: u64,
+    param: u32,
+    out: Out,
+    local: &LocalAnswer<'_>,
+) -> cl_int {
+    // SAFETY: forwarded from the caller.
+    match crate::handle::with_object(handle, kind, |obj| unsafe {
+        first_step(obj, kind, target, aux, param, out, local)
+    }) {
         // SAFETY: forwarded from the caller.
-        Ok(First::Otherwise) => unsafe { get_info_otherwise(handle, kind, target, aux, param, out) },
+        Ok(first) => unsafe { first.finish(handle, kind, target, aux, param, out) },
+        Err(e) => e,
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod api;
 mod base;
+mod brief_lock;
 mod conn;
 mod direct;
 #[doc(hidden)]

@@ -2,7 +2,8 @@
  * reads land, what an unmap writes back, CL_MEM_USE_HOST_PTR memory, callbacks (once, right
  * arguments, free to call the API, never on a thread the application is blocked in), user
  * events gating work across queues, out-of-order queues, events across contexts, profiling
- * timestamps, and the info-query size protocol for every kind of value.
+ * timestamps, the info-query size protocol for every kind of value, and kernel arguments set
+ * in a loop (swapped buffers, values set twice, errors after many calls).
  *
  * Every line printed is a finding that must be the same directly and caged, except lines
  * starting with "impl:": what the spec leaves undefined or to the implementation, where drivers
@@ -488,6 +489,48 @@ static void garbage_handles(void) {
   printf("garbage handles: every type answers its CL_INVALID_*\n");
 }
 
+/* ---- kernel arguments: set before every enqueue, as applications do in their loops (the shim
+ * records a value of a known shape without asking the driver): buffers swapped every time,
+ * a value set twice before one enqueue (the last wins), the same value again, and errors after
+ * the kernel was used many times ---- */
+
+static void kernel_arguments(cl_command_queue q, cl_kernel plus) {
+  static int init[N], got[N];
+  cl_int err;
+  fill(init, N, 0, 1);
+  cl_mem a = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof init, init, &err); CHECK(err);
+  cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof init, NULL, &err); CHECK(err);
+  size_t n = N;
+  int sum = 0;
+  for (int i = 0; i < 64; i++) {
+    cl_mem src = i % 2 ? b : a, dst = i % 2 ? a : b;
+    int decoy = 1000 + i;
+    CHECK(clSetKernelArg(plus, 0, sizeof src, &src));
+    CHECK(clSetKernelArg(plus, 1, sizeof dst, &dst));
+    CHECK(clSetKernelArg(plus, 2, sizeof decoy, &decoy));
+    CHECK(clSetKernelArg(plus, 2, sizeof i, &i));
+    CHECK(clSetKernelArg(plus, 1, sizeof dst, &dst));
+    CHECK(clEnqueueNDRangeKernel(q, plus, 1, NULL, &n, NULL, 0, NULL, NULL));
+    sum += i;
+  }
+  CHECK(clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+  EXPECT(holds(got, N, sum, 1), "after 64 swapped enqueues a[1] = %d, not %d", got[1], sum + 1);
+  int k = 7;
+  cl_int wrong_index = clSetKernelArg(plus, 3, sizeof k, &k);
+  cl_int wrong_size = clSetKernelArg(plus, 0, sizeof k, &k);
+  cl_int null_value = clSetKernelArg(plus, 2, sizeof k, NULL);
+  /* The recorded values still hold after the failed calls: one more enqueue computes a from b
+   * (which holds the sum up to 62) plus 63 again. */
+  memset(got, 0, sizeof got);
+  CHECK(clEnqueueWriteBuffer(q, a, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+  CHECK(clEnqueueNDRangeKernel(q, plus, 1, NULL, &n, NULL, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+  EXPECT(holds(got, N, sum, 1), "after the failed calls a[1] = %d, not %d", got[1], sum + 1);
+  printf("kernel arguments: swapped buffers, the last value wins; wrong index %d, wrong size %d, NULL value %d\n",
+         wrong_index, wrong_size, null_value);
+  CHECK(clReleaseMemObject(a)); CHECK(clReleaseMemObject(b));
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   main_thread = pthread_self();
@@ -513,6 +556,7 @@ int main(void) {
   across_contexts(q);
   profiling(q, spin);
   info_protocol(q, times3);
+  kernel_arguments(q, plus);
   if (getenv("GARBAGE")) garbage_handles();
 
   CHECK(clReleaseKernel(times3)); CHECK(clReleaseKernel(plus)); CHECK(clReleaseKernel(spin));

@@ -40,7 +40,8 @@ fn api_full_passes_directly_and_caged_with_the_same_results() {
 
 /// The semantics a naive forwarder gets wrong (`tests/c/semantics.c`): where non-blocking reads
 /// land, what an unmap writes back, USE_HOST_PTR memory, callbacks, user events across queues,
-/// out-of-order queues, events across contexts, profiling timestamps and the info-size protocol.
+/// out-of-order queues, events across contexts, profiling timestamps, the info-size protocol and
+/// kernel arguments set in a loop.
 /// Every finding must be the same directly and caged, except where the spec leaves the answer to
 /// the implementation ("impl:" lines): there the cage's documented choice must show.
 #[test]

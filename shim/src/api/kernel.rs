@@ -2,8 +2,8 @@
 //! arguments costs no round trip. Index errors are reported at once (the argument count is
 //! known); size and value errors the driver finds are reported by the enqueue.
 
+use crate::brief_lock::BriefLock;
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::{ArgValue, CreateKernel, CreateKernelsInProgram, InfoTarget};
@@ -20,7 +20,7 @@ const MAX_KERNEL_ARGS: u32 = 1 << 16;
 /// A kernel's state; its argument slots grow as the application sets them, so nothing is
 /// allocated from the worker's count.
 fn kernel_data(num_args: u32) -> ObjData {
-    ObjData::Kernel { num_args, args: Mutex::new(KernelArgs::default()) }
+    ObjData::Kernel { num_args, args: BriefLock::new(KernelArgs::default()) }
 }
 
 /// Checks a kernel's argument count from the worker.
@@ -187,7 +187,8 @@ fn overwrite(old: &mut [u8], new: &[u8]) -> bool {
 /// Records the argument, to be shipped with the next enqueue. A shape the driver has accepted
 /// before (index, size, kind of value) is recorded without a round trip and, for a value of
 /// the same size as the last one, without an allocation: applications set arguments before
-/// every enqueue. Inlined into its entry point: applications call it in tight loops.
+/// every enqueue. Inlined into its entry point: applications call it in tight loops, where
+/// `set_recorded_arg` answers; the rest goes to `set_kernel_arg`.
 #[inline]
 pub unsafe fn clSetKernelArg(
     kernel: cl_kernel,
@@ -195,9 +196,114 @@ pub unsafe fn clSetKernelArg(
     arg_size: usize,
     arg_value: *const c_void,
 ) -> cl_int {
-    // The kernel is lent (`with_object`): no reference count is touched. The argument is
-    // classified inside, where the kernel's worker is known, so nothing is moved or converted
-    // twice on this path, which applications take before every enqueue.
+    // SAFETY: forwarded API contract.
+    match unsafe { set_recorded_arg(kernel, arg_index, arg_size, arg_value) } {
+        Some(rc) => rc,
+        // SAFETY: forwarded API contract.
+        None => unsafe { set_kernel_arg(kernel, arg_index, arg_size, arg_value) },
+    }
+}
+
+/// `clSetKernelArg`'s loop case: the kernel, and the memory object or sampler the value names,
+/// are among this thread's recent objects, and the value has the shape of the one recorded at
+/// its index. Nothing else is looked at: no registry, no allocation, no reference count, no
+/// branch that only a first call needs. `None` (with nothing changed): `set_kernel_arg` decides.
+///
+/// # Safety
+/// `arg_value` is NULL or points at `arg_size` bytes (the OpenCL API contract).
+#[inline(always)]
+unsafe fn set_recorded_arg(
+    kernel: cl_kernel,
+    arg_index: cl_uint,
+    arg_size: usize,
+    arg_value: *const c_void,
+) -> Option<cl_int> {
+    if arg_value.is_null() {
+        return None;
+    }
+    // SAFETY: arg_value points at arg_size bytes per the API contract.
+    let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
+    crate::handle::with_recent(kernel, Kind::Kernel, |k, recent| {
+        let ObjData::Kernel { num_args, args } = &k.data else { return None };
+        if arg_index >= *num_args {
+            return None;
+        }
+        let incoming = match handle_in(bytes) {
+            Some(raw) => {
+                let o = recent.find_of(raw, &[Kind::Mem, Kind::Sampler])?;
+                if !std::sync::Arc::ptr_eq(&o.conn, &k.conn) {
+                    return None;
+                }
+                Incoming::Object { id: o.id, sampler: o.kind == Kind::Sampler }
+            }
+            None => Incoming::Bytes(bytes),
+        };
+        record_in_shape(args, arg_index, arg_size, &incoming).then_some(CL_SUCCESS)
+    })
+}
+
+/// The value of a pointer-sized argument, if it may be one of our handles
+/// (`handle::maybe_handle`).
+#[inline(always)]
+fn handle_in(bytes: &[u8]) -> Option<*const c_void> {
+    let raw = usize::from_ne_bytes(bytes.try_into().ok()?);
+    crate::handle::maybe_handle(raw).then_some(raw as *const c_void)
+}
+
+/// Records `incoming` at `index` if the driver has accepted its shape (index, size, kind of
+/// value) before, and marks it to ship if it changed: a value of the recorded one's shape
+/// reuses its storage (the loop case: no allocation, no hashing). `false`: a new shape,
+/// nothing recorded.
+#[inline(always)]
+fn record_in_shape(args: &BriefLock<KernelArgs>, index: cl_uint, size: usize, incoming: &Incoming) -> bool {
+    let mut a = args.lock();
+    match incoming.update(a.values.get_mut(index as usize).and_then(Option::as_mut)) {
+        Some(false) => true,
+        Some(true) => {
+            mark_dirty(&mut a, index);
+            true
+        }
+        None => record_accepted(&mut a, index, size, incoming),
+    }
+}
+
+/// `record_in_shape` for a value of another shape than the one recorded (or the first): set if
+/// the driver accepted its shape before.
+#[inline(never)]
+fn record_accepted(a: &mut KernelArgs, index: cl_uint, size: usize, incoming: &Incoming) -> bool {
+    if !a.accepted.contains(&(index, size as u64, incoming.shape_kind())) {
+        return false;
+    }
+    set_value(a, index, incoming);
+    true
+}
+
+/// Sets the value at `index`, making room for it, to ship with the next enqueue.
+fn set_value(a: &mut KernelArgs, index: cl_uint, incoming: &Incoming) {
+    if a.values.len() <= index as usize {
+        a.values.resize(index as usize + 1, None);
+    }
+    a.values[index as usize] = Some(incoming.to_value());
+    mark_dirty(a, index);
+}
+
+/// Marks the value at `index` to ship with the next enqueue.
+#[inline(always)]
+fn mark_dirty(a: &mut KernelArgs, index: cl_uint) {
+    if !a.dirty.contains(&index) {
+        a.dirty.push(index);
+    }
+}
+
+/// `clSetKernelArg` in full: the handles from the registry if need be, a first value at an
+/// index, a new shape (checked with the driver at once, so an error comes from this call and
+/// not from a later enqueue), a `__local` size, another worker's handle as plain bytes.
+///
+/// # Safety
+/// As for `clSetKernelArg`.
+#[inline(never)]
+unsafe fn set_kernel_arg(kernel: cl_kernel, arg_index: cl_uint, arg_size: usize, arg_value: *const c_void) -> cl_int {
+    // The kernel is lent (`with_object`): no reference count is touched.
     let r = crate::handle::with_object_then(kernel, Kind::Kernel, |k, also| {
         let ObjData::Kernel { num_args, args } = &k.data else {
             return CL_INVALID_KERNEL;
@@ -212,34 +318,18 @@ pub unsafe fn clSetKernelArg(
             let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
             object_arg(bytes, &k.conn, also).unwrap_or(Incoming::Bytes(bytes))
         };
-        let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
-        let changed = match incoming.update(a.values.get_mut(arg_index as usize).and_then(Option::as_mut)) {
-            Some(changed) => changed,
-            None => {
-                let shape = (arg_index, arg_size as u64, incoming.shape_kind());
-                if !a.accepted.contains(&shape) {
-                    drop(a);
-                    // A shape the driver has not seen: ask it now, so an error comes from this
-                    // call (a wrong size, a NULL `__local` size) and not from a later enqueue.
-                    let call =
-                        cloister_ipc::SetKernelArg { kernel: k.id, index: arg_index, value: incoming.to_value() };
-                    match k.conn.call(call) {
-                        Ok(CL_SUCCESS) => {}
-                        Ok(e) | Err(e) => return e,
-                    }
-                    a = args.lock().unwrap_or_else(|e| e.into_inner());
-                    a.accepted.insert(shape);
-                }
-                if a.values.len() <= arg_index as usize {
-                    a.values.resize(arg_index as usize + 1, None);
-                }
-                a.values[arg_index as usize] = Some(incoming.to_value());
-                true
-            }
-        };
-        if changed && !a.dirty.contains(&arg_index) {
-            a.dirty.push(arg_index);
+        if record_in_shape(args, arg_index, arg_size, &incoming) {
+            return CL_SUCCESS;
         }
+        // A shape the driver has not seen: ask it now.
+        let call = cloister_ipc::SetKernelArg { kernel: k.id, index: arg_index, value: incoming.to_value() };
+        match k.conn.call(call) {
+            Ok(CL_SUCCESS) => {}
+            Ok(e) | Err(e) => return e,
+        }
+        let mut a = args.lock();
+        a.accepted.insert((arg_index, arg_size as u64, incoming.shape_kind()));
+        set_value(&mut a, arg_index, &incoming);
         CL_SUCCESS
     });
     r.unwrap_or_else(|e| e)
@@ -269,7 +359,7 @@ pub fn take_dirty_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
     let ObjData::Kernel { args, .. } = data else {
         return Vec::new();
     };
-    let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
+    let mut a = args.lock();
     let dirty = std::mem::take(&mut a.dirty);
     dirty.into_iter().filter_map(|i| a.values.get(i as usize).cloned().flatten().map(|v| (i, v))).collect()
 }
@@ -279,7 +369,7 @@ pub fn all_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
     let ObjData::Kernel { args, .. } = data else {
         return Vec::new();
     };
-    let a = args.lock().unwrap_or_else(|e| e.into_inner());
+    let a = args.lock();
     a.values.iter().enumerate().filter_map(|(i, v)| Some((i as u32, v.clone()?))).collect()
 }
 
@@ -289,7 +379,7 @@ pub fn all_args_set(data: &ObjData) -> bool {
     let ObjData::Kernel { num_args, args } = data else {
         return false;
     };
-    let a = args.lock().unwrap_or_else(|e| e.into_inner());
+    let a = args.lock();
     a.values.len() >= *num_args as usize && a.values[..*num_args as usize].iter().all(Option::is_some)
 }
 
@@ -298,7 +388,7 @@ pub fn restore_dirty_args(data: &ObjData, sent: &[(u32, ArgValue)]) {
     let ObjData::Kernel { args, .. } = data else {
         return;
     };
-    let mut a = args.lock().unwrap_or_else(|e| e.into_inner());
+    let mut a = args.lock();
     for (i, _) in sent {
         if !a.dirty.contains(i) {
             a.dirty.push(*i);
@@ -373,10 +463,10 @@ pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) 
             return Err(CL_INVALID_KERNEL);
         };
         let copy = {
-            let a = args.lock().unwrap_or_else(|e| e.into_inner());
+            let a = args.lock();
             KernelArgs { values: a.values.clone(), dirty: a.dirty.clone(), accepted: a.accepted.clone() }
         };
-        let data = ObjData::Kernel { num_args: *num_args, args: Mutex::new(copy) };
+        let data = ObjData::Kernel { num_args: *num_args, args: BriefLock::new(copy) };
         super::create(&k.conn, Kind::Kernel, data, |id| {
             let rc = k.conn.call(cloister_ipc::CloneKernel { id, source: k.id });
             if rc == Ok(CL_SUCCESS) && k.conn.replays() {
