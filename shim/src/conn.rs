@@ -634,12 +634,16 @@ impl Conn {
     /// driver is reported late (the event fails, the context's callback hears it, the queue's
     /// next blocking call returns it). Anything else is an ordinary call.
     pub fn post<C: Call<Reply = cl_int>>(&self, req: C) -> Result<cl_int, cl_int> {
-        let request = req.into_request();
+        self.post_request(&req.into_request())
+    }
+
+    /// `post` for a request built already (which the caller keeps: replay journals it).
+    pub fn post_request(&self, request: &Request) -> Result<cl_int, cl_int> {
         if strict() || request.posted().is_none() || self.contexts_made.load(Ordering::Acquire) > 1 {
-            return self.call_request(&request);
+            return self.call_status(request);
         }
         let slot = self.open_lane()?;
-        let bytes = cloister_ipc::encode_request_value(&request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        let bytes = cloister_ipc::encode_request_value(request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         self.after_other_lanes(&slot.lane, request.op_name())?;
         let deadline = Deadline::for_op(self, request.op_name());
         match slot.lane.post(&bytes, &|| deadline.alive(self)) {
@@ -648,11 +652,21 @@ impl Conn {
                 Ok(CL_SUCCESS)
             }
             // Too large for the ring (a kernel with kilobytes of arguments): a call.
-            Err(PostError::TooLarge) => self.call_request(&request),
+            Err(PostError::TooLarge) => self.call_status(request),
             // The worker wrote a ring counter that cannot be: a misbehaving worker, cut off.
             Err(PostError::Ended(WaitEnd::Protocol)) => Err(self.reject(request.op_name(), "a ring tail out of range")),
             Err(PostError::Ended(_)) => Err(self.gave_up(&deadline)),
         }
+    }
+
+    /// `call` for a request built already whose reply is a bare status: waits for the
+    /// application's callbacks as `call` does after a request that waits for completion.
+    pub fn call_status(&self, request: &Request) -> Result<cl_int, cl_int> {
+        let rc = self.call_request(request)?;
+        if waits_for_completion(request) {
+            self.await_completed_callbacks();
+        }
+        Ok(rc)
     }
 
     /// A call with a bare status for a reply, from an already-built request.

@@ -1031,30 +1031,31 @@ pub unsafe fn clEnqueueNDRangeKernel(
         // that does not divide the global one, or is too large for the kernel) comes late.
         let nonzero = |v: &Option<Vec<u64>>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
         let vouched = all_args_set(&k.data) && nonzero(&global) && (local.is_none() || nonzero(&local));
-        let args = take_dirty_args(&k.data);
-        let req = EnqueueNdRange {
+        // Replay runs it again with every argument (those of earlier enqueues too); what the
+        // kernel may write is noted before it can run.
+        let replay_args = q.conn.replays().then(|| all_args(&k.data));
+        if let Some(all) = &replay_args {
+            crate::recovery::journal_of(&q.conn).enqueuing_kernel(all);
+        }
+        let req = Request::EnqueueNdRange(EnqueueNdRange {
             queue: q.id,
             kernel: k.id,
-            args: args.clone(),
+            args: take_dirty_args(&k.data),
             work_dim,
             offset: dims(global_work_offset),
             global,
             local,
             sync: sync.clone(),
-        };
-        // Replay runs it again with every argument (those of earlier enqueues too).
-        let copy = q
-            .conn
-            .replays()
-            .then(|| Request::EnqueueNdRange(EnqueueNdRange { args: all_args(&k.data), ..req.clone() }));
-        if let Some(copy) = &copy {
-            crate::recovery::journal_of(&q.conn).enqueuing(copy);
-        }
-        let rc = if vouched { q.conn.post(req) } else { q.conn.call(req) };
+        });
+        let rc = if vouched { q.conn.post_request(&req) } else { q.conn.call_status(&req) };
+        // The request sent is kept, not copied: its arguments go back to the kernel as unsent
+        // after a failure, or it goes to the journal with every argument.
+        let Request::EnqueueNdRange(mut sent) = req else { unreachable!("built as an NDRange above") };
         if rc != Ok(CL_SUCCESS) {
-            restore_dirty_args(&k.data, &args);
-        } else if let Some(copy) = copy {
-            crate::recovery::journal_of(&q.conn).enqueued(copy);
+            restore_dirty_args(&k.data, &sent.args);
+        } else if let Some(all) = replay_args {
+            sent.args = all;
+            crate::recovery::journal_of(&q.conn).enqueued(Request::EnqueueNdRange(sent));
         }
         // SAFETY: event per API contract.
         Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })

@@ -32,7 +32,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cloister_ipc::cl::*;
-use cloister_ipc::{EnqueueSync, ObjectId};
+use cloister_ipc::{EnqueueSync, ObjectId, Request};
 
 use crate::conn::Conn;
 use crate::handle::{lookup, new_handle, Kind, ObjData, Object};
@@ -164,7 +164,7 @@ pub unsafe fn returned_event(event: *mut cl_event) -> Option<ObjectId> {
 ///
 /// # Safety
 /// `list` holds `n` events or is NULL; `event` is NULL or valid for a write.
-pub unsafe fn enqueue_call<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
+pub unsafe fn enqueue_call<C: cloister_ipc::Call<Reply = cl_int>>(
     queue: &Object,
     n: cl_uint,
     list: *const cl_event,
@@ -172,7 +172,7 @@ pub unsafe fn enqueue_call<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
     make: impl FnOnce(EnqueueSync) -> C,
 ) -> Result<cl_int, cl_int> {
     // SAFETY: forwarded from the caller.
-    unsafe { enqueue_via(queue, n, list, event, make, |req| queue.conn.call(req)) }
+    unsafe { enqueue_via(queue, n, list, event, make, |req| queue.conn.call_status(req)) }
 }
 
 /// Like `enqueue_call`, for an enqueue the caller has vouched for (live handles of one worker,
@@ -181,7 +181,7 @@ pub unsafe fn enqueue_call<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
 ///
 /// # Safety
 /// As for `enqueue_call`.
-pub unsafe fn enqueue_posted<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
+pub unsafe fn enqueue_posted<C: cloister_ipc::Call<Reply = cl_int>>(
     queue: &Object,
     n: cl_uint,
     list: *const cl_event,
@@ -189,31 +189,32 @@ pub unsafe fn enqueue_posted<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
     make: impl FnOnce(EnqueueSync) -> C,
 ) -> Result<cl_int, cl_int> {
     // SAFETY: forwarded from the caller.
-    unsafe { enqueue_via(queue, n, list, event, make, |req| queue.conn.post(req)) }
+    unsafe { enqueue_via(queue, n, list, event, make, |req| queue.conn.post_request(req)) }
 }
 
 /// `enqueue_call` and `enqueue_posted`, by how the request travels (`send`).
 ///
 /// # Safety
 /// As for `enqueue_call`.
-unsafe fn enqueue_via<C: cloister_ipc::Call<Reply = cl_int> + Clone>(
+unsafe fn enqueue_via<C: cloister_ipc::Call<Reply = cl_int>>(
     queue: &Object,
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
     make: impl FnOnce(EnqueueSync) -> C,
-    send: impl FnOnce(C) -> Result<cl_int, cl_int>,
+    send: impl FnOnce(&Request) -> Result<cl_int, cl_int>,
 ) -> Result<cl_int, cl_int> {
     // SAFETY: forwarded from the caller.
     let sync = unsafe { enqueue_sync(queue, n, list, event)? };
-    let req = make(sync.clone());
-    let copy = queue.conn.replays().then(|| req.clone().into_request());
-    if let Some(copy) = &copy {
-        crate::recovery::journal_of(&queue.conn).enqueuing(copy);
+    let req = make(sync.clone()).into_request();
+    // In replay mode the journal keeps the request itself once it is sent: nothing is copied.
+    let replays = queue.conn.replays();
+    if replays {
+        crate::recovery::journal_of(&queue.conn).enqueuing(&req);
     }
-    let rc = send(req);
-    if let (Some(copy), Ok(CL_SUCCESS)) = (copy, &rc) {
-        crate::recovery::journal_of(&queue.conn).enqueued(copy);
+    let rc = send(&req);
+    if replays && rc == Ok(CL_SUCCESS) {
+        crate::recovery::journal_of(&queue.conn).enqueued(req);
     }
     // SAFETY: forwarded from the caller.
     Ok(unsafe { finish_enqueue(queue, &sync, event, rc) })

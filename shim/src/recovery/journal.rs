@@ -2,6 +2,7 @@
 //! contents at the last checkpoint, and the journal of commands since; checkpoints.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -553,6 +554,16 @@ impl Journal {
         });
     }
 
+    /// As `enqueuing`, for a kernel with arguments `args` (all of them): every memory object
+    /// it may write.
+    pub fn enqueuing_kernel(&self, args: &[(u32, ArgValue)]) {
+        self.with(|s| {
+            for m in s.args_written(args) {
+                s.changing(m, false);
+            }
+        });
+    }
+
     /// A program was compiled (successfully or not: the replacement compiles it the same way).
     pub fn compiled(&self, req: CompileProgram) {
         self.with(|s| {
@@ -1041,22 +1052,32 @@ impl State {
         }
     }
 
-    /// Buffers the journal's commands may write, and those whose contents are lost (a buffer
-    /// may come more than once).
-    fn dirty_ids(&self) -> impl Iterator<Item = ObjectId> + '_ {
-        let lost = self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost)).map(|(id, _)| *id);
-        self.cmds.iter().flat_map(|c| self.writes(c)).chain(lost)
+    /// Visits the buffers the journal's commands may write, and those whose contents are lost
+    /// (a buffer may come more than once), until `f` breaks. Nothing is allocated: a `clFinish`
+    /// or blocking read asks on every call, about every command journaled since the last
+    /// checkpoint.
+    fn each_dirty(&self, f: &mut impl FnMut(ObjectId) -> ControlFlow<()>) -> ControlFlow<()> {
+        for c in &self.cmds {
+            self.each_write(c, f)?;
+        }
+        let mut lost = self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost));
+        lost.try_for_each(|(id, _)| f(*id))
     }
 
-    /// Whether every object of `dirty` passes `ok`, without collecting them: a `clFinish` or
-    /// blocking read asks on every call, and stops at the first that fails.
+    /// Whether every object of `dirty` passes `ok`, without collecting them; stops at the
+    /// first that fails.
     pub(super) fn dirty_all(&self, ok: impl Fn(ObjectId) -> bool) -> bool {
-        self.dirty_ids().all(ok)
+        self.each_dirty(&mut |m| if ok(m) { ControlFlow::Continue(()) } else { ControlFlow::Break(()) }).is_continue()
     }
 
     /// Buffers the journal's commands may write, and those whose contents are lost.
     pub(super) fn dirty(&self) -> BTreeSet<ObjectId> {
-        self.dirty_ids().collect()
+        let mut dirty = BTreeSet::new();
+        let _ = self.each_dirty(&mut |m| {
+            dirty.insert(m);
+            ControlFlow::Continue(())
+        });
+        dirty
     }
 
     /// The buffer whose memory `mem` is: a sub-buffer's parent, else itself.
@@ -1071,14 +1092,27 @@ impl State {
     /// The buffers whose contents a command may change (a kernel: every buffer argument not
     /// read-only; a sub-buffer's writes change its parent).
     pub(super) fn writes(&self, cmd: &Cmd) -> Vec<ObjectId> {
-        let written = match cmd {
-            Cmd::Write { mem, .. } => vec![*mem],
-            Cmd::Region { req, .. } => vec![req.mem],
-            Cmd::Read { .. } => Vec::new(),
-            Cmd::Enqueue(req) => self.request_writes(req),
-            Cmd::Batch { writes, .. } => writes.clone(),
-        };
-        written.into_iter().map(|m| self.storage(m)).collect()
+        let mut writes = Vec::new();
+        let _ = self.each_write(cmd, &mut |m| {
+            writes.push(m);
+            ControlFlow::Continue(())
+        });
+        writes
+    }
+
+    /// Visits what `writes` lists, until `f` breaks, without allocating.
+    fn each_write(&self, cmd: &Cmd, f: &mut impl FnMut(ObjectId) -> ControlFlow<()>) -> ControlFlow<()> {
+        let mut visit = |m: ObjectId| f(self.storage(m));
+        match cmd {
+            Cmd::Write { mem, .. } => visit(*mem),
+            Cmd::Region { req, .. } => visit(req.mem),
+            Cmd::Read { .. } => ControlFlow::Continue(()),
+            Cmd::Enqueue(Request::EnqueueNdRange(r)) => {
+                r.args.iter().filter_map(|(_, a)| self.written_arg(a)).try_for_each(visit)
+            }
+            Cmd::Enqueue(req) => self.request_writes(req).into_iter().try_for_each(visit),
+            Cmd::Batch { writes, .. } => writes.iter().try_for_each(|m| visit(*m)),
+        }
     }
 
     /// The memory objects an enqueue going to the worker may write (as named, not their
@@ -1096,18 +1130,19 @@ impl State {
 
     /// A kernel's memory arguments that are not read-only: every one may be written.
     fn args_written(&self, args: &[(u32, ArgValue)]) -> Vec<ObjectId> {
-        let writable = |id: &ObjectId| match self.recipes.get(id).map(|r| &r.req) {
+        args.iter().filter_map(|(_, a)| self.written_arg(a)).collect()
+    }
+
+    /// The memory object a kernel argument names, if it is not read-only (so may be written).
+    fn written_arg(&self, arg: &ArgValue) -> Option<ObjectId> {
+        let ArgValue::Object(id) = arg else { return None };
+        let writable = match self.recipes.get(id).map(|r| &r.req) {
             Some(Request::CreateBuffer(b)) => b.flags & CL_MEM_READ_ONLY == 0,
             Some(Request::CreateSubBuffer(s)) => s.flags & CL_MEM_READ_ONLY == 0,
             Some(Request::CreateImage(i)) => i.flags & CL_MEM_READ_ONLY == 0,
             _ => false,
         };
-        args.iter()
-            .filter_map(|(_, a)| match a {
-                ArgValue::Object(id) if writable(id) => Some(*id),
-                _ => None,
-            })
-            .collect()
+        writable.then_some(*id)
     }
 
     /// Makes the contents of every buffer known now and drops the journal: `have` is a whole
