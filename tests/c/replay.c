@@ -4,14 +4,15 @@
  * CLOISTER_RECOVERY=replay a worker killed mid-run must change nothing: the checksum is the
  * undisturbed run's and every call succeeds.
  *
- * usage: replay ITERATIONS [SLEEP_MS]
+ * usage: replay ITERATIONS [SLEEP_MS]; REPLAY_BIG_MIB sets the size of the buffer `scale`
+ * rewrites each iteration (default 1 MiB).
  * Prints "iteration N" as it goes (a test kills the worker after some), "context notified: ..."
  * for each pfn_notify, then "checksum X" and "done", or "ERROR step=... code=..." and exits 1. */
 #include <string.h>
 #include "replay_common.h"
 
 #define N 4096
-#define BIG (256 * 1024) /* floats: a zero-copy buffer on host-unified devices */
+#define BIG (256 * 1024) /* floats by default: a zero-copy buffer on host-unified devices */
 
 static volatile int completed_callbacks, failed_callbacks;
 
@@ -54,9 +55,14 @@ int main(int argc, char **argv) {
     STEP("buffer acc", err);
     cl_mem copy = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof host, NULL, &err);
     STEP("buffer copy", err);
-    static float bigh[BIG];
-    for (int i = 0; i < BIG; i++) bigh[i] = (float)(i % 97);
-    cl_mem big = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof bigh, bigh, &err);
+    size_t big_n = getenv("REPLAY_BIG_MIB") ? (size_t)atoi(getenv("REPLAY_BIG_MIB")) << 18 : BIG;
+    float *bigh = malloc(big_n * sizeof(float));
+    if (!bigh) {
+        printf("ERROR step=malloc code=0\n");
+        return 1;
+    }
+    for (size_t i = 0; i < big_n; i++) bigh[i] = (float)(i % 97);
+    cl_mem big = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, big_n * sizeof(float), bigh, &err);
     STEP("buffer big", err);
     memset(host, 0, sizeof host);
     STEP("write acc", clEnqueueWriteBuffer(q, acc, CL_TRUE, 0, sizeof host, host, 0, NULL, NULL));
@@ -71,7 +77,7 @@ int main(int argc, char **argv) {
     STEP("big arg0", clSetKernelArg(scale, 0, sizeof big, &big));
 
     uint64_t sum = 1469598103934665603ull;
-    size_t g = N, gb = BIG;
+    size_t g = N, gb = big_n;
     for (int it = 0; it < iterations; it++) {
         int k = it + 1;
         float f = 0.5f + (float)(it % 3);
@@ -127,8 +133,8 @@ int main(int argc, char **argv) {
         printf("ERROR step=sampler-info code=0\n");
         return 1;
     }
-    STEP("read big", clEnqueueReadBuffer(q, big, CL_TRUE, 0, sizeof bigh, bigh, 0, NULL, NULL));
-    for (int i = 0; i < BIG; i++) {
+    STEP("read big", clEnqueueReadBuffer(q, big, CL_TRUE, 0, big_n * sizeof(float), bigh, 0, NULL, NULL));
+    for (size_t i = 0; i < big_n; i++) {
         uint32_t b;
         memcpy(&b, &bigh[i], sizeof b);
         sum = (sum ^ b) * 1099511628211ull;

@@ -21,7 +21,12 @@ fn undisturbed() -> String {
 }
 
 fn undisturbed_run(client: &str) -> String {
-    let out = direct(&c_client(client), &[ITERATIONS, "20"], &[]);
+    undisturbed_run_with(client, &[])
+}
+
+/// `undisturbed_run` with `env` in the client's environment.
+fn undisturbed_run_with(client: &str, env: &[(&str, &str)]) -> String {
+    let out = direct(&c_client(client), &[ITERATIONS, "20"], env);
     let t = text(&out);
     assert!(out.status.success(), "the client fails even directly:\n{t}");
     checksum(&t).unwrap_or_else(|| panic!("no checksum:\n{t}"))
@@ -89,14 +94,27 @@ fn assert_client_survives_fault(client: &str, fault: &str, skip: &str, had_objec
 
 /// As `assert_client_survives_fault`, with `extra` in the caged run's environment.
 fn assert_client_survives_fault_with(client: &str, fault: &str, skip: &str, had_objects: bool, extra: &[(&str, &str)]) {
-    let expected = undisturbed_run(client);
     // The caged run sleeps 20 ms an iteration (the results do not depend on it), so a crash
     // the driver schedules for a moment later still lands mid-run.
+    survives_fault_pausing(client, fault, skip, had_objects, extra, "20")
+}
+
+/// As `assert_client_survives_fault_with`, the client pausing `pause_ms` each iteration.
+fn survives_fault_pausing(
+    client: &str,
+    fault: &str,
+    skip: &str,
+    had_objects: bool,
+    extra: &[(&str, &str)],
+    pause_ms: &str,
+) {
+    let expected = undisturbed_run_with(client, extra);
     let driver = fault_driver();
     // A fresh cache directory per run, so a `:once` fault fires once; named by the client too,
     // as tests running at once may inject the same fault (and remove their folder at the end).
     let tag = fault.replace(':', "-");
-    let cache = std::env::temp_dir().join(format!("cloister-replay-{client}-{tag}-{skip}-{}", std::process::id()));
+    let cache =
+        std::env::temp_dir().join(format!("cloister-replay-{client}-{tag}-{skip}-{pause_ms}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
     let state = cache.with_extension("state");
     let _ = std::fs::remove_dir_all(&state);
@@ -111,7 +129,7 @@ fn assert_client_survives_fault_with(client: &str, fault: &str, skip: &str, had_
     let out = caged(
         &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
         &c_client(client),
-        &[ITERATIONS, "20"],
+        &[ITERATIONS, pause_ms],
         &env,
     );
     let _ = std::fs::remove_dir_all(&cache);
@@ -140,6 +158,15 @@ fn an_injected_crash_mid_run_changes_nothing() {
 #[test]
 fn a_kernel_that_completed_before_the_crash_counts_once() {
     assert_survives_fault("enqueue:segv:once", "31");
+}
+
+/// The same crash in a run without pauses where each iteration's kernel rewrites a 32 MiB
+/// zero-copy buffer, whose copy (taken before the first kernel after a checkpoint) takes long
+/// against an iteration: checkpoints that read nothing back are spaced (`free_checkpoint_due`),
+/// the journal spans several iterations, and all of them run again from the last copy.
+#[test]
+fn a_crash_mid_run_without_pauses_runs_the_longer_journal_again() {
+    survives_fault_pausing("replay", "enqueue:segv:once", "30", true, &[("REPLAY_BIG_MIB", "32")], "0");
 }
 
 /// The two above with staged buffers (`CLOISTER_ZERO_COPY=0`, the path of discrete GPUs): the

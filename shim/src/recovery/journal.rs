@@ -460,6 +460,10 @@ pub struct State {
     /// Released objects kept since the last checkpoint (a checkpoint drops those no longer
     /// needed): while there are none, a checkpoint of a settled journal has nothing to do.
     pub(super) released_kept: usize,
+    /// How long the copies of zero-copy buffers made since the last checkpoint took
+    /// (`snapshot`), and when that checkpoint was: see `free_checkpoint_due`.
+    pub(super) snapshots_took: Duration,
+    pub(super) checkpointed_at: Option<Instant>,
 }
 
 /// The recovery record of one worker's objects (empty unless replay mode is on).
@@ -761,7 +765,9 @@ impl Journal {
         }
         let free = s.complete(queue) && s.dirty_all(|m| (whole && m == mem) || s.in_place(m));
         if free {
-            s.checkpoint(conn, queue, whole.then_some((mem, data)), false);
+            if s.free_checkpoint_due() {
+                s.checkpoint(conn, queue, whole.then_some((mem, data)), false);
+            }
         } else if s.read_back_due() {
             s.checkpoint(conn, queue, whole.then_some((mem, data)), true);
         }
@@ -776,7 +782,9 @@ impl Journal {
             return;
         }
         if s.complete(queue) && s.dirty_all(|m| s.in_place(m)) {
-            s.checkpoint(conn, queue, None, false);
+            if s.free_checkpoint_due() {
+                s.checkpoint(conn, queue, None, false);
+            }
         } else if s.read_back_due() {
             s.checkpoint(conn, queue, None, true);
         }
@@ -831,9 +839,25 @@ impl State {
     /// would be given up or its writes lost; and no command waits on a user event not set.
     pub(super) fn read_back_due(&self) -> bool {
         let long = self.cmds.len() >= LONG_JOURNAL || self.bytes > budget() / 2;
-        let near_limits = self.cmds.len() >= MAX_JOURNAL / 2 || self.bytes > budget() / 4 * 3;
         let spaced = |(end, took): (Instant, Duration)| end.elapsed() >= took * READ_BACK_SPACING;
-        long && (near_limits || self.last_read_back.is_none_or(spaced)) && !self.held_by_user_event()
+        long && (self.near_limits() || self.last_read_back.is_none_or(spaced)) && !self.held_by_user_event()
+    }
+
+    /// Whether the journal nears its limits, where it would be given up or its writes lost.
+    fn near_limits(&self) -> bool {
+        self.cmds.len() >= MAX_JOURNAL / 2 || self.bytes > budget() / 4 * 3
+    }
+
+    /// Whether a checkpoint that reads nothing back (every buffer written is zero-copy, its
+    /// memory holds its contents) is worth taking now. It costs nothing itself, but makes the
+    /// next kernel that writes such a buffer copy it out first (`snapshot`): a loop of a kernel
+    /// rewriting a 64 MiB buffer and `clFinish` paid a 64 MiB copy per iteration, ten times
+    /// the kernel. So these copies are spaced as read-backs are (`READ_BACK_SPACING`: about
+    /// 5% of the application's time at most); meanwhile the journal keeps the commands, and a
+    /// replay runs them again from the last copy. Near the journal's limits it is taken anyway.
+    pub(super) fn free_checkpoint_due(&self) -> bool {
+        let spaced = |at: Instant| at.elapsed() >= self.snapshots_took * READ_BACK_SPACING;
+        self.near_limits() || self.checkpointed_at.is_none_or(spaced)
     }
 
     /// Whether a journaled command waits on a user event the application has not set: a
@@ -891,6 +915,7 @@ impl State {
             r.base = Base::Lost;
             return;
         }
+        let started = Instant::now();
         // SAFETY: `at` is the buffer's `len` bytes of shared memory (checked by `at`), mapped
         // while the recipe holds the view. The worker may write them meanwhile (the copy is then
         // of a command's half-done work only where that command writes idempotently, and it
@@ -898,6 +923,7 @@ impl State {
         let copy = unsafe { copy_from(at.cast_const(), len) };
         r.base = Base::Known(Arc::new(Bytes::Copy(copy)));
         self.bytes += len as u64;
+        self.snapshots_took += started.elapsed();
     }
 
     /// Journals a write of `data` into buffer `mem` at `offset` (or makes it the checkpoint's
@@ -1210,6 +1236,8 @@ impl State {
         }
         self.cmds.clear();
         self.attempts.clear();
+        self.snapshots_took = Duration::ZERO;
+        self.checkpointed_at = Some(Instant::now());
         if self.released_kept > 0 {
             let keep = self.needed();
             self.recipes.retain(|id, _| keep.contains(id));
@@ -1433,6 +1461,27 @@ mod tests {
         let long_ago = Instant::now().checked_sub(Duration::from_millis(200)).unwrap();
         st.last_read_back = Some((long_ago, Duration::from_millis(10)));
         assert!(st.read_back_due(), "190 ms after a 10 ms read-back");
+    }
+
+    /// A checkpoint that reads nothing back waits while the copies of zero-copy buffers it
+    /// would make necessary again took more than a 19th of the time since the last one.
+    #[test]
+    fn free_checkpoints_are_spaced_by_the_copies_they_cause() {
+        let mut st = state();
+        st.cmds.push(kernel_on(&[11]));
+        assert!(st.free_checkpoint_due(), "the first one is due");
+        st.checkpointed_at = Some(Instant::now());
+        assert!(st.free_checkpoint_due(), "one that caused no copy is due at once");
+        st.snapshots_took = Duration::from_secs(5);
+        assert!(!st.free_checkpoint_due(), "not again before 19 times the copies' time");
+        st.cmds.extend((st.cmds.len()..MAX_JOURNAL / 2).map(|_| kernel_on(&[11])));
+        assert!(st.free_checkpoint_due(), "but before the journal would be given up");
+        st.cmds.truncate(1);
+        st.checkpointed_at = Instant::now().checked_sub(Duration::from_millis(200));
+        st.snapshots_took = Duration::from_millis(10);
+        assert!(st.free_checkpoint_due(), "190 ms after 10 ms of copies");
+        st.snapshots_took = Duration::from_millis(11);
+        assert!(!st.free_checkpoint_due(), "not 200 ms after 11 ms of them");
     }
 
     /// A write's staged bytes are kept where they were staged, not copied, and held (so not
