@@ -45,7 +45,7 @@ fn every_workload_is_measured_both_ways_under_load() {
             expected.push(format!("{op}_{size}_nb"));
         }
     }
-    expected.extend(["map_read_64m".to_string(), "map_write_64m".to_string()]);
+    expected.extend(["map_read_64m", "map_write_64m", "kernel_finish_64m"].map(String::from));
     for run in ["direct", "caged"] {
         let mut got = names(&doc[run]);
         got.sort();
@@ -57,7 +57,7 @@ fn every_workload_is_measured_both_ways_under_load() {
             let (Some(min), Some(median), Some(max)) = (min, median, max) else { panic!("{run}: {r}") };
             assert!(0.0 < min && min <= median && median <= max, "{run}: {r}");
             let name = r["name"].as_str().unwrap();
-            let moves_bytes = name.starts_with("write") || name.starts_with("read") || name.starts_with("map");
+            let moves_bytes = ["write", "read", "map", "kernel_finish"].iter().any(|p| name.starts_with(p));
             assert_eq!(r["bytes_per_op"].is_u64(), moves_bytes, "{run}: {r}");
             if moves_bytes || name.starts_with("enqueue_stream") {
                 assert!(r["throughput"].as_f64().is_some_and(|t| t > 0.0), "{run}: {r}");

@@ -33,6 +33,7 @@ extern "C" {
     fn clCreateProgramWithSource(c: Handle, n: u32, s: *const *const u8, l: *const usize, e: *mut cl_int) -> Handle;
     fn clBuildProgram(p: Handle, n: u32, d: *const Handle, o: *const u8, f: *mut c_void, u: *mut c_void) -> cl_int;
     fn clCreateKernel(p: Handle, name: *const std::ffi::c_char, e: *mut cl_int) -> Handle;
+    fn clReleaseKernel(k: Handle) -> cl_int;
     fn clSetKernelArg(k: Handle, i: u32, size: usize, v: *const c_void) -> cl_int;
     fn clEnqueueNDRangeKernel(
         q: Handle,
@@ -246,7 +247,8 @@ fn main() {
         check("clCreateContext", err);
         let q = clCreateCommandQueueWithProperties(ctx, device, null(), &mut err);
         check("clCreateCommandQueue", err);
-        let src = b"__kernel void empty(__global int *a, int b) { }\0";
+        let src = b"__kernel void empty(__global int *a, int b) { }\n\
+            __kernel void fill(__global int *a, int b) { a[get_global_id(0)] = b; }\0";
         let srcp = src.as_ptr();
         let prog = clCreateProgramWithSource(ctx, 1, &srcp, null(), &mut err);
         check("clCreateProgramWithSource", err);
@@ -386,6 +388,34 @@ fn main() {
                     });
                 }
             });
+            check("clReleaseMemObject", clReleaseMemObject(buf));
+        }
+        // A kernel rewriting all of a 64 MiB buffer, then clFinish: what recovery costs an
+        // application that rewrites its working set between waits.
+        if bench.wanted("kernel_finish_64m") {
+            let size = 64usize << 20;
+            let buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, null_mut(), &mut err);
+            check("clCreateBuffer", err);
+            let fill = clCreateKernel(prog, c"fill".as_ptr(), &mut err);
+            check("clCreateKernel", err);
+            check(
+                "clSetKernelArg",
+                clSetKernelArg(fill, 0, std::mem::size_of::<Handle>(), (&buf as *const Handle).cast()),
+            );
+            let items = size / 4;
+            let mut value = 0i32;
+            bench.measure("kernel_finish_64m", Throughput::Bytes(size), 1, |n| {
+                for _ in 0..n {
+                    value += 1;
+                    check("clSetKernelArg", clSetKernelArg(fill, 1, 4, (&value as *const i32).cast()));
+                    check(
+                        "clEnqueueNDRangeKernel",
+                        clEnqueueNDRangeKernel(q, fill, 1, null(), &items, null(), 0, null(), null_mut()),
+                    );
+                    check("clFinish", clFinish(q));
+                }
+            });
+            check("clReleaseKernel", clReleaseKernel(fill));
             check("clReleaseMemObject", clReleaseMemObject(buf));
         }
         let out = serde_json::json!({
