@@ -198,7 +198,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "spin_us",
         env: "CLOISTER_SPIN_US",
         kind: Kind::Number { min: 0, max: 1_000_000 },
-        default: DefaultValue::Value("50"),
+        default: DefaultValue::Value("200"),
         doc: "the longest a lane wait spins before sleeping on its futex, in µs (0 never spins); see \"How a call travels\"",
         per_driver: false,
         in_file: true,

@@ -119,7 +119,7 @@ fn bad_setting_values_are_said_once_with_the_value_used() {
     for (name, used) in [
         ("CLOISTER_DEADLINE_INFO_MS", "using 10000"),
         ("CLOISTER_CRASH_LOOP", "using 3/60"),
-        ("CLOISTER_SPIN_US", "using 50"),
+        ("CLOISTER_SPIN_US", "using 200"),
     ] {
         let lines: Vec<&str> = err.lines().filter(|l| l.contains(name)).collect();
         assert_eq!(lines.len(), 1, "{name}:\n{err}");

@@ -129,7 +129,7 @@ fn a_system_file_writable_by_others_is_not_used() {
     std::fs::set_permissions(home.system(), std::fs::Permissions::from_mode(0o666)).unwrap();
     let out = home.cloister(&["config"], &[]);
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(shown(&out, None, "spin_us"), ("50".into(), "default".into()));
+    assert_eq!(shown(&out, None, "spin_us"), ("200".into(), "default".into()));
     let err = stderr(&out);
     assert_eq!(err.matches("writable by others").count(), 1, "{err}");
     assert!(err.contains(&home.system().display().to_string()), "{err}");
