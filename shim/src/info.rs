@@ -100,7 +100,7 @@ pub fn ref_count_param(kind: Kind) -> Option<u32> {
 /// knows better (`local`), else forward; then apply the size protocol.
 ///
 /// A query repeated in a tight loop (a device's name, its limits) is answered from the cache by
-/// the small first step; only what the cache cannot answer takes `get_info_otherwise`, which
+/// the small first step; only what the cache cannot answer takes `Query::otherwise`, which
 /// looks the handle up again.
 ///
 /// # Safety
@@ -118,16 +118,15 @@ pub unsafe fn get_info(
     size_ret: *mut usize,
     local: impl Fn(&Object) -> Option<Result<Vec<u8>, cl_int>>,
 ) -> cl_int {
-    let out = Out { size, value, size_ret };
+    let q = Query { handle, kind, target, aux, param, out: Out { size, value, size_ret } };
     // The object is lent from this thread's recent ones (`with_recent`): a repeated query
     // touches no reference count and no lock. A handle not among them is looked up out of line.
     // SAFETY: forwarded from the caller.
-    let first = |obj: &Object| unsafe { first_step(obj, kind, target, aux, param, out, &local) };
-    match crate::handle::with_recent(handle, kind, |obj, _| Some(first(obj))) {
+    match crate::handle::with_recent(handle, kind, |obj, _| Some(unsafe { q.first_step(obj, &local) })) {
         // SAFETY: forwarded from the caller.
-        Some(first) => unsafe { first.finish(handle, kind, target, aux, param, out) },
+        Some(first) => unsafe { q.finish(first) },
         // SAFETY: forwarded from the caller.
-        None => unsafe { get_info_looked_up(handle, kind, target, aux, param, out, &local) },
+        None => unsafe { q.looked_up(&local) },
     }
 }
 
@@ -143,80 +142,99 @@ enum First {
     Otherwise,
 }
 
-impl First {
-    /// # Safety
-    /// As for `write_value`.
-    #[inline(always)]
-    unsafe fn finish(
-        self,
-        handle: *const c_void,
-        kind: Kind,
-        target: InfoTarget,
-        aux: u64,
-        param: u32,
-        out: Out,
-    ) -> cl_int {
-        match self {
-            First::Written(rc) => rc,
-            // SAFETY: forwarded from the caller.
-            First::Local(Ok(b)) => unsafe { out.write(&b) },
-            First::Local(Err(e)) => e,
-            // SAFETY: forwarded from the caller.
-            First::Otherwise => unsafe { get_info_otherwise(handle, kind, target, aux, param, out) },
-        }
-    }
-}
-
-/// `get_info`'s first step on the object: the shim's own answer, or a cached one written
-/// straight from the cache to the application (the common repeated query allocates nothing).
-///
-/// # Safety
-/// As for `write_value`.
-#[inline(always)]
-unsafe fn first_step(
-    obj: &Object,
-    kind: Kind,
-    target: InfoTarget,
-    aux: u64,
-    param: u32,
-    out: Out,
-    local: &LocalAnswer<'_>,
-) -> First {
-    if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
-        return First::Otherwise;
-    }
-    if let Some(v) = local(obj) {
-        return First::Local(v);
-    }
-    match cacheable(target, param) {
-        // SAFETY: forwarded from the caller.
-        true => obj.cached_info((param, aux), |b| unsafe { out.write(b) }),
-        false => None,
-    }
-    .map_or(First::Otherwise, First::Written)
-}
-
-/// `get_info` for a handle not among this thread's recent objects: looked up in full.
-///
-/// # Safety
-/// As for `write_value`.
-#[inline(never)]
-unsafe fn get_info_looked_up(
+/// One `clGet*Info` call: what is asked of which handle, and where the answer goes.
+#[derive(Clone, Copy)]
+struct Query {
     handle: *const c_void,
     kind: Kind,
     target: InfoTarget,
     aux: u64,
     param: u32,
     out: Out,
-    local: &LocalAnswer<'_>,
-) -> cl_int {
-    // SAFETY: forwarded from the caller.
-    match crate::handle::with_object(handle, kind, |obj| unsafe {
-        first_step(obj, kind, target, aux, param, out, local)
-    }) {
+}
+
+impl Query {
+    /// The first step on the object: the shim's own answer, or a cached one written straight
+    /// from the cache to the application (the common repeated query allocates nothing).
+    ///
+    /// # Safety
+    /// As for `write_value`.
+    #[inline(always)]
+    unsafe fn first_step(self, obj: &Object, local: &LocalAnswer<'_>) -> First {
+        if ref_count_param(self.kind) == Some(self.param) && self.target != InfoTarget::ProgramBuild {
+            return First::Otherwise;
+        }
+        if let Some(v) = local(obj) {
+            return First::Local(v);
+        }
+        match cacheable(self.target, self.param) {
+            // SAFETY: forwarded from the caller.
+            true => obj.cached_info((self.param, self.aux), |b| unsafe { self.out.write(b) }),
+            false => None,
+        }
+        .map_or(First::Otherwise, First::Written)
+    }
+
+    /// The answer after the first step.
+    ///
+    /// # Safety
+    /// As for `write_value`.
+    #[inline(always)]
+    unsafe fn finish(self, first: First) -> cl_int {
+        match first {
+            First::Written(rc) => rc,
+            // SAFETY: forwarded from the caller.
+            First::Local(Ok(b)) => unsafe { self.out.write(&b) },
+            First::Local(Err(e)) => e,
+            // SAFETY: forwarded from the caller.
+            First::Otherwise => unsafe { self.otherwise() },
+        }
+    }
+
+    /// `get_info` for a handle not among this thread's recent objects: looked up in full.
+    ///
+    /// # Safety
+    /// As for `write_value`.
+    #[inline(never)]
+    unsafe fn looked_up(self, local: &LocalAnswer<'_>) -> cl_int {
         // SAFETY: forwarded from the caller.
-        Ok(first) => unsafe { first.finish(handle, kind, target, aux, param, out) },
-        Err(e) => e,
+        match crate::handle::with_object(self.handle, self.kind, |obj| unsafe { self.first_step(obj, local) }) {
+            // SAFETY: forwarded from the caller.
+            Ok(first) => unsafe { self.finish(first) },
+            Err(e) => e,
+        }
+    }
+
+    /// What neither the cache nor `local` answered: a reference count, or a query for the
+    /// worker.
+    ///
+    /// # Safety
+    /// As for `write_value`.
+    #[inline(never)]
+    unsafe fn otherwise(self) -> cl_int {
+        let Query { handle, kind, target, aux, param, out } = self;
+        let answer = crate::handle::with_object(handle, kind, |obj| {
+            if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
+                return Ok(Answer::Value(obj.ref_count().to_ne_bytes().to_vec()));
+            }
+            query_answer(obj, target, aux, param)
+        })
+        .and_then(|a| a);
+        match answer {
+            // SAFETY: forwarded from the caller.
+            Ok(Answer::Value(b)) => unsafe { out.write(&b) },
+            Ok(Answer::SizeOnly(len, e)) => {
+                if !out.value.is_null() {
+                    return e;
+                }
+                if !out.size_ret.is_null() {
+                    // SAFETY: the caller guarantees size_ret is valid.
+                    unsafe { *out.size_ret = len };
+                }
+                CL_SUCCESS
+            }
+            Err(e) => e,
+        }
     }
 }
 
@@ -235,43 +253,5 @@ impl Out {
     unsafe fn write(self, bytes: &[u8]) -> cl_int {
         // SAFETY: forwarded from the caller.
         unsafe { write_value(bytes, self.size, self.value, self.size_ret) }
-    }
-}
-
-/// `get_info` for what neither the cache nor `local` answered: a reference count, or a query
-/// for the worker.
-///
-/// # Safety
-/// As for `write_value`.
-#[inline(never)]
-unsafe fn get_info_otherwise(
-    handle: *const c_void,
-    kind: Kind,
-    target: InfoTarget,
-    aux: u64,
-    param: u32,
-    out: Out,
-) -> cl_int {
-    let answer = crate::handle::with_object(handle, kind, |obj| {
-        if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
-            return Ok(Answer::Value(obj.ref_count().to_ne_bytes().to_vec()));
-        }
-        query_answer(obj, target, aux, param)
-    })
-    .and_then(|a| a);
-    match answer {
-        // SAFETY: forwarded from the caller.
-        Ok(Answer::Value(b)) => unsafe { out.write(&b) },
-        Ok(Answer::SizeOnly(len, e)) => {
-            if !out.value.is_null() {
-                return e;
-            }
-            if !out.size_ret.is_null() {
-                // SAFETY: the caller guarantees size_ret is valid.
-                unsafe { *out.size_ret = len };
-            }
-            CL_SUCCESS
-        }
-        Err(e) => e,
     }
 }
