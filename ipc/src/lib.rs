@@ -76,12 +76,27 @@ pub fn decode_reply<C: Call>(bytes: &[u8]) -> Result<C::Reply, IpcError> {
 /// Decodes the reply of a call whose reply is a bare status (every request that may be posted,
 /// `Request::posted`).
 pub fn decode_status(bytes: &[u8]) -> Result<i32, IpcError> {
-    postcard::from_bytes(bytes).map_err(IpcError::Decode)
+    let (status, rest) = postcard::take_from_bytes(bytes).map_err(IpcError::Decode)?;
+    if !rest.is_empty() {
+        return Err(IpcError::Protocol("trailing bytes after reply"));
+    }
+    Ok(status)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A status reply is exactly one status: trailing bytes from a hostile worker are a
+    /// protocol error, as for every other reply (`decode_reply`).
+    #[test]
+    fn a_status_reply_with_trailing_bytes_is_refused() {
+        let mut bytes = postcard::to_allocvec(&-5i32).unwrap();
+        assert_eq!(decode_status(&bytes).unwrap(), -5);
+        bytes.push(0);
+        assert!(matches!(decode_status(&bytes), Err(IpcError::Protocol(_))));
+        assert!(decode_status(&[]).is_err());
+    }
 
     /// A small deterministic generator, so the test needs no extra crates and is repeatable.
     fn xorshift(state: &mut u64) -> u64 {

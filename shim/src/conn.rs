@@ -640,7 +640,7 @@ impl Conn {
     /// `post` for a request built already (which the caller keeps: replay journals it).
     pub fn post_request(&self, request: &Request) -> Result<cl_int, cl_int> {
         if strict() || request.posted().is_none() || self.contexts_made.load(Ordering::Acquire) > 1 {
-            return self.call_status(request);
+            return self.call_request(request);
         }
         let slot = self.open_lane()?;
         let bytes = cloister_ipc::encode_request_value(request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
@@ -652,7 +652,7 @@ impl Conn {
                 Ok(CL_SUCCESS)
             }
             // Too large for the ring (a kernel with kilobytes of arguments): a call.
-            Err(PostError::TooLarge) => self.call_status(request),
+            Err(PostError::TooLarge) => self.call_request(request),
             // The worker wrote a ring counter that cannot be: a misbehaving worker, cut off.
             Err(PostError::Ended(WaitEnd::Protocol)) => Err(self.reject(request.op_name(), "a ring tail out of range")),
             Err(PostError::Ended(_)) => Err(self.gave_up(&deadline)),
