@@ -718,14 +718,8 @@ pub fn lookup(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
 /// `RECENT` but do not change it.
 #[inline]
 pub fn with_object<R>(h: *const c_void, kind: Kind, f: impl FnOnce(&Object) -> R) -> Result<R, cl_int> {
-    let addr = h as usize;
     let mut f = Some(f);
-    let lent = RECENT.try_with(|r| {
-        let r = r.try_borrow().ok()?;
-        let obj = r.find(addr, kind)?;
-        f.take().map(|f| f(obj))
-    });
-    if let Ok(Some(v)) = lent {
+    if let Some(v) = with_recent(h, kind, |obj, _| f.take().map(|f| f(obj))) {
         return Ok(v);
     }
     let obj = lookup(h, kind)?;

@@ -2,13 +2,13 @@
 //! arguments costs no round trip. Index errors are reported at once (the argument count is
 //! known); size and value errors the driver finds are reported by the enqueue.
 
-use crate::brief_lock::BriefLock;
 use std::ffi::{c_char, c_void, CStr};
 
 use cloister_ipc::cl::*;
 use cloister_ipc::{ArgValue, CreateKernel, CreateKernelsInProgram, InfoTarget};
 
 use super::{creation, forward_info, retain_release};
+use crate::brief_lock::BriefLock;
 use crate::handle::{lookup, new_handle, KernelArgs, Kind, ObjData};
 use crate::info;
 
@@ -345,10 +345,7 @@ fn object_arg<'a>(
     kernel_conn: &std::sync::Arc<crate::conn::Conn>,
     lookup: &crate::handle::SecondLookup,
 ) -> Option<Incoming<'a>> {
-    let raw = usize::from_ne_bytes(bytes.try_into().ok()?) as *const c_void;
-    if raw.is_null() {
-        return None;
-    }
+    let raw = handle_in(bytes)?;
     let (kind, same_worker) = lookup
         .of_kinds(raw, &[Kind::Mem, Kind::Sampler], |o| std::sync::Arc::ptr_eq(&o.conn, kernel_conn).then_some(o.id))?;
     same_worker.map(|id| Incoming::Object { id, sampler: kind == Kind::Sampler })
@@ -390,9 +387,7 @@ pub fn restore_dirty_args(data: &ObjData, sent: &[(u32, ArgValue)]) {
     };
     let mut a = args.lock();
     for (i, _) in sent {
-        if !a.dirty.contains(i) {
-            a.dirty.push(*i);
-        }
+        mark_dirty(&mut a, *i);
     }
 }
 

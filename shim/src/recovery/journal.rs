@@ -763,14 +763,7 @@ impl Journal {
         if s.settled() && (s.in_place_unused(mem) || s.known(mem) || (!whole && s.released_kept == 0)) {
             return;
         }
-        let free = s.complete(queue) && s.dirty_all(|m| (whole && m == mem) || s.in_place(m));
-        if free {
-            if s.free_checkpoint_due() {
-                s.checkpoint(conn, queue, whole.then_some((mem, data)), false);
-            }
-        } else if s.read_back_due() {
-            s.checkpoint(conn, queue, whole.then_some((mem, data)), true);
-        }
+        s.checkpoint_if_due(conn, queue, whole.then_some((mem, data)));
     }
 
     /// After `clFinish` of `queue`: a checkpoint once the journal is long (its read-back then
@@ -781,17 +774,26 @@ impl Journal {
         if s.settled() {
             return;
         }
-        if s.complete(queue) && s.dirty_all(|m| s.in_place(m)) {
-            if s.free_checkpoint_due() {
-                s.checkpoint(conn, queue, None, false);
-            }
-        } else if s.read_back_due() {
-            s.checkpoint(conn, queue, None, true);
-        }
+        s.checkpoint_if_due(conn, queue, None);
     }
 }
 
 impl State {
+    /// After a blocking call on `queue` returned (a blocking read, which gave `have` when it
+    /// read a whole buffer, or `clFinish`): a checkpoint that reads nothing back where every
+    /// command is complete and what they wrote is known (`have`) or in place, if one is due;
+    /// else one that reads back, if that is due.
+    fn checkpoint_if_due(&mut self, conn: &Conn, queue: ObjectId, have: Option<(ObjectId, &[u8])>) {
+        let is_have = |m: ObjectId| have.is_some_and(|(h, _)| h == m);
+        if self.complete(queue) && self.dirty_all(|m| is_have(m) || self.in_place(m)) {
+            if self.free_checkpoint_due() {
+                self.checkpoint(conn, queue, have, false);
+            }
+        } else if self.read_back_due() {
+            self.checkpoint(conn, queue, have, true);
+        }
+    }
+
     /// Journals a run of a command buffer: with what its commands use and may write, or, for a
     /// buffer replay does not know, by losing every buffer's contents until a checkpoint.
     fn batch(&mut self, mut req: EnqueueCommandBuffer) {
