@@ -239,7 +239,7 @@ pub const SETTINGS: &[Setting] = &[
         env: "CLOISTER_COPY_THREADS",
         kind: Kind::Number { min: 1, max: 64 },
         default: DefaultValue::Computed { doc: "half the cores, 1 to 4", value: default_copy_threads },
-        doc: "threads a copy of 2 MiB and more is split across",
+        doc: "threads a copy of 512 KiB and more is split across (a pool started at the first such copy)",
         per_driver: false,
         in_file: true,
         worker: true,
