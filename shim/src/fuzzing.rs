@@ -453,7 +453,7 @@ impl App {
                     let n = p.byte() as usize % 8;
                     let mut g = Guarded::new(n * 8);
                     let mut count = 0u32;
-                    api::clGetSupportedImageFormats(
+                    let _ = api::clGetSupportedImageFormats(
                         self.context(),
                         0,
                         CL_MEM_OBJECT_IMAGE2D,
@@ -465,7 +465,8 @@ impl App {
                     let props = [0x1086isize /* PARTITION_EQUALLY */, 1, 0];
                     let mut d = Guarded::new(n * 8);
                     let out = if n == 0 { std::ptr::null_mut() } else { d.ptr().cast() };
-                    if api::clCreateSubDevices(self.device, props.as_ptr(), n as u32, out, &mut count) == CL_SUCCESS {
+                    if api::clCreateSubDevices(self.device, props.as_ptr(), n as u32, out, &mut count) == Ok(CL_SUCCESS)
+                    {
                         for i in 0..n.min(count as usize) {
                             let sub = *(d.ptr() as *mut *mut c_void).add(i);
                             api::clReleaseDevice(sub);
@@ -476,7 +477,8 @@ impl App {
                 10 => {
                     let ev = api::clCreateUserEvent(self.context(), &mut err);
                     if !ev.is_null() {
-                        api::clSetEventCallback(ev, CL_COMPLETE, event_notify as *mut c_void, std::ptr::null_mut());
+                        let _ =
+                            api::clSetEventCallback(ev, CL_COMPLETE, event_notify as *mut c_void, std::ptr::null_mut());
                         api::clReleaseEvent(ev);
                     }
                 }
@@ -515,7 +517,7 @@ impl App {
             }
             self.programs.push(prog);
             let notify = if p.byte().is_multiple_of(2) { build_notify as *mut c_void } else { std::ptr::null_mut() };
-            api::clBuildProgram(prog, 0, std::ptr::null(), std::ptr::null(), notify, std::ptr::null_mut());
+            let _ = api::clBuildProgram(prog, 0, std::ptr::null(), std::ptr::null(), notify, std::ptr::null_mut());
             let mut sizes = Guarded::new(64);
             let mut ret = 0usize;
             if api::clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, 64, sizes.ptr(), &mut ret) != CL_SUCCESS {
@@ -585,7 +587,7 @@ impl App {
                 let own = host.contains(m as usize, size);
                 assert!(own || !host.contains(m as usize, 1), "a mapping straddles the host memory's end");
                 std::ptr::write_bytes(m.cast::<u8>(), 0x11, size);
-                api::clEnqueueUnmapMemObject(self.queue, buf, m, 0, std::ptr::null(), std::ptr::null_mut());
+                let _ = api::clEnqueueUnmapMemObject(self.queue, buf, m, 0, std::ptr::null(), std::ptr::null_mut());
             }
             host.check("CL_MEM_USE_HOST_PTR memory");
             self.host.push((buf, host));
@@ -647,7 +649,7 @@ impl App {
                 for y in 0..h {
                     std::ptr::write_bytes(m.cast::<u8>().add(y * row), 0x22, w * 4);
                 }
-                api::clEnqueueUnmapMemObject(self.queue, img, m, 0, std::ptr::null(), std::ptr::null_mut());
+                let _ = api::clEnqueueUnmapMemObject(self.queue, img, m, 0, std::ptr::null(), std::ptr::null_mut());
             }
         }
     }

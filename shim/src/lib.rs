@@ -45,6 +45,27 @@ trait EntryReturn {
     }
 }
 
+/// What an `api` function returns for an entry point returning `R`: `R` itself, or, for one
+/// returning a status, `Result<cl_int, cl_int>` (an error is the status), so the safe function
+/// says its errors with `?` and the conversion is written once, here.
+trait IntoEntry<R> {
+    fn into_entry(self) -> R;
+}
+
+impl<R: EntryReturn> IntoEntry<R> for R {
+    #[inline(always)]
+    fn into_entry(self) -> R {
+        self
+    }
+}
+
+impl IntoEntry<cl_int> for Result<cl_int, cl_int> {
+    #[inline(always)]
+    fn into_entry(self) -> cl_int {
+        self.unwrap_or_else(|e| e)
+    }
+}
+
 impl EntryReturn for cl_int {
     fn with_code(code: cl_int) -> Self {
         code
@@ -131,7 +152,10 @@ macro_rules! entry_body {
     (@errcode $err:ident) => { Some(unsafe { *$err }) };
     (@call forwarded, $name:ident, ($($arg:ident),*), $ret:ty, $err:ident) => {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            recovery::retrying(<$ret as EntryReturn>::failed, || unsafe { api::$name($($arg),*) })
+            recovery::retrying(<$ret as EntryReturn>::failed, || {
+                // SAFETY: the caller upholds the OpenCL API contract for this entry point.
+                IntoEntry::<$ret>::into_entry(unsafe { api::$name($($arg),*) })
+            })
         })) {
             Ok(v) => v,
             Err(_) => {

@@ -70,24 +70,21 @@ pub unsafe fn clEnqueueCommandBufferKHR(
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
-) -> cl_int {
-    let r = (|| {
-        let cb = lookup(command_buffer, Kind::CommandBuffer)?;
-        if (num_queues == 0) != queues.is_null() {
-            return Err(CL_INVALID_VALUE);
-        }
-        // SAFETY: `queues` holds num_queues handles per the API contract.
-        let queues = unsafe { slice(queues.cast_const(), num_queues as usize, CL_INVALID_VALUE)? };
-        let (ids, conn) = ids_of(queues, Kind::Queue, CL_INVALID_COMMAND_QUEUE)?;
-        if conn.is_some_and(|c| !Arc::ptr_eq(&c, &cb.conn)) {
-            return Err(CL_INVALID_CONTEXT);
-        }
-        crate::direct::command_buffer_enqueued(queues);
-        let make = |sync| EnqueueCommandBuffer { queues: ids, buffer: cb.id, sync };
-        // SAFETY: the wait list and event per API contract.
-        unsafe { enqueue_call(&cb, n, list, event, make) }
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let cb = lookup(command_buffer, Kind::CommandBuffer)?;
+    if (num_queues == 0) != queues.is_null() {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: `queues` holds num_queues handles per the API contract.
+    let queues = unsafe { slice(queues.cast_const(), num_queues as usize, CL_INVALID_VALUE)? };
+    let (ids, conn) = ids_of(queues, Kind::Queue, CL_INVALID_COMMAND_QUEUE)?;
+    if conn.is_some_and(|c| !Arc::ptr_eq(&c, &cb.conn)) {
+        return Err(CL_INVALID_CONTEXT);
+    }
+    crate::direct::command_buffer_enqueued(queues);
+    let make = |sync| EnqueueCommandBuffer { queues: ids, buffer: cb.id, sync };
+    // SAFETY: the wait list and event per API contract.
+    unsafe { enqueue_call(&cb, n, list, event, make) }
 }
 
 /// The arguments every `clCommand*KHR` call shares, checked.
@@ -162,13 +159,10 @@ impl Recording {
 /// One `clCommand*KHR` entry point: the shared arguments, then what `command` makes of the rest.
 macro_rules! record_entry {
     ($cb:ident, $q:ident, $n:ident, $wait:ident, $sp:ident, $mh:ident, |$rec:ident| $command:expr) => {{
-        let r = (|| {
-            // SAFETY: the sync point list and out-pointers per the API contract.
-            let $rec = unsafe { Recording::new($cb, $q, $n, $wait, $sp, $mh)? };
-            let command = $command;
-            $rec.record(command, None)
-        })();
-        r.unwrap_or_else(|e| e)
+        // SAFETY: the sync point list and out-pointers per the API contract.
+        let $rec = unsafe { Recording::new($cb, $q, $n, $wait, $sp, $mh)? };
+        let command = $command;
+        $rec.record(command, None)
     }};
 }
 
@@ -179,7 +173,7 @@ pub unsafe fn clCommandBarrierWithWaitListKHR(
     wait: *const cl_sync_point_khr,
     sp: *mut cl_sync_point_khr,
     mh: *mut cl_mutable_command_khr,
-) -> cl_int {
+) -> Result<cl_int, cl_int> {
     record_entry!(cb, q, n, wait, sp, mh, |rec| RecordedCommand::Barrier)
 }
 
@@ -195,7 +189,7 @@ pub unsafe fn clCommandCopyBufferKHR(
     wait: *const cl_sync_point_khr,
     sp: *mut cl_sync_point_khr,
     mh: *mut cl_mutable_command_khr,
-) -> cl_int {
+) -> Result<cl_int, cl_int> {
     record_entry!(cb, q, n, wait, sp, mh, |rec| RecordedCommand::CopyBuffer {
         src: rec.mem(src)?,
         dst: rec.mem(dst)?,
@@ -245,7 +239,7 @@ pub unsafe fn clCommandCopyBufferRectKHR(
     wait: *const cl_sync_point_khr,
     sp: *mut cl_sync_point_khr,
     mh: *mut cl_mutable_command_khr,
-) -> cl_int {
+) -> Result<cl_int, cl_int> {
     record_entry!(cb, q, n, wait, sp, mh, |rec| {
         // SAFETY: NULL or three values each per the API contract.
         let (so, d_o) = unsafe { (triple(src_origin)?, triple(dst_origin)?) };
@@ -266,7 +260,7 @@ pub unsafe fn clCommandCopyImageKHR(
     wait: *const cl_sync_point_khr,
     sp: *mut cl_sync_point_khr,
     mh: *mut cl_mutable_command_khr,
-) -> cl_int {
+) -> Result<cl_int, cl_int> {
     record_entry!(cb, q, n, wait, sp, mh, |rec| {
         // SAFETY: NULL or three values each per the API contract.
         let (so, d_o) = unsafe { (triple(src_origin)?, triple(dst_origin)?) };
@@ -286,7 +280,7 @@ pub unsafe fn clCommandCopyImageToBufferKHR(
     wait: *const cl_sync_point_khr,
     sp: *mut cl_sync_point_khr,
     mh: *mut cl_mutable_command_khr,
-) -> cl_int {
+) -> Result<cl_int, cl_int> {
     record_entry!(cb, q, n, wait, sp, mh, |rec| {
         // SAFETY: NULL or three values per the API contract.
         let so = unsafe { triple(src_origin)? };
@@ -307,7 +301,7 @@ pub unsafe fn clCommandCopyBufferToImageKHR(
     wait: *const cl_sync_point_khr,
     sp: *mut cl_sync_point_khr,
     mh: *mut cl_mutable_command_khr,
-) -> cl_int {
+) -> Result<cl_int, cl_int> {
     record_entry!(cb, q, n, wait, sp, mh, |rec| {
         // SAFETY: NULL or three values per the API contract.
         let d_o = unsafe { triple(dst_origin)? };
@@ -328,7 +322,7 @@ pub unsafe fn clCommandFillBufferKHR(
     wait: *const cl_sync_point_khr,
     sp: *mut cl_sync_point_khr,
     mh: *mut cl_mutable_command_khr,
-) -> cl_int {
+) -> Result<cl_int, cl_int> {
     record_entry!(cb, q, n, wait, sp, mh, |rec| {
         if pattern.is_null() || pattern_size == 0 {
             return Err(CL_INVALID_VALUE);
@@ -350,7 +344,7 @@ pub unsafe fn clCommandFillImageKHR(
     wait: *const cl_sync_point_khr,
     sp: *mut cl_sync_point_khr,
     mh: *mut cl_mutable_command_khr,
-) -> cl_int {
+) -> Result<cl_int, cl_int> {
     record_entry!(cb, q, n, wait, sp, mh, |rec| {
         // SAFETY: the colour is a cl_float4, cl_int4 or cl_uint4: 16 bytes.
         let color = unsafe { slice(fill_color.cast::<u8>(), 16, CL_INVALID_VALUE)? }.to_vec();
@@ -373,34 +367,31 @@ pub unsafe fn clCommandNDRangeKernelKHR(
     wait: *const cl_sync_point_khr,
     sp: *mut cl_sync_point_khr,
     mh: *mut cl_mutable_command_khr,
-) -> cl_int {
-    let r = (|| {
-        // SAFETY: the sync point list and out-pointers per the API contract.
-        let rec = unsafe { Recording::new(cb, q, n, wait, sp, mh)? };
-        let k = rec.buffer.same_worker(lookup(kernel, Kind::Kernel)?)?;
-        if !(1..=3).contains(&work_dim) {
-            return Err(CL_INVALID_WORK_DIMENSION);
-        }
-        let dims = |p: *const usize| -> Option<Vec<u64>> {
-            // SAFETY: non-NULL size arrays hold work_dim entries per the API contract.
-            (!p.is_null()).then(|| (0..work_dim as usize).map(|i| unsafe { *p.add(i) } as u64).collect())
-        };
-        let args = take_dirty_args(&k.data);
-        let command = RecordedCommand::NdRange {
-            kernel: k.id,
-            args: args.clone(),
-            // SAFETY: NULL or zero-terminated per the API contract.
-            properties: unsafe { property_list(properties) },
-            work_dim,
-            offset: dims(global_work_offset),
-            global: dims(global_work_size),
-            local: dims(local_work_size),
-        };
-        let rc = rec.record(command, k.conn.replays().then(|| super::kernel::all_args(&k.data)));
-        if rc != Ok(CL_SUCCESS) {
-            restore_dirty_args(&k.data, &args);
-        }
-        rc
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    // SAFETY: the sync point list and out-pointers per the API contract.
+    let rec = unsafe { Recording::new(cb, q, n, wait, sp, mh)? };
+    let k = rec.buffer.same_worker(lookup(kernel, Kind::Kernel)?)?;
+    if !(1..=3).contains(&work_dim) {
+        return Err(CL_INVALID_WORK_DIMENSION);
+    }
+    let dims = |p: *const usize| -> Option<Vec<u64>> {
+        // SAFETY: non-NULL size arrays hold work_dim entries per the API contract.
+        (!p.is_null()).then(|| (0..work_dim as usize).map(|i| unsafe { *p.add(i) } as u64).collect())
+    };
+    let args = take_dirty_args(&k.data);
+    let command = RecordedCommand::NdRange {
+        kernel: k.id,
+        args: args.clone(),
+        // SAFETY: NULL or zero-terminated per the API contract.
+        properties: unsafe { property_list(properties) },
+        work_dim,
+        offset: dims(global_work_offset),
+        global: dims(global_work_size),
+        local: dims(local_work_size),
+    };
+    let rc = rec.record(command, k.conn.replays().then(|| super::kernel::all_args(&k.data)));
+    if rc != Ok(CL_SUCCESS) {
+        restore_dirty_args(&k.data, &args);
+    }
+    rc
 }

@@ -117,45 +117,42 @@ pub unsafe fn clCreateSubDevices(
     num_devices: cl_uint,
     out_devices: *mut cl_device_id,
     num_devices_ret: *mut cl_uint,
-) -> cl_int {
-    let r = (|| {
-        let d = lookup(in_device, Kind::Device)?;
-        if properties.is_null() || (out_devices.is_null() && num_devices_ret.is_null()) {
-            return Err(CL_INVALID_VALUE);
+) -> Result<cl_int, cl_int> {
+    let d = lookup(in_device, Kind::Device)?;
+    if properties.is_null() || (out_devices.is_null() && num_devices_ret.is_null()) {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: properties is zero-terminated per the API contract.
+    let props = unsafe { super::memory::property_list(properties) }.unwrap_or_default();
+    let props: Vec<i64> = props.into_iter().map(|p| p as i64).collect();
+    let ids: Vec<u64> =
+        if out_devices.is_null() { Vec::new() } else { (0..num_devices).map(|_| d.conn.alloc_id()).collect() };
+    let req = CreateSubDevices { device: d.id, properties: props, ids: ids.clone() };
+    decide_recovery(&d.conn);
+    let copy = d.conn.replays().then(|| req.clone());
+    let reply = d.conn.call(req)?;
+    if reply.status != CL_SUCCESS {
+        return Err(reply.status);
+    }
+    if let Some(copy) = copy.filter(|c| !c.ids.is_empty()) {
+        crate::recovery::note(&d.conn, &copy);
+    }
+    // A driver that made more sub-devices than the array holds must have failed instead.
+    if !out_devices.is_null() && reply.count as usize > ids.len() {
+        let what = format!("{} sub-devices for {} slots", reply.count, ids.len());
+        return Err(d.conn.reject("clCreateSubDevices", &what));
+    }
+    if !out_devices.is_null() {
+        for (i, &id) in ids.iter().take(reply.count as usize).enumerate() {
+            // SAFETY: out_devices holds num_devices slots.
+            unsafe { *out_devices.add(i) = new_handle(Kind::Device, id, &d.conn, ObjData::Device) };
         }
-        // SAFETY: properties is zero-terminated per the API contract.
-        let props = unsafe { super::memory::property_list(properties) }.unwrap_or_default();
-        let props: Vec<i64> = props.into_iter().map(|p| p as i64).collect();
-        let ids: Vec<u64> =
-            if out_devices.is_null() { Vec::new() } else { (0..num_devices).map(|_| d.conn.alloc_id()).collect() };
-        let req = CreateSubDevices { device: d.id, properties: props, ids: ids.clone() };
-        decide_recovery(&d.conn);
-        let copy = d.conn.replays().then(|| req.clone());
-        let reply = d.conn.call(req)?;
-        if reply.status != CL_SUCCESS {
-            return Err(reply.status);
-        }
-        if let Some(copy) = copy.filter(|c| !c.ids.is_empty()) {
-            crate::recovery::note(&d.conn, &copy);
-        }
-        // A driver that made more sub-devices than the array holds must have failed instead.
-        if !out_devices.is_null() && reply.count as usize > ids.len() {
-            let what = format!("{} sub-devices for {} slots", reply.count, ids.len());
-            return Err(d.conn.reject("clCreateSubDevices", &what));
-        }
-        if !out_devices.is_null() {
-            for (i, &id) in ids.iter().take(reply.count as usize).enumerate() {
-                // SAFETY: out_devices holds num_devices slots.
-                unsafe { *out_devices.add(i) = new_handle(Kind::Device, id, &d.conn, ObjData::Device) };
-            }
-        }
-        if !num_devices_ret.is_null() {
-            // SAFETY: checked non-NULL.
-            unsafe { *num_devices_ret = reply.count };
-        }
-        Ok(CL_SUCCESS)
-    })();
-    r.unwrap_or_else(|e| e)
+    }
+    if !num_devices_ret.is_null() {
+        // SAFETY: checked non-NULL.
+        unsafe { *num_devices_ret = reply.count };
+    }
+    Ok(CL_SUCCESS)
 }
 
 retain_release! {

@@ -473,23 +473,20 @@ pub unsafe fn clEnqueueCopyBuffer(
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
-) -> cl_int {
-    let r = (|| {
-        let (q, s) = queue_and_mem(queue, src)?;
-        let (_, d) = queue_and_mem(queue, dst)?;
-        let make = |sync| EnqueueCopyBuffer {
-            queue: q.id,
-            src: s.id,
-            dst: d.id,
-            src_offset: src_offset as u64,
-            dst_offset: dst_offset as u64,
-            size: size as u64,
-            sync,
-        };
-        // SAFETY: the wait list and event per API contract.
-        unsafe { enqueue_posted(&q, n, list, event, make) }
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let (q, s) = queue_and_mem(queue, src)?;
+    let (_, d) = queue_and_mem(queue, dst)?;
+    let make = |sync| EnqueueCopyBuffer {
+        queue: q.id,
+        src: s.id,
+        dst: d.id,
+        src_offset: src_offset as u64,
+        dst_offset: dst_offset as u64,
+        size: size as u64,
+        sync,
+    };
+    // SAFETY: the wait list and event per API contract.
+    unsafe { enqueue_posted(&q, n, list, event, make) }
 }
 
 pub unsafe fn clEnqueueFillBuffer(
@@ -502,26 +499,17 @@ pub unsafe fn clEnqueueFillBuffer(
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
-) -> cl_int {
-    let r = (|| {
-        let (q, m) = queue_and_mem(queue, buffer)?;
-        if pattern.is_null() || pattern_size == 0 || pattern_size > 128 {
-            return Err(CL_INVALID_VALUE);
-        }
-        // SAFETY: pattern holds pattern_size bytes.
-        let pattern = unsafe { slice(pattern.cast::<u8>(), pattern_size, CL_INVALID_VALUE)? }.to_vec();
-        let make = |sync| EnqueueFillBuffer {
-            queue: q.id,
-            mem: m.id,
-            pattern,
-            offset: offset as u64,
-            size: size as u64,
-            sync,
-        };
-        // SAFETY: the wait list and event per API contract.
-        unsafe { enqueue_posted(&q, n, list, event, make) }
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let (q, m) = queue_and_mem(queue, buffer)?;
+    if pattern.is_null() || pattern_size == 0 || pattern_size > 128 {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: pattern holds pattern_size bytes.
+    let pattern = unsafe { slice(pattern.cast::<u8>(), pattern_size, CL_INVALID_VALUE)? }.to_vec();
+    let make =
+        |sync| EnqueueFillBuffer { queue: q.id, mem: m.id, pattern, offset: offset as u64, size: size as u64, sync };
+    // SAFETY: the wait list and event per API contract.
+    unsafe { enqueue_posted(&q, n, list, event, make) }
 }
 
 pub unsafe fn clEnqueueMapBuffer(
@@ -610,57 +598,53 @@ pub unsafe fn clEnqueueUnmapMemObject(
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
-) -> cl_int {
-    let r = (|| {
-        let (q, m) = queue_and_mem(queue, memobj)?;
-        let ObjData::Mem { maps, .. } = &m.data else {
-            return Err(CL_INVALID_MEM_OBJECT);
-        };
-        // SAFETY: API contract.
-        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let record = {
-            let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
-            let list = maps.get_mut(&(mapped_ptr as usize)).ok_or(CL_INVALID_VALUE)?;
-            let rec = list.pop().ok_or(CL_INVALID_VALUE)?;
-            if list.is_empty() {
-                maps.remove(&(mapped_ptr as usize));
-            }
-            rec
-        };
-        if record.carried {
-            // SAFETY: the record is the application's mapping at `mapped_ptr`, whose memory it
-            // holds; event per API contract.
-            return unsafe { unmap_carried(&q, &m, mapped_ptr, record, &sync, event) };
+) -> Result<cl_int, cl_int> {
+    let (q, m) = queue_and_mem(queue, memobj)?;
+    let ObjData::Mem { maps, .. } = &m.data else {
+        return Err(CL_INVALID_MEM_OBJECT);
+    };
+    // SAFETY: API contract.
+    let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+    let record = {
+        let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
+        let list = maps.get_mut(&(mapped_ptr as usize)).ok_or(CL_INVALID_VALUE)?;
+        let rec = list.pop().ok_or(CL_INVALID_VALUE)?;
+        if list.is_empty() {
+            maps.remove(&(mapped_ptr as usize));
         }
-        // A non-blocking map not yet seen complete needs no filling any more.
-        let unsettled_map = crate::pending::of(&q.conn).forget_map(&q.conn, record.id);
-        let write_back = record.writes_back();
-        pack_mirror(&record);
-        if q.conn.replays() {
-            // SAFETY: the record was this mapping's, live until the unmap below.
-            unsafe { journal_unmap(&q, &m, mapped_ptr, &record, false, &sync) };
+        rec
+    };
+    if record.carried {
+        // SAFETY: the record is the application's mapping at `mapped_ptr`, whose memory it
+        // holds; event per API contract.
+        return unsafe { unmap_carried(&q, &m, mapped_ptr, record, &sync, event) };
+    }
+    // A non-blocking map not yet seen complete needs no filling any more.
+    let unsettled_map = crate::pending::of(&q.conn).forget_map(&q.conn, record.id);
+    let write_back = record.writes_back();
+    pack_mirror(&record);
+    if q.conn.replays() {
+        // SAFETY: the record was this mapping's, live until the unmap below.
+        unsafe { journal_unmap(&q, &m, mapped_ptr, &record, false, &sync) };
+    }
+    let segment = match record.segment {
+        Some(segment) if write_back || unsettled_map => {
+            // The driver may still copy out of the segment (a write-back by DMA on a
+            // discrete device) or into it (a map not yet complete) after the call returns:
+            // the segment goes back to the pool once the unmap's event is complete.
+            let make = |_, sync| EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.id, write_back, sync };
+            // SAFETY: event per API contract.
+            return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, make) };
         }
-        let segment = match record.segment {
-            Some(segment) if write_back || unsettled_map => {
-                // The driver may still copy out of the segment (a write-back by DMA on a
-                // discrete device) or into it (a map not yet complete) after the call returns:
-                // the segment goes back to the pool once the unmap's event is complete.
-                let make =
-                    |_, sync| EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.id, write_back, sync };
-                // SAFETY: event per API contract.
-                return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, make) };
-            }
-            other => other,
-        };
-        let rc = unmap(&q, &m, record.id, write_back, sync.clone());
-        // The worker keeps the segment mapped: it goes back to the pool for the next map.
-        if let Some(segment) = segment {
-            q.conn.release_segment(segment);
-        }
-        // SAFETY: event per API contract.
-        Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
-    })();
-    r.unwrap_or_else(|e| e)
+        other => other,
+    };
+    let rc = unmap(&q, &m, record.id, write_back, sync.clone());
+    // The worker keeps the segment mapped: it goes back to the pool for the next map.
+    if let Some(segment) = segment {
+        q.conn.release_segment(segment);
+    }
+    // SAFETY: event per API contract.
+    Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
 }
 
 /// Unmaps a mapping made in a worker that died since (replay mode carried `m` over while the
@@ -1009,58 +993,55 @@ pub unsafe fn clEnqueueNDRangeKernel(
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
-) -> cl_int {
-    let r = (|| {
-        let q = lookup(queue, Kind::Queue)?;
-        let k = lookup(kernel, Kind::Kernel)?;
-        if !Arc::ptr_eq(&q.conn, &k.conn) {
-            return Err(crate::conn::mismatch(&q.conn, &k.conn, CL_INVALID_CONTEXT));
-        }
-        if !(1..=3).contains(&work_dim) {
-            return Err(CL_INVALID_WORK_DIMENSION);
-        }
-        let dims = |p: *const usize| -> Option<Vec<u64>> {
-            // SAFETY: non-NULL size arrays hold work_dim entries per the API contract.
-            (!p.is_null()).then(|| (0..work_dim as usize).map(|i| unsafe { *p.add(i) } as u64).collect())
-        };
-        // SAFETY: API contract.
-        let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let (global, local) = (dims(global_work_size), dims(local_work_size));
-        // What the shim can vouch for is posted: every argument set (with a shape the driver
-        // accepted), sizes given and non-zero. Whether the driver takes the sizes (a local size
-        // that does not divide the global one, or is too large for the kernel) comes late.
-        let nonzero = |v: &Option<Vec<u64>>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
-        let vouched = all_args_set(&k.data) && nonzero(&global) && (local.is_none() || nonzero(&local));
-        // Replay runs it again with every argument (those of earlier enqueues too); what the
-        // kernel may write is noted before it can run.
-        let replay_args = q.conn.replays().then(|| all_args(&k.data));
-        if let Some(all) = &replay_args {
-            crate::recovery::journal_of(&q.conn).enqueuing_kernel(all);
-        }
-        let req = Request::EnqueueNdRange(EnqueueNdRange {
-            queue: q.id,
-            kernel: k.id,
-            args: take_dirty_args(&k.data),
-            work_dim,
-            offset: dims(global_work_offset),
-            global,
-            local,
-            sync: sync.clone(),
-        });
-        let rc = if vouched { q.conn.post_request(&req) } else { q.conn.call_status(&req) };
-        // The request sent is kept, not copied: its arguments go back to the kernel as unsent
-        // after a failure, or it goes to the journal with every argument.
-        let Request::EnqueueNdRange(mut sent) = req else { unreachable!("built as an NDRange above") };
-        if rc != Ok(CL_SUCCESS) {
-            restore_dirty_args(&k.data, &sent.args);
-        } else if let Some(all) = replay_args {
-            sent.args = all;
-            crate::recovery::journal_of(&q.conn).enqueued(Request::EnqueueNdRange(sent));
-        }
-        // SAFETY: event per API contract.
-        Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let q = lookup(queue, Kind::Queue)?;
+    let k = lookup(kernel, Kind::Kernel)?;
+    if !Arc::ptr_eq(&q.conn, &k.conn) {
+        return Err(crate::conn::mismatch(&q.conn, &k.conn, CL_INVALID_CONTEXT));
+    }
+    if !(1..=3).contains(&work_dim) {
+        return Err(CL_INVALID_WORK_DIMENSION);
+    }
+    let dims = |p: *const usize| -> Option<Vec<u64>> {
+        // SAFETY: non-NULL size arrays hold work_dim entries per the API contract.
+        (!p.is_null()).then(|| (0..work_dim as usize).map(|i| unsafe { *p.add(i) } as u64).collect())
+    };
+    // SAFETY: API contract.
+    let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+    let (global, local) = (dims(global_work_size), dims(local_work_size));
+    // What the shim can vouch for is posted: every argument set (with a shape the driver
+    // accepted), sizes given and non-zero. Whether the driver takes the sizes (a local size
+    // that does not divide the global one, or is too large for the kernel) comes late.
+    let nonzero = |v: &Option<Vec<u64>>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
+    let vouched = all_args_set(&k.data) && nonzero(&global) && (local.is_none() || nonzero(&local));
+    // Replay runs it again with every argument (those of earlier enqueues too); what the
+    // kernel may write is noted before it can run.
+    let replay_args = q.conn.replays().then(|| all_args(&k.data));
+    if let Some(all) = &replay_args {
+        crate::recovery::journal_of(&q.conn).enqueuing_kernel(all);
+    }
+    let req = Request::EnqueueNdRange(EnqueueNdRange {
+        queue: q.id,
+        kernel: k.id,
+        args: take_dirty_args(&k.data),
+        work_dim,
+        offset: dims(global_work_offset),
+        global,
+        local,
+        sync: sync.clone(),
+    });
+    let rc = if vouched { q.conn.post_request(&req) } else { q.conn.call_status(&req) };
+    // The request sent is kept, not copied: its arguments go back to the kernel as unsent
+    // after a failure, or it goes to the journal with every argument.
+    let Request::EnqueueNdRange(mut sent) = req else { unreachable!("built as an NDRange above") };
+    if rc != Ok(CL_SUCCESS) {
+        restore_dirty_args(&k.data, &sent.args);
+    } else if let Some(all) = replay_args {
+        sent.args = all;
+        crate::recovery::journal_of(&q.conn).enqueued(Request::EnqueueNdRange(sent));
+    }
+    // SAFETY: event per API contract.
+    Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
 }
 
 pub unsafe fn clEnqueueTask(
@@ -1069,7 +1050,7 @@ pub unsafe fn clEnqueueTask(
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
-) -> cl_int {
+) -> Result<cl_int, cl_int> {
     let one = [1usize];
     // SAFETY: a task is a one-work-item NDRange.
     unsafe { clEnqueueNDRangeKernel(queue, kernel, 1, std::ptr::null(), one.as_ptr(), one.as_ptr(), n, list, event) }

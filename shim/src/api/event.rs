@@ -10,20 +10,17 @@ use crate::conn::{Callback, EventNotifyFn};
 use crate::handle::{lookup, Kind, ObjData, Object};
 use crate::info;
 
-pub unsafe fn clWaitForEvents(num_events: cl_uint, event_list: *const cl_event) -> cl_int {
-    let r = (|| {
-        if num_events == 0 {
-            return Err(CL_INVALID_VALUE);
-        }
-        // SAFETY: event_list holds num_events handles.
-        let evs = unsafe { slice(event_list, num_events as usize, CL_INVALID_VALUE)? };
-        let (ids, conn) = ids_of(evs, Kind::Event, CL_INVALID_EVENT)?;
-        let conn = conn.ok_or(CL_INVALID_VALUE)?;
-        let rc = conn.call(WaitForEvents { events: ids });
-        crate::pending::settle(&conn, None);
-        rc
-    })();
-    r.unwrap_or_else(|e| e)
+pub unsafe fn clWaitForEvents(num_events: cl_uint, event_list: *const cl_event) -> Result<cl_int, cl_int> {
+    if num_events == 0 {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: event_list holds num_events handles.
+    let evs = unsafe { slice(event_list, num_events as usize, CL_INVALID_VALUE)? };
+    let (ids, conn) = ids_of(evs, Kind::Event, CL_INVALID_EVENT)?;
+    let conn = conn.ok_or(CL_INVALID_VALUE)?;
+    let rc = conn.call(WaitForEvents { events: ids });
+    crate::pending::settle(&conn, None);
+    rc
 }
 
 forward_info!(clGetEventInfo, cl_event, Kind::Event, InfoTarget::Event, event_answers);
@@ -74,33 +71,30 @@ pub unsafe fn clSetEventCallback(
     callback_type: cl_int,
     pfn_notify: *mut c_void,
     user_data: *mut c_void,
-) -> cl_int {
-    let r = (|| {
-        let ev = lookup(event, Kind::Event)?;
-        if pfn_notify.is_null() || !(CL_COMPLETE..=CL_SUBMITTED).contains(&callback_type) {
-            return Err(CL_INVALID_VALUE);
-        }
-        // SAFETY: the application passes a function of clSetEventCallback's type.
-        let pfn = unsafe { std::mem::transmute::<*mut c_void, EventNotifyFn>(pfn_notify) };
-        // The callback receives the application's handle: keep it alive until it has run.
-        crate::handle::retain(event, Kind::Event);
-        let token =
-            ev.conn.register_callback(Callback::Event { pfn, user_data: user_data as usize, event: event as usize });
-        let rc = ev.conn.call(SetEventCallback { event: ev.id, callback_type, token });
-        if rc == Ok(CL_SUCCESS) {
-            return rc;
-        }
-        if ev.conn.unregister_callback(token).is_some() {
-            crate::handle::release(event, Kind::Event);
-        } else if ev.conn.replays() {
-            // The worker died meanwhile and its death handling took the callback: replay mode
-            // keeps it for the rebuilt event (or fires it failed), so it is registered, once.
-            return Ok(CL_SUCCESS);
-        }
-        // A callback already run (a worker that died meanwhile) has dropped its reference.
-        rc
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let ev = lookup(event, Kind::Event)?;
+    if pfn_notify.is_null() || !(CL_COMPLETE..=CL_SUBMITTED).contains(&callback_type) {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: the application passes a function of clSetEventCallback's type.
+    let pfn = unsafe { std::mem::transmute::<*mut c_void, EventNotifyFn>(pfn_notify) };
+    // The callback receives the application's handle: keep it alive until it has run.
+    crate::handle::retain(event, Kind::Event);
+    let token =
+        ev.conn.register_callback(Callback::Event { pfn, user_data: user_data as usize, event: event as usize });
+    let rc = ev.conn.call(SetEventCallback { event: ev.id, callback_type, token });
+    if rc == Ok(CL_SUCCESS) {
+        return rc;
+    }
+    if ev.conn.unregister_callback(token).is_some() {
+        crate::handle::release(event, Kind::Event);
+    } else if ev.conn.replays() {
+        // The worker died meanwhile and its death handling took the callback: replay mode
+        // keeps it for the rebuilt event (or fires it failed), so it is registered, once.
+        return Ok(CL_SUCCESS);
+    }
+    // A callback already run (a worker that died meanwhile) has dropped its reference.
+    rc
 }
 
 retain_release! {

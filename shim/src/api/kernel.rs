@@ -485,24 +485,21 @@ pub unsafe fn clGetKernelSubGroupInfo(
     size: usize,
     value: *mut c_void,
     size_ret: *mut usize,
-) -> cl_int {
-    let r = (|| {
-        let k = lookup(kernel, Kind::Kernel)?;
-        let dev = if device.is_null() { 0 } else { lookup(device, Kind::Device)?.id };
-        // SAFETY: input holds input_size bytes.
-        let input = unsafe { super::slice(input.cast::<u8>(), input_size, CL_INVALID_VALUE)? }.to_vec();
-        let reply =
-            k.conn.call(cloister_ipc::GetKernelSubGroupInfo { kernel: k.id, device: dev, param: param_name, input })?;
-        if reply.status != CL_SUCCESS {
-            return Err(reply.status);
-        }
-        if reply.value_status != CL_SUCCESS && !value.is_null() {
-            return Err(reply.value_status);
-        }
-        // SAFETY: value/size_ret per the API contract.
-        Ok(unsafe { info::write_value(&reply.value, size, value, size_ret) })
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let k = lookup(kernel, Kind::Kernel)?;
+    let dev = if device.is_null() { 0 } else { lookup(device, Kind::Device)?.id };
+    // SAFETY: input holds input_size bytes.
+    let input = unsafe { super::slice(input.cast::<u8>(), input_size, CL_INVALID_VALUE)? }.to_vec();
+    let reply =
+        k.conn.call(cloister_ipc::GetKernelSubGroupInfo { kernel: k.id, device: dev, param: param_name, input })?;
+    if reply.status != CL_SUCCESS {
+        return Err(reply.status);
+    }
+    if reply.value_status != CL_SUCCESS && !value.is_null() {
+        return Err(reply.value_status);
+    }
+    // SAFETY: value/size_ret per the API contract.
+    Ok(unsafe { info::write_value(&reply.value, size, value, size_ret) })
 }
 
 /// `cl_khr_subgroups`' name for the same query.
@@ -515,7 +512,7 @@ pub unsafe fn clGetKernelSubGroupInfoKHR(
     size: usize,
     value: *mut c_void,
     size_ret: *mut usize,
-) -> cl_int {
+) -> Result<cl_int, cl_int> {
     // SAFETY: forwarded API contract.
     unsafe { clGetKernelSubGroupInfo(kernel, device, param_name, input_size, input, size, value, size_ret) }
 }

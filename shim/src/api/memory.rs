@@ -531,30 +531,27 @@ pub unsafe fn clGetSupportedImageFormats(
     num_entries: cl_uint,
     formats: *mut c_void,
     num_formats: *mut cl_uint,
-) -> cl_int {
-    let r = (|| {
-        let ctx = lookup(context, Kind::Context)?;
-        if num_entries == 0 && !formats.is_null() {
-            return Err(CL_INVALID_VALUE);
+) -> Result<cl_int, cl_int> {
+    let ctx = lookup(context, Kind::Context)?;
+    if num_entries == 0 && !formats.is_null() {
+        return Err(CL_INVALID_VALUE);
+    }
+    let reply = ctx.conn.call(cloister_ipc::GetSupportedImageFormats { context: ctx.id, flags, image_type })?;
+    if reply.status != CL_SUCCESS {
+        return Err(reply.status);
+    }
+    let out = formats.cast::<cl_image_format>();
+    if !out.is_null() {
+        for (i, &(order, ty)) in reply.formats.iter().take(num_entries as usize).enumerate() {
+            // SAFETY: the application provides num_entries slots.
+            unsafe { *out.add(i) = cl_image_format { image_channel_order: order, image_channel_data_type: ty } };
         }
-        let reply = ctx.conn.call(cloister_ipc::GetSupportedImageFormats { context: ctx.id, flags, image_type })?;
-        if reply.status != CL_SUCCESS {
-            return Err(reply.status);
-        }
-        let out = formats.cast::<cl_image_format>();
-        if !out.is_null() {
-            for (i, &(order, ty)) in reply.formats.iter().take(num_entries as usize).enumerate() {
-                // SAFETY: the application provides num_entries slots.
-                unsafe { *out.add(i) = cl_image_format { image_channel_order: order, image_channel_data_type: ty } };
-            }
-        }
-        if !num_formats.is_null() {
-            // SAFETY: checked non-NULL.
-            unsafe { *num_formats = reply.formats.len() as cl_uint };
-        }
-        Ok(CL_SUCCESS)
-    })();
-    r.unwrap_or_else(|e| e)
+    }
+    if !num_formats.is_null() {
+        // SAFETY: checked non-NULL.
+        unsafe { *num_formats = reply.formats.len() as cl_uint };
+    }
+    Ok(CL_SUCCESS)
 }
 
 forward_info!(clGetMemObjectInfo, cl_mem, Kind::Mem, InfoTarget::MemObject, mem_answers);

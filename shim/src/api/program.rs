@@ -70,46 +70,43 @@ pub unsafe fn clBuildProgram(
     options: *const c_char,
     pfn_notify: *mut c_void,
     user_data: *mut c_void,
-) -> cl_int {
-    let r = (|| {
-        let p = lookup(program, Kind::Program)?;
-        if (num_devices == 0) != device_list.is_null() || (pfn_notify.is_null() && !user_data.is_null()) {
-            return Err(CL_INVALID_VALUE);
-        }
-        let devices = if device_list.is_null() {
-            None
-        } else {
-            // SAFETY: device_list holds num_devices handles.
-            let devs = unsafe { slice(device_list, num_devices as usize, CL_INVALID_VALUE)? };
-            Some(ids_of(devs, Kind::Device, CL_INVALID_DEVICE)?.0)
-        };
-        // SAFETY: options is NULL or NUL-terminated.
-        let options = (!options.is_null()).then(|| unsafe { CStr::from_ptr(options) }.to_bytes().to_vec());
-        let notify = if pfn_notify.is_null() {
-            None
-        } else {
-            // SAFETY: the application passes a function of clBuildProgram's pfn_notify type.
-            let pfn = unsafe { std::mem::transmute::<*mut c_void, BuildNotifyFn>(pfn_notify) };
-            // Kept alive until its callback has run (see `Callback::Build`).
-            crate::handle::retain(program, Kind::Program);
-            Some(p.conn.register_callback(Callback::Build {
-                pfn,
-                user_data: user_data as usize,
-                program: program as usize,
-            }))
-        };
-        let app_options = crate::intercept::program::build_options(options);
-        let (options, includes) = with_includes(&p, app_options.clone());
-        let req = BuildProgram { program: p.id, devices, options, includes, notify };
-        if p.conn.replays() {
-            crate::recovery::journal_of(&p.conn).built(req.clone());
-        }
-        let reply = p.conn.call(req);
-        let built = finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)));
-        crate::intercept::program::after_build(program, app_options.as_deref());
-        built
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let p = lookup(program, Kind::Program)?;
+    if (num_devices == 0) != device_list.is_null() || (pfn_notify.is_null() && !user_data.is_null()) {
+        return Err(CL_INVALID_VALUE);
+    }
+    let devices = if device_list.is_null() {
+        None
+    } else {
+        // SAFETY: device_list holds num_devices handles.
+        let devs = unsafe { slice(device_list, num_devices as usize, CL_INVALID_VALUE)? };
+        Some(ids_of(devs, Kind::Device, CL_INVALID_DEVICE)?.0)
+    };
+    // SAFETY: options is NULL or NUL-terminated.
+    let options = (!options.is_null()).then(|| unsafe { CStr::from_ptr(options) }.to_bytes().to_vec());
+    let notify = if pfn_notify.is_null() {
+        None
+    } else {
+        // SAFETY: the application passes a function of clBuildProgram's pfn_notify type.
+        let pfn = unsafe { std::mem::transmute::<*mut c_void, BuildNotifyFn>(pfn_notify) };
+        // Kept alive until its callback has run (see `Callback::Build`).
+        crate::handle::retain(program, Kind::Program);
+        Some(p.conn.register_callback(Callback::Build {
+            pfn,
+            user_data: user_data as usize,
+            program: program as usize,
+        }))
+    };
+    let app_options = crate::intercept::program::build_options(options);
+    let (options, includes) = with_includes(&p, app_options.clone());
+    let req = BuildProgram { program: p.id, devices, options, includes, notify };
+    if p.conn.replays() {
+        crate::recovery::journal_of(&p.conn).built(req.clone());
+    }
+    let reply = p.conn.call(req);
+    let built = finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)));
+    crate::intercept::program::after_build(program, app_options.as_deref());
+    built
 }
 
 /// After a build, compile or link with callback `notify`: a callback the driver called during
@@ -298,37 +295,34 @@ pub unsafe fn clCompileProgram(
     header_include_names: *mut *const c_char,
     pfn_notify: *mut c_void,
     user_data: *mut c_void,
-) -> cl_int {
-    let r = (|| {
-        let p = lookup(program, Kind::Program)?;
-        // SAFETY: device_list per the API contract.
-        let devices = unsafe { self::device_list(num_devices, device_list)? };
-        if (num_input_headers == 0) != (input_headers.is_null() || header_include_names.is_null())
-            && !(num_input_headers == 0 && input_headers.is_null() && header_include_names.is_null())
-        {
-            return Err(CL_INVALID_VALUE);
-        }
-        let mut headers = Vec::with_capacity(num_input_headers as usize);
-        for i in 0..num_input_headers as usize {
-            // SAFETY: both arrays hold num_input_headers entries.
-            let (h, name) = unsafe { (*input_headers.add(i), *header_include_names.add(i)) };
-            let hp = lookup(h, Kind::Program).map_err(|_| CL_INVALID_VALUE)?;
-            // SAFETY: include names are NUL-terminated.
-            let name = unsafe { c_bytes(name) }.ok_or(CL_INVALID_VALUE)?;
-            headers.push((hp.id, name));
-        }
-        // SAFETY: options is NULL or NUL-terminated.
-        let options = crate::intercept::program::build_options(unsafe { c_bytes(options) });
-        let notify = build_notify(&p.conn, program, pfn_notify, user_data)?;
-        let (options, includes) = with_includes(&p, options);
-        let req = CompileProgram { program: p.id, devices, options, headers, includes, notify };
-        if p.conn.replays() {
-            crate::recovery::journal_of(&p.conn).compiled(req.clone());
-        }
-        let reply = p.conn.call(req);
-        finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)))
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let p = lookup(program, Kind::Program)?;
+    // SAFETY: device_list per the API contract.
+    let devices = unsafe { self::device_list(num_devices, device_list)? };
+    if (num_input_headers == 0) != (input_headers.is_null() || header_include_names.is_null())
+        && !(num_input_headers == 0 && input_headers.is_null() && header_include_names.is_null())
+    {
+        return Err(CL_INVALID_VALUE);
+    }
+    let mut headers = Vec::with_capacity(num_input_headers as usize);
+    for i in 0..num_input_headers as usize {
+        // SAFETY: both arrays hold num_input_headers entries.
+        let (h, name) = unsafe { (*input_headers.add(i), *header_include_names.add(i)) };
+        let hp = lookup(h, Kind::Program).map_err(|_| CL_INVALID_VALUE)?;
+        // SAFETY: include names are NUL-terminated.
+        let name = unsafe { c_bytes(name) }.ok_or(CL_INVALID_VALUE)?;
+        headers.push((hp.id, name));
+    }
+    // SAFETY: options is NULL or NUL-terminated.
+    let options = crate::intercept::program::build_options(unsafe { c_bytes(options) });
+    let notify = build_notify(&p.conn, program, pfn_notify, user_data)?;
+    let (options, includes) = with_includes(&p, options);
+    let req = CompileProgram { program: p.id, devices, options, headers, includes, notify };
+    if p.conn.replays() {
+        crate::recovery::journal_of(&p.conn).compiled(req.clone());
+    }
+    let reply = p.conn.call(req);
+    finish_build(&p.conn, notify, reply.map(|r| (r.status, r.callback_sent)))
 }
 
 pub unsafe fn clLinkProgram(
@@ -499,17 +493,14 @@ pub unsafe fn clSetProgramSpecializationConstant(
     spec_id: cl_uint,
     spec_size: usize,
     spec_value: *const c_void,
-) -> cl_int {
-    let r = (|| {
-        let p = lookup(program, Kind::Program)?;
-        // SAFETY: spec_value holds spec_size bytes.
-        let value = unsafe { slice(spec_value.cast::<u8>(), spec_size, CL_INVALID_VALUE)? }.to_vec();
-        if value.is_empty() {
-            return Err(CL_INVALID_VALUE);
-        }
-        p.conn.call(SetProgramSpecializationConstant { program: p.id, spec_id, value })
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let p = lookup(program, Kind::Program)?;
+    // SAFETY: spec_value holds spec_size bytes.
+    let value = unsafe { slice(spec_value.cast::<u8>(), spec_size, CL_INVALID_VALUE)? }.to_vec();
+    if value.is_empty() {
+        return Err(CL_INVALID_VALUE);
+    }
+    p.conn.call(SetProgramSpecializationConstant { program: p.id, spec_id, value })
 }
 
 /// Deprecated in OpenCL 3.0 but still exported: the shim runs the callback when the program's

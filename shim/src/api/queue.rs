@@ -136,19 +136,16 @@ pub unsafe fn clSetDefaultDeviceCommandQueue(
     context: cl_context,
     device: cl_device_id,
     command_queue: cl_command_queue,
-) -> cl_int {
-    let r = (|| {
-        let c = lookup(context, Kind::Context)?;
-        let d = lookup(device, Kind::Device)?;
-        // NULL goes to the driver: a device without device-side queues answers
-        // CL_INVALID_OPERATION before it looks at the queue.
-        let queue = match command_queue.is_null() {
-            true => None,
-            false => Some(c.same_worker(lookup(command_queue, Kind::Queue)?)?.id),
-        };
-        c.conn.call(cloister_ipc::SetDefaultDeviceCommandQueue { context: c.id, device: d.id, queue })
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let c = lookup(context, Kind::Context)?;
+    let d = lookup(device, Kind::Device)?;
+    // NULL goes to the driver: a device without device-side queues answers
+    // CL_INVALID_OPERATION before it looks at the queue.
+    let queue = match command_queue.is_null() {
+        true => None,
+        false => Some(c.same_worker(lookup(command_queue, Kind::Queue)?)?.id),
+    };
+    c.conn.call(cloister_ipc::SetDefaultDeviceCommandQueue { context: c.id, device: d.id, queue })
 }
 
 retain_release! {

@@ -567,22 +567,19 @@ pub unsafe fn clEnqueueFillImage(
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
-) -> cl_int {
-    let r = (|| {
-        let (q, m) = queue_and_mem(queue, image)?;
-        if fill_color.is_null() {
-            return Err(CL_INVALID_VALUE);
-        }
-        // SAFETY: the colour is a cl_float4, cl_int4 or cl_uint4: 16 bytes.
-        let color = unsafe { std::slice::from_raw_parts(fill_color.cast::<u8>(), 16) }.to_vec();
-        // SAFETY: origin and region hold three values per the API contract.
-        let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
-        let make =
-            |sync| EnqueueFillImage { queue: q.id, mem: m.id, color, origin: wide(origin), region: wide(region), sync };
-        // SAFETY: the wait list and event per API contract.
-        unsafe { enqueue_call(&q, n, list, event, make) }
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let (q, m) = queue_and_mem(queue, image)?;
+    if fill_color.is_null() {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: the colour is a cl_float4, cl_int4 or cl_uint4: 16 bytes.
+    let color = unsafe { std::slice::from_raw_parts(fill_color.cast::<u8>(), 16) }.to_vec();
+    // SAFETY: origin and region hold three values per the API contract.
+    let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
+    let make =
+        |sync| EnqueueFillImage { queue: q.id, mem: m.id, color, origin: wide(origin), region: wide(region), sync };
+    // SAFETY: the wait list and event per API contract.
+    unsafe { enqueue_call(&q, n, list, event, make) }
 }
 
 /// Maps into a segment holding the region's rows packed; the application gets the segment and
@@ -712,21 +709,18 @@ pub unsafe fn clEnqueueMigrateMemObjects(
     n: cl_uint,
     list: *const cl_event,
     event: *mut cl_event,
-) -> cl_int {
-    let r = (|| {
-        let q = crate::handle::lookup(queue, Kind::Queue)?;
-        if num_mem_objects == 0 || mem_objects.is_null() {
-            return Err(CL_INVALID_VALUE);
-        }
-        // SAFETY: mem_objects holds num_mem_objects handles.
-        let handles = unsafe { super::slice(mem_objects, num_mem_objects as usize, CL_INVALID_VALUE)? };
-        let (mems, conn) = super::ids_of(handles, Kind::Mem, CL_INVALID_MEM_OBJECT)?;
-        if conn.is_some_and(|c| !Arc::ptr_eq(&c, &q.conn)) {
-            return Err(CL_INVALID_CONTEXT);
-        }
-        let make = |sync| EnqueueMigrateMemObjects { queue: q.id, mems, flags, sync };
-        // SAFETY: the wait list and event per API contract.
-        unsafe { enqueue_call(&q, n, list, event, make) }
-    })();
-    r.unwrap_or_else(|e| e)
+) -> Result<cl_int, cl_int> {
+    let q = crate::handle::lookup(queue, Kind::Queue)?;
+    if num_mem_objects == 0 || mem_objects.is_null() {
+        return Err(CL_INVALID_VALUE);
+    }
+    // SAFETY: mem_objects holds num_mem_objects handles.
+    let handles = unsafe { super::slice(mem_objects, num_mem_objects as usize, CL_INVALID_VALUE)? };
+    let (mems, conn) = super::ids_of(handles, Kind::Mem, CL_INVALID_MEM_OBJECT)?;
+    if conn.is_some_and(|c| !Arc::ptr_eq(&c, &q.conn)) {
+        return Err(CL_INVALID_CONTEXT);
+    }
+    let make = |sync| EnqueueMigrateMemObjects { queue: q.id, mems, flags, sync };
+    // SAFETY: the wait list and event per API contract.
+    unsafe { enqueue_call(&q, n, list, event, make) }
 }
