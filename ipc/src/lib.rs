@@ -10,6 +10,7 @@ pub mod copy;
 pub mod deadlines;
 pub mod dispatch;
 pub mod extension_table;
+pub mod fast_hash;
 pub mod fuzzing;
 pub mod handshake;
 pub mod image;

@@ -8,7 +8,7 @@
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use cloister_ipc::fast_hash::FastMap;
 use std::ffi::{c_char, c_void};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
@@ -56,8 +56,8 @@ pub struct Conn {
     /// Shared with this connection's lanes, so a thread can drop the lanes of dead workers.
     dead: Arc<AtomicBool>,
     next_id: AtomicU64,
-    ids: RwLock<HashMap<ObjectId, usize>>,
-    callbacks: Mutex<HashMap<u64, Callback>>,
+    ids: RwLock<FastMap<ObjectId, usize>>,
+    callbacks: Mutex<FastMap<u64, Callback>>,
     /// Signalled when a build callback has run (its token leaves `callbacks` afterwards).
     build_callback_ran: Condvar,
     /// The context callback the notifier is running now, so a release waits for it to return
@@ -204,7 +204,7 @@ impl Deadline {
 }
 
 thread_local! {
-    static LANES: RefCell<HashMap<u64, Rc<LaneSlot>>> = RefCell::new(HashMap::new());
+    static LANES: RefCell<FastMap<u64, Rc<LaneSlot>>> = RefCell::new(FastMap::default());
 }
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -414,8 +414,8 @@ impl Conn {
             send_lock: Mutex::new(()),
             dead: Arc::new(AtomicBool::new(false)),
             next_id: AtomicU64::new(1),
-            ids: RwLock::new(HashMap::new()),
-            callbacks: Mutex::new(HashMap::new()),
+            ids: RwLock::new(FastMap::default()),
+            callbacks: Mutex::new(FastMap::default()),
             build_callback_ran: Condvar::new(),
             running_context: Mutex::new(None),
             context_ran: Condvar::new(),

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -22,46 +22,7 @@ use crate::conn::Conn;
 
 pub use cloister_ipc::ObjectKind as Kind;
 
-/// A hasher for the shim's hot maps (handles by address, cached info by parameter, accepted
-/// kernel-argument shapes), which `clGetDeviceInfo` and `clSetKernelArg` consult on every call:
-/// one multiply per word instead of SipHash. Their keys come from this process (heap addresses,
-/// the application's own parameter names), never from the worker, so there is no one to flood
-/// them with colliding keys.
-#[derive(Default, Clone, Copy)]
-pub struct FastHasher(u64);
-
-impl FastHasher {
-    fn add(&mut self, word: u64) {
-        // FxHash's step (rustc's own hasher): rotate, mix in, multiply by a large odd constant.
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_ne_bytes(word));
-        }
-    }
-    fn write_u8(&mut self, n: u8) {
-        self.add(n.into());
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.add(n.into());
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-    fn write_usize(&mut self, n: usize) {
-        // Heap addresses: the low bits are alignment, the high bits are all alike.
-        self.add((n >> 4) as u64);
-    }
-}
+pub use cloister_ipc::fast_hash::{FastHasher, FastMap, FastSet};
 
 /// How many answers an object's `InfoCache` holds without a lock: more than the parameters of
 /// a device, which clinfo asks all of.
@@ -125,11 +86,6 @@ impl InfoCache {
         self.overflowed.store(true, Ordering::Release);
     }
 }
-
-/// A `HashMap` with the `FastHasher`.
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
-/// A `HashSet` with the `FastHasher`.
-pub type FastSet<K> = std::collections::HashSet<K, BuildHasherDefault<FastHasher>>;
 
 /// What the application holds. Only the dispatch pointer lives here (the ICD loader reads it);
 /// the object is found through the registry, keyed by the handle's address.

@@ -1,6 +1,6 @@
 //! The id <-> driver handle tables: the only state the worker keeps about the application.
 
-use std::collections::HashMap;
+use cloister_ipc::fast_hash::FastMap;
 use std::sync::RwLock;
 
 use cloister_ipc::ObjectId;
@@ -9,8 +9,8 @@ pub use cloister_ipc::ObjectKind as Kind;
 
 #[derive(Default)]
 struct Tables {
-    by_id: HashMap<ObjectId, (Kind, usize)>,
-    by_handle: HashMap<usize, ObjectId>,
+    by_id: FastMap<ObjectId, (Kind, usize)>,
+    by_handle: FastMap<usize, ObjectId>,
 }
 
 #[derive(Default)]

@@ -1,6 +1,6 @@
 //! Shared segments the shim sent for bulk data (mappings, transfers too big for a lane).
 
-use std::collections::HashMap;
+use cloister_ipc::fast_hash::FastMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use cloister_ipc::shm::SharedRegion;
 /// get there first, so lookups wait briefly for a missing segment.
 #[derive(Default)]
 pub struct Segments {
-    map: Mutex<HashMap<u64, Arc<SharedRegion>>>,
+    map: Mutex<FastMap<u64, Arc<SharedRegion>>>,
     arrived: Condvar,
 }
 
@@ -31,7 +31,7 @@ impl Segments {
 
     fn wait_for(
         &self,
-        mut found: impl FnMut(&mut HashMap<u64, Arc<SharedRegion>>) -> Option<Arc<SharedRegion>>,
+        mut found: impl FnMut(&mut FastMap<u64, Arc<SharedRegion>>) -> Option<Arc<SharedRegion>>,
     ) -> Option<Arc<SharedRegion>> {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());

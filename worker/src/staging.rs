@@ -14,7 +14,7 @@
 //! Host-unified devices (pocl) gain nothing and are left alone; `CLOISTER_STAGING=plain` turns
 //! pinning off, `=pinned` forces it on every device (tests use that to run the path on pocl).
 
-use std::collections::HashMap;
+use cloister_ipc::fast_hash::{FastMap, FastSet};
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::Mutex;
@@ -42,15 +42,15 @@ impl Mode {
 #[derive(Default)]
 struct State {
     /// Queue handle -> the context to pin in, or None when its device gains nothing.
-    queues: HashMap<usize, Option<usize>>,
+    queues: FastMap<usize, Option<usize>>,
     /// (context, region base) -> the buffer that keeps the region pinned there (0: the driver
     /// refused, do not ask again).
-    pinned: HashMap<(usize, usize), usize>,
+    pinned: FastMap<(usize, usize), usize>,
     /// Regions used once in a context and not pinned yet: pinning costs about as much as one
     /// pageable copy (the driver locks every page), so only a region used again is pinned (a
     /// lane's bulk area and pooled segments are; a one-off segment for a huge non-blocking
     /// transfer is not, and would cost more pinned than it saves).
-    seen_once: std::collections::HashSet<(usize, usize)>,
+    seen_once: FastSet<(usize, usize)>,
 }
 
 /// The regions pinned so far, per context.

@@ -25,7 +25,7 @@ mod queue;
 mod region;
 mod sampler;
 
-use std::collections::HashMap;
+use cloister_ipc::fast_hash::{FastMap, FastSet};
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 use std::sync::{Arc, Mutex};
@@ -114,22 +114,22 @@ impl Mapping {
 pub struct Worker {
     pub objects: ObjectTable,
     pub segments: Segments,
-    mappings: Mutex<HashMap<u64, Mapping>>,
+    mappings: Mutex<FastMap<u64, Mapping>>,
     /// The first late error of a posted enqueue on each queue (by id), until the next blocking
     /// call on that queue returns it (`late_status`).
-    late: Mutex<HashMap<ObjectId, cl_int>>,
+    late: Mutex<FastMap<ObjectId, cl_int>>,
     /// Each context's callback token, by driver handle: where late errors are told.
-    context_tokens: Mutex<HashMap<usize, u64>>,
+    context_tokens: Mutex<FastMap<usize, u64>>,
     /// The failed events `late_failure` made (driver handles). A command waiting on one fails at
     /// once with `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`: drivers (pocl 3.1) leave a
     /// command behind an event that failed before it was enqueued queued for ever.
-    failed_events: Mutex<std::collections::HashSet<usize>>,
+    failed_events: Mutex<FastSet<usize>>,
     /// Shared regions pinned in the driver's contexts for fast transfers (discrete GPUs).
     pub staging: crate::staging::Staging,
     /// Events of commands the worker ran in place of the application's (a map served by a
     /// read, see `Mapping::staged`), by driver handle: the command type the application asked
     /// for, which `CL_EVENT_COMMAND_TYPE` answers.
-    stand_ins: Mutex<HashMap<usize, cl_uint>>,
+    stand_ins: Mutex<FastMap<usize, cl_uint>>,
 }
 
 /// One lane's server: the worker state plus that lane's bulk area.
