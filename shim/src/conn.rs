@@ -6,9 +6,9 @@
 //! `intercept`: what it must ask of them goes through `Above`, handed to `Conn::connect`, and
 //! what they keep per connection lives in `Conn::state`, whose types only they name.
 
+use cloister_ipc::fast_hash::FastMap;
 use std::any::Any;
 use std::cell::RefCell;
-use cloister_ipc::fast_hash::FastMap;
 use std::ffi::{c_char, c_void};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
