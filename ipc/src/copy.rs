@@ -161,19 +161,28 @@ impl Pool {
                 board = self.posted.wait(board).unwrap_or_else(|e| e.into_inner());
             }
             seen = board.serial;
-            while board.taken < board.work.pieces {
-                let (work, i) = (board.work, board.taken);
-                board.taken += 1;
-                drop(board);
-                // SAFETY: the copy's caller waits until `done` counts this piece.
-                unsafe { work.copy_piece(i) };
-                board = self.board();
-                board.done += 1;
-                if board.done == board.work.pieces {
-                    self.finished.notify_one();
-                }
+            board = self.take_pieces(board);
+        }
+    }
+
+    /// Takes pieces of the posted copy until none is left, copying each with the board unlocked
+    /// (the caller and the helpers take them in turn); the piece that completes the copy wakes
+    /// its caller.
+    fn take_pieces<'a>(&'a self, mut board: MutexGuard<'a, Board>) -> MutexGuard<'a, Board> {
+        while board.taken < board.work.pieces {
+            let (work, i) = (board.work, board.taken);
+            board.taken += 1;
+            drop(board);
+            // SAFETY: `work` is the copy running now (a finished one leaves no pieces), whose
+            // caller waits until `done` counts this piece.
+            unsafe { work.copy_piece(i) };
+            board = self.board();
+            board.done += 1;
+            if board.done == board.work.pieces {
+                self.finished.notify_one();
             }
         }
+        board
     }
 }
 
@@ -190,15 +199,7 @@ impl Job {
         let mut board = pool.board();
         *board = Board { work, serial: board.serial + 1, taken: 0, done: 0 };
         pool.posted.notify_all();
-        while board.taken < work.pieces {
-            let i = board.taken;
-            board.taken += 1;
-            drop(board);
-            // SAFETY: this thread's own piece of the caller's ranges.
-            unsafe { work.copy_piece(i) };
-            board = pool.board();
-            board.done += 1;
-        }
+        board = pool.take_pieces(board);
         while board.done < work.pieces {
             board = pool.finished.wait(board).unwrap_or_else(|e| e.into_inner());
         }

@@ -76,7 +76,7 @@ struct Header {
     space_rung: AtomicU32,
 }
 
-/// `CLOISTER_SPIN_US`: the longest a wait spins before it sleeps (default 50 µs; 0 never spins).
+/// `CLOISTER_SPIN_US`: the longest a wait spins before it sleeps (default 200 µs; 0 never spins).
 pub fn spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *SPIN.get_or_init(|| Duration::from_micros(crate::settings::number("spin_us", None)))

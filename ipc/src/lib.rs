@@ -67,21 +67,23 @@ pub fn decode_worker_message(bytes: &[u8]) -> Result<WorkerMessage, IpcError> {
 
 /// Decodes a reply as the shim reads it: trailing garbage is an error too.
 pub fn decode_reply<C: Call>(bytes: &[u8]) -> Result<C::Reply, IpcError> {
-    let (reply, rest) = postcard::take_from_bytes(bytes).map_err(IpcError::Decode)?;
-    if !rest.is_empty() {
-        return Err(IpcError::Protocol("trailing bytes after reply"));
-    }
-    Ok(reply)
+    decode_whole_reply(bytes)
 }
 
 /// Decodes the reply of a call whose reply is a bare status (every request that may be posted,
 /// `Request::posted`).
 pub fn decode_status(bytes: &[u8]) -> Result<i32, IpcError> {
-    let (status, rest) = postcard::take_from_bytes(bytes).map_err(IpcError::Decode)?;
+    decode_whole_reply(bytes)
+}
+
+/// A reply from the worker that must fill `bytes` exactly: a valid value followed by anything
+/// is a protocol error.
+fn decode_whole_reply<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, IpcError> {
+    let (reply, rest) = postcard::take_from_bytes(bytes).map_err(IpcError::Decode)?;
     if !rest.is_empty() {
         return Err(IpcError::Protocol("trailing bytes after reply"));
     }
-    Ok(status)
+    Ok(reply)
 }
 
 #[cfg(test)]

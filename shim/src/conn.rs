@@ -6,7 +6,6 @@
 //! `intercept`: what it must ask of them goes through `Above`, handed to `Conn::connect`, and
 //! what they keep per connection lives in `Conn::state`, whose types only they name.
 
-use cloister_ipc::fast_hash::FastMap;
 use std::any::Any;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void};
@@ -19,6 +18,7 @@ use crate::base::RecoveryMode;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::dispatch::IcdDispatch;
+use cloister_ipc::fast_hash::FastMap;
 use cloister_ipc::handshake::Hello;
 use cloister_ipc::lane::{Lane, PostError, WaitEnd};
 use cloister_ipc::shm::SharedRegion;

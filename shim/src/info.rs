@@ -154,6 +154,13 @@ struct Query {
 }
 
 impl Query {
+    /// Whether this asks for the object's reference count, which the shim keeps (a program's
+    /// build info has none).
+    #[inline(always)]
+    fn asks_ref_count(self) -> bool {
+        ref_count_param(self.kind) == Some(self.param) && self.target != InfoTarget::ProgramBuild
+    }
+
     /// The first step on the object: the shim's own answer, or a cached one written straight
     /// from the cache to the application (the common repeated query allocates nothing).
     ///
@@ -161,7 +168,7 @@ impl Query {
     /// As for `write_value`.
     #[inline(always)]
     unsafe fn first_step(self, obj: &Object, local: &LocalAnswer<'_>) -> First {
-        if ref_count_param(self.kind) == Some(self.param) && self.target != InfoTarget::ProgramBuild {
+        if self.asks_ref_count() {
             return First::Otherwise;
         }
         if let Some(v) = local(obj) {
@@ -214,7 +221,7 @@ impl Query {
     unsafe fn otherwise(self) -> cl_int {
         let Query { handle, kind, target, aux, param, out } = self;
         let answer = crate::handle::with_object(handle, kind, |obj| {
-            if ref_count_param(kind) == Some(param) && target != InfoTarget::ProgramBuild {
+            if self.asks_ref_count() {
                 return Ok(Answer::Value(obj.ref_count().to_ne_bytes().to_vec()));
             }
             query_answer(obj, target, aux, param)

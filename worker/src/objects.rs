@@ -1,8 +1,8 @@
 //! The id <-> driver handle tables: the only state the worker keeps about the application.
 
-use cloister_ipc::fast_hash::FastMap;
 use std::sync::RwLock;
 
+use cloister_ipc::fast_hash::FastMap;
 use cloister_ipc::ObjectId;
 
 pub use cloister_ipc::ObjectKind as Kind;

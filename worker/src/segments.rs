@@ -1,9 +1,9 @@
 //! Shared segments the shim sent for bulk data (mappings, transfers too big for a lane).
 
-use cloister_ipc::fast_hash::FastMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use cloister_ipc::fast_hash::FastMap;
 use cloister_ipc::shm::SharedRegion;
 
 /// A segment arrives on the socket, the request that uses it on a lane; the lane thread may

@@ -14,12 +14,12 @@
 //! Host-unified devices (pocl) gain nothing and are left alone; `CLOISTER_STAGING=plain` turns
 //! pinning off, `=pinned` forces it on every device (tests use that to run the path on pocl).
 
-use cloister_ipc::fast_hash::{FastMap, FastSet};
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
+use cloister_ipc::fast_hash::{FastMap, FastSet};
 
 /// Whether regions are pinned: on discrete devices only (the default), never, or always.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

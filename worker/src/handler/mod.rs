@@ -25,12 +25,12 @@ mod queue;
 mod region;
 mod sampler;
 
-use cloister_ipc::fast_hash::{FastMap, FastSet};
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 use std::sync::{Arc, Mutex};
 
 use cloister_ipc::cl::*;
+use cloister_ipc::fast_hash::{FastMap, FastSet};
 use cloister_ipc::image::{self, Strided};
 use cloister_ipc::lane::Lane;
 use cloister_ipc::shm::SharedRegion;
