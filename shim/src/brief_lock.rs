@@ -1,5 +1,5 @@
-//! A lock for state held a few instructions at a time and almost never contended: a kernel's
-//! arguments, which `clSetKernelArg` updates in applications' tightest loops and which OpenCL
+//! A lock for state held a few instructions at a time and almost never contended: the table of
+//! a kernel's arguments (`kernel_args`: the values that have no lock-free cell), which OpenCL
 //! does not let two threads set at once.
 //!
 //! Taking it is one atomic exchange and leaving it one plain release store, where

@@ -15,14 +15,14 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use cloister_ipc::cl::*;
 use cloister_ipc::dispatch::IcdDispatch;
-use cloister_ipc::{ArgValue, ObjectId};
+use cloister_ipc::ObjectId;
 
-use crate::brief_lock::BriefLock;
 use crate::conn::Conn;
+use crate::kernel_args::KernelArgs;
 
 pub use cloister_ipc::ObjectKind as Kind;
 
-pub use cloister_ipc::fast_hash::{FastHasher, FastMap, FastSet};
+pub use cloister_ipc::fast_hash::{FastHasher, FastMap};
 
 /// How many answers an object's `InfoCache` holds without a lock: more than the parameters of
 /// a device, which clinfo asks all of.
@@ -153,15 +153,6 @@ pub enum MapArea {
     Image { origin: [u64; 3], region: [u64; 3] },
 }
 
-#[derive(Default)]
-pub struct KernelArgs {
-    pub values: Vec<Option<ArgValue>>,
-    pub dirty: Vec<u32>,
-    /// The argument shapes the driver has accepted (`kernel::ArgShape`): a value of a known
-    /// shape is recorded here and sent with the next enqueue; a new shape is checked at once.
-    pub accepted: FastSet<(u32, u64, u8)>,
-}
-
 /// What the shim needs to pack an image's rows: the pixel size and the image type, and for a
 /// `CL_MEM_USE_HOST_PTR` image the application's memory and its pitches.
 #[derive(Clone, Copy, Debug)]
@@ -212,7 +203,7 @@ pub enum ObjData {
     },
     Kernel {
         num_args: u32,
-        args: BriefLock<KernelArgs>,
+        args: KernelArgs,
     },
     Event,
     Sampler,
@@ -517,14 +508,9 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
             app_source: app_source.clone(),
             binary_sizes: Mutex::new(binary_sizes.lock().unwrap_or_else(|e| e.into_inner()).clone()),
         },
-        ObjData::Kernel { num_args, args } => {
-            let a = args.lock();
-            // Every argument set goes with the next enqueue: the rebuilt kernel has those of
-            // the last command replayed, not necessarily the latest.
-            let dirty = (0..a.values.len() as u32).filter(|&i| a.values[i as usize].is_some()).collect();
-            let args = KernelArgs { values: a.values.clone(), dirty, accepted: a.accepted.clone() };
-            ObjData::Kernel { num_args: *num_args, args: BriefLock::new(args) }
-        }
+        // Every argument set goes with the next enqueue: the rebuilt kernel has those of the
+        // last command replayed, not necessarily the latest.
+        ObjData::Kernel { num_args, args } => ObjData::Kernel { num_args: *num_args, args: args.copy(true) },
         ObjData::Platform => ObjData::Platform,
         ObjData::Device => ObjData::Device,
         ObjData::Context => ObjData::Context,

@@ -19,6 +19,7 @@ mod handle;
 mod includes;
 mod info;
 mod intercept;
+mod kernel_args;
 mod mirror;
 mod pending;
 mod queue_state;

@@ -8,9 +8,9 @@ use cloister_ipc::cl::*;
 use cloister_ipc::{ArgValue, CreateKernel, CreateKernelsInProgram, InfoTarget};
 
 use super::{creation, forward_info, retain_release};
-use crate::brief_lock::BriefLock;
-use crate::handle::{lookup, new_handle, KernelArgs, Kind, ObjData};
+use crate::handle::{lookup, new_handle, Kind, ObjData};
 use crate::info;
+use crate::kernel_args::{Incoming, KernelArgs};
 
 /// Most arguments a kernel can have: each takes at least one byte of the driver's
 /// `CL_DEVICE_MAX_PARAMETER_SIZE`, which no device sets anywhere near this. A larger count is
@@ -20,7 +20,7 @@ const MAX_KERNEL_ARGS: u32 = 1 << 16;
 /// A kernel's state; its argument slots grow as the application sets them, so nothing is
 /// allocated from the worker's count.
 fn kernel_data(num_args: u32) -> ObjData {
-    ObjData::Kernel { num_args, args: BriefLock::new(KernelArgs::default()) }
+    ObjData::Kernel { num_args, args: KernelArgs::new(num_args) }
 }
 
 /// Checks a kernel's argument count from the worker.
@@ -119,71 +119,6 @@ fn record_by_name(p: &crate::handle::Object, id: cloister_ipc::ObjectId, h: cl_k
     crate::recovery::note(&p.conn, &CreateKernel { id, program: p.id, name });
 }
 
-/// An argument as `clSetKernelArg` received it, before anything is allocated for it.
-enum Incoming<'a> {
-    /// `arg_value == NULL`: a `__local` buffer of this many bytes.
-    Local(u64),
-    /// One of our memory objects or samplers, of the kernel's worker: its id, and whether it
-    /// is a sampler.
-    Object {
-        id: cloister_ipc::ObjectId,
-        sampler: bool,
-    },
-    Bytes(&'a [u8]),
-}
-
-impl Incoming<'_> {
-    /// What the driver's checks depend on besides the index and the size: the kind of value.
-    fn shape_kind(&self) -> u8 {
-        match self {
-            Incoming::Local(_) => 0,
-            Incoming::Bytes(_) => 1,
-            Incoming::Object { sampler: false, .. } => 2,
-            Incoming::Object { sampler: true, .. } => 3,
-        }
-    }
-
-    fn to_value(&self) -> ArgValue {
-        match *self {
-            Incoming::Local(n) => ArgValue::Local(n),
-            Incoming::Object { id, .. } => ArgValue::Object(id),
-            Incoming::Bytes(b) => ArgValue::Bytes(b.to_vec()),
-        }
-    }
-
-    /// Records the value in `slot` if `slot` (a recorded value, which the driver accepted) has
-    /// this value's shape, the same size of bytes, the same `__local` size or the same object,
-    /// reusing its storage: whether the value changed. `None`: a new shape, not recorded.
-    #[inline]
-    fn update(&self, slot: Option<&mut ArgValue>) -> Option<bool> {
-        match (self, slot?) {
-            (Incoming::Bytes(new), ArgValue::Bytes(old)) if old.len() == new.len() => Some(overwrite(old, new)),
-            (Incoming::Local(n), ArgValue::Local(old)) if old == n => Some(false),
-            (Incoming::Object { id, .. }, ArgValue::Object(old)) if old == id => Some(false),
-            _ => None,
-        }
-    }
-}
-
-/// Copies `new` over `old` (of the same length): whether anything changed. The common sizes are
-/// one load and store each; arguments are a few bytes, where a memcmp and a memcpy call each
-/// cost more than the comparison.
-#[inline]
-fn overwrite(old: &mut [u8], new: &[u8]) -> bool {
-    if let (Ok(o), Ok(n)) = (<&mut [u8; 4]>::try_from(&mut *old), <&[u8; 4]>::try_from(new)) {
-        return std::mem::replace(o, *n) != *n;
-    }
-    if let (Ok(o), Ok(n)) = (<&mut [u8; 8]>::try_from(&mut *old), <&[u8; 8]>::try_from(new)) {
-        return std::mem::replace(o, *n) != *n;
-    }
-    let mut changed = false;
-    for (o, n) in old.iter_mut().zip(new.iter()) {
-        changed |= *o != *n;
-        *o = *n;
-    }
-    changed
-}
-
 /// Records the argument, to be shipped with the next enqueue. A shape the driver has accepted
 /// before (index, size, kind of value) is recorded without a round trip and, for a value of
 /// the same size as the last one, without an allocation: applications set arguments before
@@ -238,7 +173,7 @@ unsafe fn set_recorded_arg(
             }
             None => Incoming::Bytes(bytes),
         };
-        record_in_shape(args, arg_index, arg_size, &incoming).then_some(CL_SUCCESS)
+        args.record_in_shape(arg_index, arg_size, &incoming).then_some(CL_SUCCESS)
     })
 }
 
@@ -248,51 +183,6 @@ unsafe fn set_recorded_arg(
 fn handle_in(bytes: &[u8]) -> Option<*const c_void> {
     let raw = usize::from_ne_bytes(bytes.try_into().ok()?);
     crate::handle::maybe_handle(raw).then_some(raw as *const c_void)
-}
-
-/// Records `incoming` at `index` if the driver has accepted its shape (index, size, kind of
-/// value) before, and marks it to ship if it changed: a value of the recorded one's shape
-/// reuses its storage (the loop case: no allocation, no hashing). `false`: a new shape,
-/// nothing recorded.
-#[inline(always)]
-fn record_in_shape(args: &BriefLock<KernelArgs>, index: cl_uint, size: usize, incoming: &Incoming) -> bool {
-    let mut a = args.lock();
-    match incoming.update(a.values.get_mut(index as usize).and_then(Option::as_mut)) {
-        Some(false) => true,
-        Some(true) => {
-            mark_dirty(&mut a, index);
-            true
-        }
-        None => record_accepted(&mut a, index, size, incoming),
-    }
-}
-
-/// `record_in_shape` for a value of another shape than the one recorded (or the first): set if
-/// the driver accepted its shape before.
-#[inline(never)]
-fn record_accepted(a: &mut KernelArgs, index: cl_uint, size: usize, incoming: &Incoming) -> bool {
-    if !a.accepted.contains(&(index, size as u64, incoming.shape_kind())) {
-        return false;
-    }
-    set_value(a, index, incoming);
-    true
-}
-
-/// Sets the value at `index`, making room for it, to ship with the next enqueue.
-fn set_value(a: &mut KernelArgs, index: cl_uint, incoming: &Incoming) {
-    if a.values.len() <= index as usize {
-        a.values.resize(index as usize + 1, None);
-    }
-    a.values[index as usize] = Some(incoming.to_value());
-    mark_dirty(a, index);
-}
-
-/// Marks the value at `index` to ship with the next enqueue.
-#[inline(always)]
-fn mark_dirty(a: &mut KernelArgs, index: cl_uint) {
-    if !a.dirty.contains(&index) {
-        a.dirty.push(index);
-    }
 }
 
 /// `clSetKernelArg` in full: the handles from the registry if need be, a first value at an
@@ -318,7 +208,7 @@ unsafe fn set_kernel_arg(kernel: cl_kernel, arg_index: cl_uint, arg_size: usize,
             let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
             object_arg(bytes, &k.conn, also).unwrap_or(Incoming::Bytes(bytes))
         };
-        if record_in_shape(args, arg_index, arg_size, &incoming) {
+        if args.record_in_shape(arg_index, arg_size, &incoming) {
             return CL_SUCCESS;
         }
         // A shape the driver has not seen: ask it now.
@@ -327,9 +217,7 @@ unsafe fn set_kernel_arg(kernel: cl_kernel, arg_index: cl_uint, arg_size: usize,
             Ok(CL_SUCCESS) => {}
             Ok(e) | Err(e) => return e,
         }
-        let mut a = args.lock();
-        a.accepted.insert((arg_index, arg_size as u64, incoming.shape_kind()));
-        set_value(&mut a, arg_index, &incoming);
+        args.accept(arg_index, arg_size, &incoming);
         CL_SUCCESS
     });
     r.unwrap_or_else(|e| e)
@@ -353,41 +241,30 @@ fn object_arg<'a>(
 
 /// Takes the arguments set since the last enqueue, to ship with the next one.
 pub fn take_dirty_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
-    let ObjData::Kernel { args, .. } = data else {
-        return Vec::new();
-    };
-    let mut a = args.lock();
-    let dirty = std::mem::take(&mut a.dirty);
-    dirty.into_iter().filter_map(|i| a.values.get(i as usize).cloned().flatten().map(|v| (i, v))).collect()
+    match data {
+        ObjData::Kernel { args, .. } => args.take_dirty(),
+        _ => Vec::new(),
+    }
 }
 
 /// Every argument set so far (for `recovery`, which replays an enqueue with all of them).
 pub fn all_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
-    let ObjData::Kernel { args, .. } = data else {
-        return Vec::new();
-    };
-    let a = args.lock();
-    a.values.iter().enumerate().filter_map(|(i, v)| Some((i as u32, v.clone()?))).collect()
+    match data {
+        ObjData::Kernel { args, .. } => args.all(),
+        _ => Vec::new(),
+    }
 }
 
 /// Whether every argument of the kernel has a value (a posted enqueue needs them all: the
 /// driver's `CL_INVALID_KERNEL_ARGS` would otherwise come late).
 pub fn all_args_set(data: &ObjData) -> bool {
-    let ObjData::Kernel { num_args, args } = data else {
-        return false;
-    };
-    let a = args.lock();
-    a.values.len() >= *num_args as usize && a.values[..*num_args as usize].iter().all(Option::is_some)
+    matches!(data, ObjData::Kernel { num_args, args } if args.all_set(*num_args))
 }
 
 /// Puts arguments back as unsent after a failed enqueue, so the next one ships them again.
 pub fn restore_dirty_args(data: &ObjData, sent: &[(u32, ArgValue)]) {
-    let ObjData::Kernel { args, .. } = data else {
-        return;
-    };
-    let mut a = args.lock();
-    for (i, _) in sent {
-        mark_dirty(&mut a, *i);
+    if let ObjData::Kernel { args, .. } = data {
+        args.restore_dirty(sent);
     }
 }
 
@@ -457,11 +334,7 @@ pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) 
         let ObjData::Kernel { num_args, args } = &k.data else {
             return Err(CL_INVALID_KERNEL);
         };
-        let copy = {
-            let a = args.lock();
-            KernelArgs { values: a.values.clone(), dirty: a.dirty.clone(), accepted: a.accepted.clone() }
-        };
-        let data = ObjData::Kernel { num_args: *num_args, args: BriefLock::new(copy) };
+        let data = ObjData::Kernel { num_args: *num_args, args: args.copy(false) };
         super::create(&k.conn, Kind::Kernel, data, |id| {
             let rc = k.conn.call(cloister_ipc::CloneKernel { id, source: k.id });
             if rc == Ok(CL_SUCCESS) && k.conn.replays() {

@@ -685,9 +685,8 @@ pub fn carry_over(
         }
         // A kernel whose arguments name an object that was not rebuilt stays lost with it.
         if let crate::handle::ObjData::Kernel { args, .. } = &obj.data {
-            let a = args.lock();
             let missing =
-                a.values.iter().flatten().any(|v| matches!(v, ArgValue::Object(id) if !rebuilt.created.contains(id)));
+                args.all().iter().any(|(_, v)| matches!(v, ArgValue::Object(id) if !rebuilt.created.contains(id)));
             if missing {
                 continue;
             }
