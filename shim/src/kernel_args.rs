@@ -92,15 +92,24 @@ impl Incoming<'_> {
 }
 
 /// Up to 8 bytes as one word, in their order in memory (`unpack` gives them back). The common
-/// sizes are a load each.
+/// sizes are one load each, built from fixed-size arrays: a copy of a run-time length becomes a
+/// `memcpy` call whose narrow stores the word's load then waits on (measured on the H100 host:
+/// 30% of the caged `clSetKernelArg`'s samples on that load).
 #[inline(always)]
 fn pack(b: &[u8]) -> u64 {
-    let mut w = [0u8; 8];
-    match b.len() {
-        8 => w.copy_from_slice(b),
-        4 => w[..4].copy_from_slice(b),
-        n => w[..n].copy_from_slice(b),
-    }
+    let w = match *b {
+        [a, b, c, d, e, f, g, h] => [a, b, c, d, e, f, g, h],
+        [a, b, c, d] => [a, b, c, d, 0, 0, 0, 0],
+        [a, b] => [a, b, 0, 0, 0, 0, 0, 0],
+        [a] => [a, 0, 0, 0, 0, 0, 0, 0],
+        _ => {
+            let mut w = [0u8; 8];
+            for (to, from) in w.iter_mut().zip(b) {
+                *to = *from;
+            }
+            w
+        }
+    };
     u64::from_ne_bytes(w)
 }
 
