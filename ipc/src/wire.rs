@@ -436,7 +436,7 @@ macro_rules! wire_calls {
 
         /// Runs `req` on `handler` and encodes the typed reply.
         pub fn dispatch<H: Handler + ?Sized>(handler: &H, req: Request) -> Result<Vec<u8>, postcard::Error> {
-            match req { $(Request::$name(r) => postcard::to_allocvec(&Serve::<$name>::serve(handler, r))),* }
+            match req { $(Request::$name(r) => crate::encode(&Serve::<$name>::serve(handler, r))),* }
         }
     };
 }

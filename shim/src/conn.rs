@@ -324,10 +324,10 @@ fn waits_for_completion(req: &cloister_ipc::Request) -> bool {
     }
 }
 
-/// How much unused segment memory a connection keeps for reuse.
 /// The smallest shared segment made for a transfer.
 const SEGMENT_MIN: usize = 64 << 10;
 
+/// How much unused segment memory a connection keeps for reuse.
 const SEGMENT_POOL_BYTES: usize = 256 << 20;
 
 /// The error every call on a dead or misbehaving worker gets.

@@ -296,10 +296,12 @@ impl KernelArgs {
     /// of them).
     pub fn all(&self) -> Vec<(u32, ArgValue)> {
         let t = self.table.lock();
-        let cells = self.cells.iter().enumerate().filter_map(|(i, c)| Some((i as u32, c.get()?)));
-        let table = t.values.iter().enumerate().filter_map(|(i, v)| Some((i as u32, v.clone()?)));
-        let mut all: Vec<_> = cells.chain(table).collect();
-        all.sort_unstable_by_key(|&(i, _)| i);
+        let n = self.cells.len().max(t.values.len());
+        let mut all = Vec::with_capacity(n);
+        for i in 0..n {
+            let value = self.cells.get(i).and_then(ArgCell::get).or_else(|| t.values.get(i).cloned().flatten());
+            all.extend(value.map(|v| (i as u32, v)));
+        }
         all
     }
 
