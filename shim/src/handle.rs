@@ -15,14 +15,13 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use cloister_ipc::cl::*;
 use cloister_ipc::dispatch::IcdDispatch;
+use cloister_ipc::fast_hash::{FastHasher, FastMap};
 use cloister_ipc::ObjectId;
 
 use crate::conn::Conn;
 use crate::kernel_args::KernelArgs;
 
 pub use cloister_ipc::ObjectKind as Kind;
-
-pub use cloister_ipc::fast_hash::{FastHasher, FastMap};
 
 /// How many answers an object's `InfoCache` holds without a lock: more than the parameters of
 /// a device, which clinfo asks all of.
