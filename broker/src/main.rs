@@ -140,6 +140,10 @@ enum Cmd {
         /// Run only the workloads whose names contain one of these comma-separated strings.
         #[arg(long, value_name = "PATTERN")]
         only: Option<String>,
+        /// Measure each workload in N blocks, the direct and the caged run taking turns block by
+        /// block (1: one block each, still in turns).
+        #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=50))]
+        rounds: u32,
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
@@ -261,8 +265,8 @@ fn main() -> ExitCode {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench { driver, json, quick, load, only, sandbox } => {
-            run_bench(driver.as_deref(), &BenchOptions { json, quick, load, only }, &sandbox)
+        Cmd::Bench { driver, json, quick, load, only, rounds, sandbox } => {
+            run_bench(driver.as_deref(), &BenchOptions { json, quick, load, only, rounds }, &sandbox)
         }
     };
     match result {
@@ -432,6 +436,7 @@ struct BenchOptions {
     quick: bool,
     load: usize,
     only: Option<String>,
+    rounds: u32,
 }
 
 /// `--load`'s busy processes: killed (and reaped) when this goes, whichever way `run_bench`
@@ -483,7 +488,7 @@ fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxO
     let mut drivers = cage::choose_drivers(&install, driver)?;
     drivers.truncate(1);
     let cage = Cage::start(&install, drivers, sandbox)?;
-    let run_client = |caged: bool| -> Result<serde_json::Value, String> {
+    let client_command = |caged: bool| {
         let mut cmd = Command::new(&client);
         if opts.quick {
             cmd.arg("--quick");
@@ -491,24 +496,16 @@ fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxO
         if let Some(only) = &opts.only {
             cmd.arg("--only").arg(only);
         }
+        cmd.arg("--rounds").arg(opts.rounds.to_string());
         if caged {
             cage.configure(&mut cmd, false);
         } else {
             cage.configure_direct(&mut cmd);
         }
-        let out = cmd.output().map_err(|e| format!("cannot run {}: {e}", client.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "benchmark client ({}) failed: {}",
-                if caged { "caged" } else { "direct" },
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("benchmark client printed bad JSON: {e}"))
+        cmd
     };
     let load = Load::start(&client, opts.load)?;
-    let direct = run_client(false)?;
-    let caged = run_client(true)?;
+    let (direct, caged) = bench::interleave(client_command(false), client_command(true))?;
     drop(load);
     print!("{}", bench::render(&direct, &caged, opts.load, opts.json));
     Ok(ExitCode::SUCCESS)

@@ -5,6 +5,14 @@
 //!
 //! `--quick` shortens every workload, `--only A,B` runs the workloads whose names contain A or B,
 //! and `--spin` makes this process one of `cloister bench --load`'s busy threads instead.
+//!
+//! `--rounds N --lockstep` is how `cloister bench` runs it: each workload is measured in N blocks
+//! of a time budget's Nth part, and before each block the client prints `LOCKSTEP wait NAME` and
+//! waits for a line on its standard input, so that `cloister bench` can let the direct and the
+//! caged client take turns block by block (`cloister bench`'s `bench::interleave`); the JSON
+//! then comes as `LOCKSTEP result {...}`. The time per operation of both runs is then measured
+//! in the same stretch of time, on a shared machine whose speed changes from one second to the
+//! next.
 
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
@@ -118,7 +126,15 @@ struct Plan {
     budget: Duration,
     /// Substrings of the workload names to run (`--only`); empty: all.
     only: Vec<String>,
+    /// Blocks each workload is measured in (`--rounds`), each with its share of the repeats.
+    rounds: usize,
+    /// Wait for a line on standard input before each block (`--lockstep`).
+    lockstep: bool,
 }
+
+/// The prefix of the lines `--lockstep` prints (anything else on standard output, such as a
+/// driver's own messages, is not ours).
+const LOCKSTEP: &str = "LOCKSTEP";
 
 const MAX_REPEATS: usize = 200;
 
@@ -144,21 +160,49 @@ impl Bench {
 
     /// Times `repeat(ops)` (which performs `ops` operations, waiting for them to complete)
     /// after one small warm-up call; records min / median / max time per operation over the
-    /// repeats.
+    /// repeats, taken in `rounds` blocks.
     fn measure(&mut self, name: &str, throughput: Throughput, ops: usize, mut repeat: impl FnMut(usize)) {
         if !self.wanted(name) {
             return;
         }
-        repeat(ops.min(8));
+        let rounds = self.plan.rounds;
+        let (min_repeats, budget) = (self.plan.min_repeats.div_ceil(rounds), self.plan.budget / rounds as u32);
+        let max_repeats = (MAX_REPEATS / rounds).max(min_repeats);
         let mut per_op = Vec::new();
-        let start = Instant::now();
-        while per_op.len() < self.plan.min_repeats || (start.elapsed() < self.plan.budget && per_op.len() < MAX_REPEATS)
-        {
-            let t = Instant::now();
-            repeat(ops);
-            per_op.push(t.elapsed().as_nanos() as f64 / ops as f64);
+        for round in 0..rounds {
+            self.wait_turn(name);
+            if round == 0 {
+                repeat(ops.min(8));
+            }
+            let (start, before) = (Instant::now(), per_op.len());
+            loop {
+                let taken = per_op.len() - before;
+                if taken >= min_repeats && (start.elapsed() >= budget || taken >= max_repeats) {
+                    break;
+                }
+                let t = Instant::now();
+                repeat(ops);
+                per_op.push(t.elapsed().as_nanos() as f64 / ops as f64);
+            }
         }
         self.record(name, throughput, ops, per_op);
+    }
+
+    /// With `--lockstep`: says that the next block of `name` is ready, and waits for the word
+    /// to run it (any line; end of input: `cloister bench` is gone, and so is this client).
+    fn wait_turn(&self, name: &str) {
+        if !self.plan.lockstep {
+            return;
+        }
+        use std::io::{BufRead, Write};
+        let mut out = std::io::stdout().lock();
+        if writeln!(out, "{LOCKSTEP} wait {name}").and_then(|()| out.flush()).is_err() {
+            std::process::exit(1);
+        }
+        let mut line = String::new();
+        if !matches!(std::io::stdin().lock().read_line(&mut line), Ok(n) if n > 0) {
+            std::process::exit(1);
+        }
     }
 
     fn record(&mut self, name: &str, throughput: Throughput, ops: usize, mut per_op_ns: Vec<f64>) {
@@ -207,11 +251,19 @@ fn spin() -> ! {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let mut quick = false;
+    let (mut quick, mut lockstep, mut rounds) = (false, false, 1);
     let mut only = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => quick = true,
+            "--lockstep" => lockstep = true,
+            "--rounds" => match args.next().and_then(|n| n.parse::<usize>().ok()).filter(|&n| n > 0) {
+                Some(n) => rounds = n,
+                None => {
+                    eprintln!("cloister-bench-client: --rounds wants a number of at least 1");
+                    std::process::exit(2);
+                }
+            },
             "--spin" => spin(),
             "--only" => only.extend(args.next().unwrap_or_default().split(',').map(str::to_string)),
             other => {
@@ -222,9 +274,9 @@ fn main() {
     }
     only.retain(|p| !p.is_empty());
     let plan = if quick {
-        Plan { quick, min_repeats: 3, budget: Duration::from_millis(30), only }
+        Plan { quick, min_repeats: 3, budget: Duration::from_millis(30), only, rounds, lockstep }
     } else {
-        Plan { quick, min_repeats: 5, budget: Duration::from_millis(400), only }
+        Plan { quick, min_repeats: 5, budget: Duration::from_millis(400), only, rounds, lockstep }
     };
     let mut bench = Bench { plan, results: Vec::new() };
     // SAFETY (whole function): plain OpenCL calls with valid pointers to locals and buffers of
@@ -422,8 +474,12 @@ fn main() {
             "device": device_name,
             "platform": platform_name,
             "quick": bench.plan.quick,
+            "rounds": bench.plan.rounds,
             "results": bench.results,
         });
-        println!("{out}");
+        match bench.plan.lockstep {
+            true => println!("{LOCKSTEP} result {out}"),
+            false => println!("{out}"),
+        }
     }
 }
