@@ -71,11 +71,15 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             encode_request(EnqueueNdRange {
                 queue: 3,
                 kernel: 4,
-                args: vec![(0, ArgValue::Object(5)), (1, ArgValue::Bytes(vec![1, 0, 0, 0])), (2, ArgValue::Local(256))],
+                args: vec![
+                    (0, ArgValue::Object(5)),
+                    (1, ArgValue::Bytes(ArgBytes::from(&[1, 0, 0, 0][..]))),
+                    (2, ArgValue::Local(256)),
+                ],
                 work_dim: 2,
                 offset: None,
-                global: Some(vec![64, 64]),
-                local: Some(vec![8, 8]),
+                global: Dims::new(&[64, 64]),
+                local: Dims::new(&[8, 8]),
                 sync: EnqueueSync { wait: vec![6], event: Some(7) },
             })
             .unwrap(),

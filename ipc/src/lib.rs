@@ -14,6 +14,7 @@ pub mod fast_hash;
 pub mod fuzzing;
 pub mod handshake;
 pub mod image;
+pub mod inline;
 pub mod lane;
 pub mod log;
 pub mod private;
@@ -125,10 +126,14 @@ mod tests {
             encode_request(EnqueueNdRange {
                 queue: 1,
                 kernel: 2,
-                args: vec![(0, ArgValue::Object(3)), (1, ArgValue::Bytes(vec![1, 2, 3, 4])), (2, ArgValue::Local(64))],
+                args: vec![
+                    (0, ArgValue::Object(3)),
+                    (1, ArgValue::Bytes(ArgBytes::from(&[1, 2, 3, 4][..]))),
+                    (2, ArgValue::Local(64)),
+                ],
                 work_dim: 1,
                 offset: None,
-                global: Some(vec![1024]),
+                global: Dims::new(&[1024]),
                 local: None,
                 sync: EnqueueSync { wait: vec![5], event: Some(6) },
             })

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cl::*;
+pub use crate::inline::{ArgBytes, Dims};
 
 /// An object as both sides name it. The shim allocates ids for objects it creates (so an
 /// enqueue that returns an event need not wait to learn its name); the worker allocates ids,
@@ -314,9 +315,9 @@ pub enum RecordedCommand {
         args: Vec<(u32, ArgValue)>,
         properties: Option<Vec<u64>>,
         work_dim: u32,
-        offset: Option<Vec<u64>>,
-        global: Option<Vec<u64>>,
-        local: Option<Vec<u64>>,
+        offset: Option<Dims>,
+        global: Option<Dims>,
+        local: Option<Dims>,
     },
 }
 
@@ -361,7 +362,7 @@ impl DataRef {
 /// A kernel argument as recorded by `clSetKernelArg` in the shim and shipped with the enqueue.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum ArgValue {
-    Bytes(Vec<u8>),
+    Bytes(ArgBytes),
     /// A memory object or sampler handle, translated to its id.
     Object(ObjectId),
     /// `arg_value == NULL`: a `__local` buffer of this many bytes.
@@ -531,7 +532,7 @@ wire_calls! {
     /// `args` are the arguments set since the kernel's last enqueue.
     EnqueueNdRange {
         queue: ObjectId, kernel: ObjectId, args: Vec<(u32, ArgValue)>, work_dim: u32,
-        offset: Option<Vec<u64>>, global: Option<Vec<u64>>, local: Option<Vec<u64>>, sync: EnqueueSync,
+        offset: Option<Dims>, global: Option<Dims>, local: Option<Dims>, sync: EnqueueSync,
     } -> i32;
     /// From the lane (always blocking: the shim reuses it) or from a segment the shim keeps
     /// until the write's event completes.

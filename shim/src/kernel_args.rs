@@ -19,7 +19,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use cloister_ipc::fast_hash::FastSet;
-use cloister_ipc::{ArgValue, ObjectId};
+use cloister_ipc::{ArgBytes, ArgValue, ObjectId};
 
 use crate::brief_lock::BriefLock;
 
@@ -63,7 +63,7 @@ impl Incoming<'_> {
         match *self {
             Incoming::Local(n) => ArgValue::Local(n),
             Incoming::Object { id, .. } => ArgValue::Object(id),
-            Incoming::Bytes(b) => ArgValue::Bytes(b.to_vec()),
+            Incoming::Bytes(b) => ArgValue::Bytes(ArgBytes::from(b)),
         }
     }
 
@@ -124,7 +124,7 @@ fn pack(b: &[u8]) -> u64 {
 
 fn unpack(shape: u8, value: u64) -> ArgValue {
     match shape & 0xf0 {
-        BYTES => ArgValue::Bytes(value.to_ne_bytes()[..usize::from(shape & 0x0f)].to_vec()),
+        BYTES => ArgValue::Bytes(ArgBytes::from(&value.to_ne_bytes()[..usize::from(shape & 0x0f)])),
         _ => ArgValue::Object(value),
     }
 }
@@ -353,7 +353,7 @@ mod tests {
     use super::*;
 
     fn bytes(v: &[u8]) -> ArgValue {
-        ArgValue::Bytes(v.to_vec())
+        ArgValue::Bytes(ArgBytes::from(v))
     }
 
     #[test]

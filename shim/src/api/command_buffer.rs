@@ -374,10 +374,8 @@ pub unsafe fn clCommandNDRangeKernelKHR(
     if !(1..=3).contains(&work_dim) {
         return Err(CL_INVALID_WORK_DIMENSION);
     }
-    let dims = |p: *const usize| -> Option<Vec<u64>> {
-        // SAFETY: non-NULL size arrays hold work_dim entries per the API contract.
-        (!p.is_null()).then(|| (0..work_dim as usize).map(|i| unsafe { *p.add(i) } as u64).collect())
-    };
+    // SAFETY (dims): non-NULL size arrays hold work_dim entries per the API contract.
+    let dims = |p: *const usize| unsafe { super::enqueue::work_size(p, work_dim) };
     let args = take_dirty_args(&k.data);
     let command = RecordedCommand::NdRange {
         kernel: k.id,

@@ -1002,17 +1002,15 @@ pub unsafe fn clEnqueueNDRangeKernel(
     if !(1..=3).contains(&work_dim) {
         return Err(CL_INVALID_WORK_DIMENSION);
     }
-    let dims = |p: *const usize| -> Option<Vec<u64>> {
-        // SAFETY: non-NULL size arrays hold work_dim entries per the API contract.
-        (!p.is_null()).then(|| (0..work_dim as usize).map(|i| unsafe { *p.add(i) } as u64).collect())
-    };
+    // SAFETY (dims): non-NULL size arrays hold work_dim entries per the API contract.
+    let dims = |p: *const usize| unsafe { work_size(p, work_dim) };
     // SAFETY: API contract.
     let sync = unsafe { enqueue_sync(&q, n, list, event)? };
     let (global, local) = (dims(global_work_size), dims(local_work_size));
     // What the shim can vouch for is posted: every argument set (with a shape the driver
     // accepted), sizes given and non-zero. Whether the driver takes the sizes (a local size
     // that does not divide the global one, or is too large for the kernel) comes late.
-    let nonzero = |v: &Option<Vec<u64>>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
+    let nonzero = |v: &Option<Dims>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
     let vouched = all_args_set(&k.data) && nonzero(&global) && (local.is_none() || nonzero(&local));
     // Replay runs it again with every argument (those of earlier enqueues too); what the
     // kernel may write is noted before it can run.
@@ -1042,6 +1040,23 @@ pub unsafe fn clEnqueueNDRangeKernel(
     }
     // SAFETY: event per API contract.
     Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
+}
+
+/// A work size as `clEnqueueNDRangeKernel` takes it (offset, global or local): `None` for NULL.
+///
+/// # Safety
+/// `p` is NULL or holds `work_dim` values, and `work_dim` is 1 to 3 (checked before).
+pub(super) unsafe fn work_size(p: *const usize, work_dim: u32) -> Option<Dims> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: p holds work_dim values per the API contract.
+    let values = unsafe { std::slice::from_raw_parts(p, work_dim as usize) };
+    let mut wide = [0u64; 3];
+    for (w, &v) in wide.iter_mut().zip(values) {
+        *w = v as u64;
+    }
+    Dims::new(&wide[..values.len().min(3)])
 }
 
 pub unsafe fn clEnqueueTask(

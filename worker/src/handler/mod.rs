@@ -487,12 +487,14 @@ fn event_status(ev: usize) -> Result<cl_int, cl_int> {
     }
 }
 
-pub(crate) fn opt_ptr<T>(v: &Option<Vec<T>>) -> *const T {
-    v.as_ref().map_or(null(), |v| v.as_ptr())
+pub(crate) fn opt_ptr<T, V: AsRef<[T]>>(v: &Option<V>) -> *const T {
+    v.as_ref().map_or(null(), |v| v.as_ref().as_ptr())
 }
 
-pub(crate) fn sizes(v: &Option<Vec<u64>>) -> Option<Vec<usize>> {
-    v.as_ref().map(|v| v.iter().map(|&x| x as usize).collect())
+/// A work size as the driver takes it: always three values (those past the ones sent are
+/// zero), so a driver reading `work_dim` of them stays within the array whatever was sent.
+pub(crate) fn sizes(v: &Option<Dims>) -> Option<[usize; 3]> {
+    v.as_ref().map(Dims::to_usize)
 }
 
 impl Serve<GetInfo> for LaneServer<'_> {
