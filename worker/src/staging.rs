@@ -78,20 +78,21 @@ impl Staging {
     }
 
     /// Makes sure the shared region `[base, base + len)` is pinned in `queue`'s context before a
-    /// transfer through it. Failures only cost speed: the transfer runs from pageable memory.
-    pub fn pin(&self, queue: usize, base: *mut u8, len: usize) {
+    /// transfer through it, and says whether it is. Failures only cost speed: the transfer runs
+    /// from pageable memory.
+    pub fn pin(&self, queue: usize, base: *mut u8, len: usize) -> bool {
         if self.mode == Mode::Plain || len == 0 {
-            return;
+            return false;
         }
         let mut state = self.state();
-        let Some(ctx) = self.context_for(&mut state, queue) else { return };
+        let Some(ctx) = self.context_for(&mut state, queue) else { return false };
         let key = (ctx, base as usize);
         if !state.pinned.contains_key(&key) && state.seen_once.insert(key) {
-            return;
+            return false;
         }
         state.seen_once.remove(&key);
         let debug = self.debug;
-        state.pinned.entry((ctx, base as usize)).or_insert_with(|| {
+        let mem = *state.pinned.entry((ctx, base as usize)).or_insert_with(|| {
             let mut rc = CL_SUCCESS;
             // SAFETY: `ctx` is the live context of a live queue (asked of the driver); `base`
             // holds `len` bytes of shared memory that stays mapped until `forget_region` has
@@ -111,6 +112,7 @@ impl Staging {
                 0
             }
         });
+        mem != 0
     }
 
     /// Whether transfers on `queue` go through pinned shared memory (a discrete device, or

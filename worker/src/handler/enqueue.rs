@@ -21,14 +21,14 @@ impl Serve<EnqueueWriteBuffer> for LaneServer<'_> {
     fn serve(&self, r: EnqueueWriteBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        let (src, _keep) = tri!(self.staged(q, &r.data));
-        let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
+        let staged = tri!(self.staged(q, &r.data));
         let f = driver_fn!(q, clEnqueueWriteBuffer);
-        let (offset, len) = (r.offset as usize, r.data.len() as usize);
-        // SAFETY: src holds `len` bytes of shared memory that outlives the write (lane: blocking;
-        // segment: the shim drops it only after the event completes).
-        let rc =
-            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e) });
+        let (offset, len, src) = (r.offset as usize, r.data.len() as usize, staged.ptr);
+        // SAFETY: src holds `len` bytes of shared memory that outlives the write (lane: complete
+        // on return; segment: the shim drops it only after the event completes).
+        let rc = self.transfer(&r.sync, &staged, r.blocking, |blocking, n, w, e| unsafe {
+            f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e)
+        });
         if r.blocking {
             self.late_status(r.queue, rc)
         } else {
@@ -41,15 +41,14 @@ impl Serve<EnqueueReadBuffer> for LaneServer<'_> {
     fn serve(&self, r: EnqueueReadBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
         let m = tri!(self.obj(r.mem, Kind::Mem));
-        let (dst, _keep) = tri!(self.staged(q, &r.into));
-        // A lane's bulk area is reused by the next call, so reads into it block.
-        let blocking = if matches!(r.into, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
+        let staged = tri!(self.staged(q, &r.into));
         let f = driver_fn!(q, clEnqueueReadBuffer);
-        let (offset, len) = (r.offset as usize, r.into.len() as usize);
+        let (offset, len, dst) = (r.offset as usize, r.into.len() as usize, staged.ptr);
         // SAFETY: dst holds `len` writable bytes of shared memory that outlives the read (lane:
-        // blocking; segment: the shim drops it only after the event completes).
-        let rc =
-            self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e) });
+        // complete on return; segment: the shim drops it only after the event completes).
+        let rc = self.transfer(&r.sync, &staged, r.blocking, |blocking, n, w, e| unsafe {
+            f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e)
+        });
         if r.blocking {
             self.late_status(r.queue, rc)
         } else {

@@ -15,16 +15,14 @@ impl Serve<EnqueueRegionTransfer> for LaneServer<'_> {
         if packed as u64 != r.data.len() {
             return CL_INVALID_VALUE;
         }
-        let (host, _keep) = tri!(self.staged(q, &r.data));
-        // A lane's bulk area is reused by the next call, so transfers through it block.
-        let blocking = if matches!(r.data, DataRef::Lane { .. }) || r.blocking { CL_TRUE } else { CL_FALSE };
+        let staged = tri!(self.staged(q, &r.data));
         let zero = [0usize; 3];
-        let host_c = host as *const c_void;
-        let host_m = host as *mut c_void;
+        let host_c = staged.ptr as *const c_void;
+        let host_m = staged.ptr as *mut c_void;
         // SAFETY (all arms): live queue and memory object; `host` holds the packed region (checked
-        // above) in shared memory that outlives the transfer (lane: blocking; segment: the shim
-        // drops it only after the event completes); host pitches of 0 mean packed.
-        self.enqueue(&r.sync, |n, w, e| unsafe {
+        // above) in shared memory that outlives the transfer (lane: complete on return; segment:
+        // the shim drops it only after the event completes); host pitches of 0 mean packed.
+        self.transfer(&r.sync, &staged, r.blocking, |blocking, n, w, e| unsafe {
             match (r.target, r.write) {
                 (RegionTarget::Image { origin }, false) => {
                     let o = origin.map(|x| x as usize);
