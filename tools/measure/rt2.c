@@ -1,0 +1,26 @@
+// Round trip split: time in clEnqueueNDRangeKernel and in clFinish, per iteration (medians over
+// n iterations), and the whole.
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
+int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
+int main(int argc,char**argv){
+  int n=argc>1?atoi(argv[1]):5000;
+  cl_platform_id p; cl_device_id d; cl_int e;
+  clGetPlatformIDs(1,&p,0); clGetDeviceIDs(p,CL_DEVICE_TYPE_ALL,1,&d,0);
+  cl_context c=clCreateContext(0,1,&d,0,0,&e);
+  cl_command_queue q=clCreateCommandQueueWithProperties(c,d,0,&e);
+  const char*s="__kernel void empty(__global int*a,int b){}";
+  cl_program pr=clCreateProgramWithSource(c,1,&s,0,&e); clBuildProgram(pr,1,&d,0,0,0);
+  cl_kernel k=clCreateKernel(pr,"empty",&e);
+  cl_mem b=clCreateBuffer(c,CL_MEM_READ_WRITE,4096,0,&e);
+  int v=0; clSetKernelArg(k,0,sizeof b,&b); clSetKernelArg(k,1,4,&v);
+  size_t one=1; double *te=malloc(n*8),*tf=malloc(n*8),*tt=malloc(n*8);
+  for(int i=0;i<200;i++){ clEnqueueNDRangeKernel(q,k,1,0,&one,0,0,0,0); clFinish(q);} 
+  for(int i=0;i<n;i++){ double a=now(); clEnqueueNDRangeKernel(q,k,1,0,&one,0,0,0,0); double b2=now(); clFinish(q); double c2=now(); te[i]=b2-a; tf[i]=c2-b2; tt[i]=c2-a; }
+  qsort(te,n,8,cmp); qsort(tf,n,8,cmp); qsort(tt,n,8,cmp);
+  printf("enqueue %.2f  finish %.2f  whole %.2f us (medians)\n",te[n/2]/1e3,tf[n/2]/1e3,tt[n/2]/1e3);
+  return 0;}
