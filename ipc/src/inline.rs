@@ -8,10 +8,66 @@
 //! does not change with them (and a stream transport sees the same bytes).
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
-use serde::de::{self, SeqAccess, Visitor};
+use serde::de::{self, DeserializeOwned, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// What `ArgBytes` and `Dims` share: a sequence that grows one item at a time, and is compared,
+/// shown and encoded as the slice it holds.
+trait InlineSeq: Default + Deref<Target = [Self::Item]> {
+    type Item: Copy + fmt::Debug + PartialEq + Serialize + DeserializeOwned;
+    /// What a decoder expected, for its errors.
+    const EXPECTING: &'static str;
+    /// Appends `v`; `Err` when the type holds no more.
+    fn push(&mut self, v: Self::Item) -> Result<(), ()>;
+}
+
+/// Decodes an `InlineSeq` element by element: a declared length the input does not hold ends in
+/// an error, not in an allocation of that size.
+struct SeqVisitor<T>(PhantomData<T>);
+
+impl<'de, T: InlineSeq> Visitor<'de> for SeqVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(T::EXPECTING)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+        let mut out = T::default();
+        while let Some(v) = seq.next_element::<T::Item>()? {
+            out.push(v).map_err(|()| de::Error::invalid_length(out.len() + 1, &self))?;
+        }
+        Ok(out)
+    }
+}
+
+/// Equality, `Debug` and the encoding of a `Vec` of the items, for an `InlineSeq`.
+macro_rules! as_slice_impls {
+    ($t:ty) => {
+        impl PartialEq for $t {
+            fn eq(&self, other: &Self) -> bool {
+                **self == **other
+            }
+        }
+        impl Eq for $t {}
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&**self, f)
+            }
+        }
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(self.iter())
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_seq(SeqVisitor::<$t>(PhantomData))
+            }
+        }
+    };
+}
 
 /// How many bytes an argument keeps inline: every scalar and vector up to 16 bytes (`long2`,
 /// `float4`, a pointer-sized handle).
@@ -32,8 +88,18 @@ impl ArgBytes {
     pub const fn new() -> Self {
         ArgBytes::Inline { len: 0, bytes: [0; INLINE_BYTES] }
     }
+}
 
-    fn push(&mut self, b: u8) {
+impl Default for ArgBytes {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl InlineSeq for ArgBytes {
+    type Item = u8;
+    const EXPECTING: &'static str = "a kernel argument's bytes";
+    fn push(&mut self, b: u8) -> Result<(), ()> {
         match self {
             ArgBytes::Inline { len, bytes } if usize::from(*len) < INLINE_BYTES => {
                 bytes[usize::from(*len)] = b;
@@ -47,12 +113,7 @@ impl ArgBytes {
             }
             ArgBytes::Heap(v) => v.push(b),
         }
-    }
-}
-
-impl Default for ArgBytes {
-    fn default() -> Self {
-        Self::new()
+        Ok(())
     }
 }
 
@@ -96,47 +157,7 @@ impl DerefMut for ArgBytes {
     }
 }
 
-impl PartialEq for ArgBytes {
-    fn eq(&self, other: &Self) -> bool {
-        **self == **other
-    }
-}
-
-impl Eq for ArgBytes {}
-
-impl fmt::Debug for ArgBytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&**self, f)
-    }
-}
-
-impl Serialize for ArgBytes {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
-    }
-}
-
-impl<'de> Deserialize<'de> for ArgBytes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Bytes;
-        impl<'de> Visitor<'de> for Bytes {
-            type Value = ArgBytes;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a kernel argument's bytes")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ArgBytes, A::Error> {
-                // Element by element: a declared length the input does not hold ends in an error,
-                // not in an allocation of that size.
-                let mut out = ArgBytes::new();
-                while let Some(b) = seq.next_element::<u8>()? {
-                    out.push(b);
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_seq(Bytes)
-    }
-}
+as_slice_impls!(ArgBytes);
 
 /// A work size of `clEnqueueNDRangeKernel` (offset, global or local): one value per dimension,
 /// at most three.
@@ -156,13 +177,7 @@ impl Dims {
         Some(d)
     }
 
-    fn push(&mut self, v: u64) -> Result<(), ()> {
-        *self.values.get_mut(usize::from(self.len)).ok_or(())? = v;
-        self.len += 1;
-        Ok(())
-    }
-
-    /// The values as the driver takes them.
+    /// The values as the driver takes them, three always (those past `len` zero).
     pub fn to_usize(&self) -> [usize; 3] {
         self.values.map(|v| v as usize)
     }
@@ -175,45 +190,17 @@ impl Deref for Dims {
     }
 }
 
-impl PartialEq for Dims {
-    fn eq(&self, other: &Self) -> bool {
-        **self == **other
+impl InlineSeq for Dims {
+    type Item = u64;
+    const EXPECTING: &'static str = "one to three work sizes";
+    fn push(&mut self, v: u64) -> Result<(), ()> {
+        *self.values.get_mut(usize::from(self.len)).ok_or(())? = v;
+        self.len += 1;
+        Ok(())
     }
 }
 
-impl Eq for Dims {}
-
-impl fmt::Debug for Dims {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&**self, f)
-    }
-}
-
-impl Serialize for Dims {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
-    }
-}
-
-impl<'de> Deserialize<'de> for Dims {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Sizes;
-        impl<'de> Visitor<'de> for Sizes {
-            type Value = Dims;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("one to three work sizes")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Dims, A::Error> {
-                let mut out = Dims::default();
-                while let Some(v) = seq.next_element::<u64>()? {
-                    out.push(v).map_err(|()| de::Error::invalid_length(4, &self))?;
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_seq(Sizes)
-    }
-}
+as_slice_impls!(Dims);
 
 #[cfg(test)]
 mod tests {

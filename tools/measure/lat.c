@@ -2,16 +2,13 @@
 // pinned memfd pages, non-blocking into pinned + clWaitForEvents, + clFinish, + spin on the
 // event's status.
 #define _GNU_SOURCE
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "probe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
-static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
-int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
 #define REG (1<<20)
 #define REPS 400
 static cl_command_queue q; static cl_mem b;
@@ -20,9 +17,8 @@ static double med(){ qsort(t,REPS,sizeof(double),cmp); return t[REPS/2]/1e3; }
 static void spin(cl_event ev){ cl_int st=1; clFlush(q); while(st>0) clGetEventInfo(ev,CL_EVENT_COMMAND_EXECUTION_STATUS,sizeof st,&st,0); }
 int main(int argc,char**argv){
   size_t sz=argc>1?atol(argv[1]):4096;
-  cl_platform_id p; cl_device_id d; cl_int e;
-  clGetPlatformIDs(1,&p,0); clGetDeviceIDs(p,CL_DEVICE_TYPE_ALL,1,&d,0);
-  cl_context c=clCreateContext(0,1,&d,0,0,&e);
+  cl_device_id d; cl_int e;
+  cl_context c=first_context(&d);
   q=clCreateCommandQueueWithProperties(c,d,0,&e);
   b=clCreateBuffer(c,CL_MEM_READ_WRITE,1<<20,0,&e);
   char *mal=aligned_alloc(4096,REG); memset(mal,1,REG);

@@ -1,16 +1,13 @@
 // Two clSetKernelArg (a buffer, then an int that changes) or one cached clGetDeviceInfo in a tight loop:
 // ns per iteration, best of RUNS runs of N. Usage: loop W N [RUNS] (W=1 setarg pair, W=0 info).
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "probe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
 int main(int argc,char**argv){
   int w=atoi(argv[1]); long n=atol(argv[2]); int runs=argc>3?atoi(argv[3]):1;
-  cl_platform_id p; cl_device_id d; cl_int e;
-  clGetPlatformIDs(1,&p,0); clGetDeviceIDs(p,CL_DEVICE_TYPE_ALL,1,&d,0);
-  cl_context c=clCreateContext(0,1,&d,0,0,&e);
+  cl_device_id d; cl_int e;
+  cl_context c=first_context(&d);
   const char*s="__kernel void empty(__global int*a,int b){}";
   cl_program pr=clCreateProgramWithSource(c,1,&s,0,&e); clBuildProgram(pr,1,&d,0,0,0);
   cl_kernel k=clCreateKernel(pr,"empty",&e);

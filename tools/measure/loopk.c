@@ -1,17 +1,14 @@
 // Layout probe: in ONE process, time the setarg pair on each of K kernels (different heap
 // addresses), the int-only and buffer-only calls on kernel 0, and the cached info call.
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "probe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
 #define K 8
 int main(int argc,char**argv){
   long n=argc>1?atol(argv[1]):100000; int runs=argc>2?atoi(argv[2]):10;
-  cl_platform_id p; cl_device_id d; cl_int e;
-  clGetPlatformIDs(1,&p,0); clGetDeviceIDs(p,CL_DEVICE_TYPE_ALL,1,&d,0);
-  cl_context c=clCreateContext(0,1,&d,0,0,&e);
+  cl_device_id d; cl_int e;
+  cl_context c=first_context(&d);
   const char*s="__kernel void empty(__global int*a,int b){}";
   cl_program pr=clCreateProgramWithSource(c,1,&s,0,&e); clBuildProgram(pr,1,&d,0,0,0);
   cl_kernel k[K]; for(int j=0;j<K;j++){ k[j]=clCreateKernel(pr,"empty",&e); volatile char*pad=malloc(64*(j+1)*13); (void)pad; }

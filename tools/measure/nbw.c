@@ -3,24 +3,20 @@
 // memfd pages, the same with an event per write (released after), and a device-side copy from a
 // CL_MEM_USE_HOST_PTR buffer over the pinned pages (with and without events).
 #define _GNU_SOURCE
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "probe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
-static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
-int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
 #define REG (1<<22)
 #define REPS 300
 #define N 50
 int main(int argc,char**argv){
   size_t sz=argc>1?atol(argv[1]):4096;
-  cl_platform_id p; cl_device_id d; cl_int e;
-  clGetPlatformIDs(1,&p,0); clGetDeviceIDs(p,CL_DEVICE_TYPE_ALL,1,&d,0);
-  cl_context c=clCreateContext(0,1,&d,0,0,&e);
+  cl_device_id d; cl_int e;
+  cl_context c=first_context(&d);
   cl_command_queue q=clCreateCommandQueueWithProperties(c,d,0,&e);
   cl_mem b=clCreateBuffer(c,CL_MEM_READ_WRITE,1<<22,0,&e);
   char *mal=aligned_alloc(4096,REG); memset(mal,1,REG);

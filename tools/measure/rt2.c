@@ -1,17 +1,13 @@
 // Round trip split: time in clEnqueueNDRangeKernel and in clFinish, per iteration (medians over
 // n iterations), and the whole.
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "probe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
-int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
 int main(int argc,char**argv){
   int n=argc>1?atoi(argv[1]):5000;
-  cl_platform_id p; cl_device_id d; cl_int e;
-  clGetPlatformIDs(1,&p,0); clGetDeviceIDs(p,CL_DEVICE_TYPE_ALL,1,&d,0);
-  cl_context c=clCreateContext(0,1,&d,0,0,&e);
+  cl_device_id d; cl_int e;
+  cl_context c=first_context(&d);
   cl_command_queue q=clCreateCommandQueueWithProperties(c,d,0,&e);
   const char*s="__kernel void empty(__global int*a,int b){}";
   cl_program pr=clCreateProgramWithSource(c,1,&s,0,&e); clBuildProgram(pr,1,&d,0,0,0);

@@ -1,21 +1,17 @@
 // Per-op cost of small transfers on NVIDIA by source memory: pageable malloc, shared memfd pages,
 // and memfd pages pinned by a CL_MEM_USE_HOST_PTR buffer over them (what the worker's staging does).
 #define _GNU_SOURCE
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "probe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
-static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
-int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
 #define REG (1<<20)
 int main(int argc,char**argv){
-  cl_platform_id p; cl_device_id d; cl_int e; int reps=300;
-  clGetPlatformIDs(1,&p,0); clGetDeviceIDs(p,CL_DEVICE_TYPE_ALL,1,&d,0);
-  cl_context c=clCreateContext(0,1,&d,0,0,&e);
+  cl_device_id d; cl_int e; int reps=300;
+  cl_context c=first_context(&d);
   cl_command_queue q=clCreateCommandQueueWithProperties(c,d,0,&e);
   cl_mem b=clCreateBuffer(c,CL_MEM_READ_WRITE,1<<20,0,&e);
   char *mal=aligned_alloc(4096,REG); memset(mal,1,REG);

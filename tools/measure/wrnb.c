@@ -1,17 +1,13 @@
 // Stream of non-blocking 4 KiB writes (batches of 50, then clFinish): us per write, median of batches.
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "probe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e9+t.tv_nsec;}
-int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
 int main(int argc,char**argv){
   int reps=argc>1?atoi(argv[1]):400; size_t sz=argc>2?atol(argv[2]):4096; int n=50;
-  cl_platform_id p; cl_device_id d; cl_int e;
-  clGetPlatformIDs(1,&p,0); clGetDeviceIDs(p,CL_DEVICE_TYPE_ALL,1,&d,0);
-  cl_context c=clCreateContext(0,1,&d,0,0,&e);
+  cl_device_id d; cl_int e;
+  cl_context c=first_context(&d);
   cl_command_queue q=clCreateCommandQueueWithProperties(c,d,0,&e);
   cl_mem b=clCreateBuffer(c,CL_MEM_READ_WRITE,sz*n,0,&e);
   char *h=malloc(sz*n); memset(h,1,sz*n);
