@@ -167,7 +167,11 @@ impl Query {
     /// # Safety
     /// As for `write_value`.
     #[inline(always)]
-    unsafe fn first_step(self, obj: &Object, local: &LocalAnswer<'_>) -> First {
+    unsafe fn first_step<L: Fn(&Object) -> Option<Result<Vec<u8>, cl_int>> + ?Sized>(
+        self,
+        obj: &Object,
+        local: &L,
+    ) -> First {
         if self.asks_ref_count() {
             return First::Otherwise;
         }
