@@ -19,8 +19,7 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-/// The prefix of the client's lines under `--lockstep` (`cloister-bench-client`).
-const LOCKSTEP: &str = "LOCKSTEP";
+use crate::lockstep;
 
 /// What a client under `--lockstep` says next.
 #[derive(Debug)]
@@ -60,7 +59,8 @@ impl Client {
         Ok(Client { role, child, stdin, stdout: BufReader::new(stdout), stderr: Some(stderr) })
     }
 
-    /// Its next `LOCKSTEP` line; other lines on its standard output are not ours and skipped.
+    /// Its next line of the protocol (`lockstep`); other lines on its standard output are not
+    /// ours and skipped.
     fn next(&mut self) -> Result<Said, String> {
         let mut line = String::new();
         loop {
@@ -69,16 +69,14 @@ impl Client {
                 Ok(0) | Err(_) => return Err(self.failure()),
                 Ok(_) => {}
             }
-            let Some(said) = line.trim_end().strip_prefix(LOCKSTEP).and_then(|l| l.strip_prefix(' ')) else {
-                continue;
-            };
-            if let Some(name) = said.strip_prefix("wait ") {
-                return Ok(Said::Wait(name.to_string()));
-            }
-            if let Some(doc) = said.strip_prefix("result ") {
-                return serde_json::from_str(doc)
-                    .map(Said::Result)
-                    .map_err(|e| format!("the {} benchmark client printed bad JSON: {e}", self.role));
+            match lockstep::parse(&line) {
+                Some(lockstep::Line::Wait(name)) => return Ok(Said::Wait(name.to_string())),
+                Some(lockstep::Line::Result(doc)) => {
+                    return serde_json::from_str(doc)
+                        .map(Said::Result)
+                        .map_err(|e| format!("the {} benchmark client printed bad JSON: {e}", self.role))
+                }
+                None => {}
             }
         }
     }
@@ -277,10 +275,11 @@ mod tests {
         let mut body = format!("echo '{role} start' >> \"$LOG\"\necho 'a driver talking'\n");
         for w in workloads {
             for _ in 0..2 {
-                body += &format!("echo 'LOCKSTEP wait {w}'\nread go || exit 3\necho '{role} {w}' >> \"$LOG\"\n");
+                let wait = lockstep::wait_line(w);
+                body += &format!("echo '{wait}'\nread go || exit 3\necho '{role} {w}' >> \"$LOG\"\n");
             }
         }
-        body + &format!("echo 'LOCKSTEP result {{\"role\": \"{role}\"}}'\n")
+        body + &format!("echo '{}'\n", lockstep::result_line(&format!("{{\"role\": \"{role}\"}}")))
     }
 
     fn log_file(name: &str) -> std::path::PathBuf {
@@ -307,8 +306,8 @@ mod tests {
         let log = log_file("step");
         let err = interleave(fake(&log, &client("D", &["a", "b"])), fake(&log, &client("C", &["a", "c"])));
         assert!(err.as_ref().is_err_and(|e| e.contains("out of step") && e.contains("\"c\"")), "{err:?}");
-        let dying = "echo 'LOCKSTEP wait a'\nread go\necho 'cannot map the buffer' >&2\nexit 4\n";
-        let err = interleave(fake(&log, dying), fake(&log, &client("C", &["a"])));
+        let dying = format!("echo '{}'\nread go\necho 'cannot map the buffer' >&2\nexit 4\n", lockstep::wait_line("a"));
+        let err = interleave(fake(&log, &dying), fake(&log, &client("C", &["a"])));
         let _ = std::fs::remove_file(&log);
         let e = err.unwrap_err();
         assert!(e.contains("(direct)") && e.contains("cannot map the buffer") && e.contains('4'), "{e}");

@@ -8,6 +8,9 @@ mod config_cmd;
 mod drivers;
 mod embedded;
 mod install;
+/// The bench client's lines (its printing half is the client's).
+#[allow(dead_code)]
+mod lockstep;
 mod observe;
 mod probe;
 mod reports;

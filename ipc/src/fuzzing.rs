@@ -78,8 +78,8 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
                 ],
                 work_dim: 2,
                 offset: None,
-                global: Dims::new(&[64, 64]),
-                local: Dims::new(&[8, 8]),
+                global: Dims::new([64, 64]),
+                local: Dims::new([8, 8]),
                 sync: EnqueueSync { wait: vec![6], event: Some(7) },
             })
             .unwrap(),

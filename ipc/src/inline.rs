@@ -169,9 +169,9 @@ pub struct Dims {
 
 impl Dims {
     /// `None` for more than three values.
-    pub fn new(values: &[u64]) -> Option<Self> {
+    pub fn new(values: impl IntoIterator<Item = u64>) -> Option<Self> {
         let mut d = Dims::default();
-        for &v in values {
+        for v in values {
             d.push(v).ok()?;
         }
         Some(d)
@@ -241,15 +241,15 @@ mod tests {
     #[test]
     fn dims_hold_one_to_three_values_and_encode_as_a_vec() {
         for v in [vec![], vec![5u64], vec![1, 2], vec![u64::MAX, 0, 7]] {
-            let d = Dims::new(&v).unwrap();
+            let d = Dims::new(v.iter().copied()).unwrap();
             assert_eq!(&*d, &v[..]);
             let wire = postcard::to_allocvec(&Some(d)).unwrap();
             assert_eq!(wire, postcard::to_allocvec(&Some(v.clone())).unwrap());
             assert_eq!(postcard::from_bytes::<Option<Dims>>(&wire).unwrap(), Some(d));
         }
-        assert!(Dims::new(&[1, 2, 3, 4]).is_none());
+        assert!(Dims::new([1, 2, 3, 4]).is_none());
         let four = postcard::to_allocvec(&vec![1u64, 2, 3, 4]).unwrap();
         assert!(postcard::from_bytes::<Dims>(&four).is_err());
-        assert_eq!(Dims::new(&[3, 4]).unwrap().to_usize(), [3, 4, 0]);
+        assert_eq!(Dims::new([3, 4]).unwrap().to_usize(), [3, 4, 0]);
     }
 }

@@ -133,7 +133,7 @@ mod tests {
                 ],
                 work_dim: 1,
                 offset: None,
-                global: Dims::new(&[1024]),
+                global: Dims::new([1024]),
                 local: None,
                 sync: EnqueueSync { wait: vec![5], event: Some(6) },
             })

@@ -7,12 +7,16 @@
 //! and `--spin` makes this process one of `cloister bench --load`'s busy threads instead.
 //!
 //! `--rounds N --lockstep` is how `cloister bench` runs it: each workload is measured in N blocks
-//! of a time budget's Nth part, and before each block the client prints `LOCKSTEP wait NAME` and
-//! waits for a line on its standard input, so that `cloister bench` can let the direct and the
-//! caged client take turns block by block (`cloister bench`'s `bench::interleave`); the JSON
-//! then comes as `LOCKSTEP result {...}`. The time per operation of both runs is then measured
+//! of a time budget's Nth part, and before each block the client says so and waits for a line on
+//! its standard input (the protocol is `lockstep`'s), so that `cloister bench` can let the
+//! direct and the caged client take turns block by block (`bench::interleave`). The time per operation of both runs is then measured
 //! in the same stretch of time, on a shared machine whose speed changes from one second to the
 //! next.
+
+/// The lines spoken with `cloister bench` (its parser is unused here).
+#[allow(dead_code)]
+#[path = "../lockstep.rs"]
+mod lockstep;
 
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
@@ -132,10 +136,6 @@ struct Plan {
     lockstep: bool,
 }
 
-/// The prefix of the lines `--lockstep` prints (anything else on standard output, such as a
-/// driver's own messages, is not ours).
-const LOCKSTEP: &str = "LOCKSTEP";
-
 const MAX_REPEATS: usize = 200;
 
 /// What a workload's throughput counts, if it has one.
@@ -196,7 +196,7 @@ impl Bench {
         }
         use std::io::{BufRead, Write};
         let mut out = std::io::stdout().lock();
-        if writeln!(out, "{LOCKSTEP} wait {name}").and_then(|()| out.flush()).is_err() {
+        if writeln!(out, "{}", lockstep::wait_line(name)).and_then(|()| out.flush()).is_err() {
             std::process::exit(1);
         }
         let mut line = String::new();
@@ -273,11 +273,8 @@ fn main() {
         }
     }
     only.retain(|p| !p.is_empty());
-    let plan = if quick {
-        Plan { quick, min_repeats: 3, budget: Duration::from_millis(30), only, rounds, lockstep }
-    } else {
-        Plan { quick, min_repeats: 5, budget: Duration::from_millis(400), only, rounds, lockstep }
-    };
+    let (min_repeats, budget) = if quick { (3, Duration::from_millis(30)) } else { (5, Duration::from_millis(400)) };
+    let plan = Plan { quick, min_repeats, budget, only, rounds, lockstep };
     let mut bench = Bench { plan, results: Vec::new() };
     // SAFETY (whole function): plain OpenCL calls with valid pointers to locals and buffers of
     // the sizes passed; every return code is checked before the results are used.
@@ -478,7 +475,7 @@ fn main() {
             "results": bench.results,
         });
         match bench.plan.lockstep {
-            true => println!("{LOCKSTEP} result {out}"),
+            true => println!("{}", lockstep::result_line(&out.to_string())),
             false => println!("{out}"),
         }
     }

@@ -1052,11 +1052,7 @@ pub(super) unsafe fn work_size(p: *const usize, work_dim: u32) -> Option<Dims> {
     }
     // SAFETY: p holds work_dim values per the API contract.
     let values = unsafe { std::slice::from_raw_parts(p, work_dim as usize) };
-    let mut wide = [0u64; 3];
-    for (w, &v) in wide.iter_mut().zip(values) {
-        *w = v as u64;
-    }
-    Dims::new(&wide[..values.len().min(3)])
+    Dims::new(values.iter().map(|&v| v as u64))
 }
 
 pub unsafe fn clEnqueueTask(

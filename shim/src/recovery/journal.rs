@@ -1372,7 +1372,7 @@ mod tests {
             args: args.iter().enumerate().map(|(i, &a)| (i as u32, ArgValue::Object(a))).collect(),
             work_dim: 1,
             offset: None,
-            global: cloister_ipc::Dims::new(&[1]),
+            global: cloister_ipc::Dims::new([1]),
             local: None,
             sync: EnqueueSync::default(),
         }))
