@@ -4,6 +4,7 @@
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -43,8 +44,14 @@ int main(void) {
         STEP("finish", clFinish(q));
         usleep(100 * 1000); /* long enough for an asynchronous driver crash to land */
     }
+    /* Read in two halves: the worker pins a staging region the second time it is used
+     * (CLOISTER_STAGING=pinned), which takes its non-blocking lane path, and the second half
+     * differs from what the first left in the lane. */
     int out[1024];
-    STEP("read", clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
+    memset(out, 0xff, sizeof out);
+    for (int half = 0; half < 2; half++)
+        STEP("read", clEnqueueReadBuffer(q, m, CL_TRUE, half * sizeof out / 2, sizeof out / 2,
+                                         out + half * 512, 0, NULL, NULL));
     for (int i = 0; i < 1024; i++)
         if (out[i] != 2 * i) { printf("WRONG RESULT at %d\n", i); return 1; }
     printf("completed without fault\n");

@@ -10,7 +10,9 @@
 //! `poison-headers`, `tmp-file`; `whereami` prints the worker's HOME); against the cage itself: `caps`
 //! (holds any capability), `parent-environ` (reads the parent's /proc environ),
 //! `sigqueue-parent`, `ioctl-tiocsti`, `vfork-chain` (65 vfork-style children alive at once),
-//! `broker` (asks the broker socket named by CLOISTER_FAULT_FILE for workers). Each attack prints
+//! `broker` (asks the broker socket named by CLOISTER_FAULT_FILE for workers). Point `read`
+//! (clEnqueueReadBuffer) takes `late-no-event`: a non-blocking read with no wait list that asks
+//! for an event returns success without one and completes 300 ms later. Each attack prints
 //! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
 //!
 //! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
@@ -575,6 +577,7 @@ fn patch(table: &mut IcdDispatch) {
     table.clBuildProgram = Some(build_program);
     table.clEnqueueNDRangeKernel = Some(enqueue_nd_range);
     table.clFinish = Some(finish);
+    table.clEnqueueReadBuffer = Some(read_buffer);
 }
 
 fn orig() -> &'static IcdDispatch {
@@ -622,6 +625,58 @@ unsafe extern "C" fn enqueue_nd_range(
     fault_point("enqueue");
     // SAFETY: as above.
     unsafe { orig().clEnqueueNDRangeKernel.expect("pocl has clEnqueueNDRangeKernel")(q, k, dim, off, g, l, n, w, e) }
+}
+
+/// `read:late-no-event`: breaks the contract that a successful enqueue returns the event it was
+/// asked for, and completes the read late, so a caller that trusts the call's success alone
+/// reads the destination before the data is there.
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn read_buffer(
+    q: cl_command_queue,
+    b: cl_mem,
+    blocking: cl_bool,
+    off: usize,
+    size: usize,
+    ptr: *mut c_void,
+    n: cl_uint,
+    w: *const cl_event,
+    e: *mut cl_event,
+) -> cl_int {
+    let read = orig().clEnqueueReadBuffer.expect("pocl has clEnqueueReadBuffer");
+    if fault_for("read").as_deref() != Some("late-no-event") || blocking != CL_FALSE || n != 0 || e.is_null() {
+        // SAFETY: forwarding the caller's arguments unchanged.
+        return unsafe { read(q, b, blocking, off, size, ptr, n, w, e) };
+    }
+    // SAFETY: pocl's own entry points on the caller's live queue; the user event gates the read
+    // and is completed (then released) by the thread below; the read's own event is released.
+    unsafe {
+        let mut ctx: cl_context = std::ptr::null_mut();
+        let info = orig().clGetCommandQueueInfo.expect("pocl has clGetCommandQueueInfo");
+        let rc =
+            info(q, CL_QUEUE_CONTEXT, std::mem::size_of::<cl_context>(), (&raw mut ctx).cast(), std::ptr::null_mut());
+        if rc != CL_SUCCESS {
+            return rc;
+        }
+        let mut rc = CL_SUCCESS;
+        let gate = orig().clCreateUserEvent.expect("pocl has clCreateUserEvent")(ctx, &mut rc);
+        if rc != CL_SUCCESS {
+            return rc;
+        }
+        let mut done: cl_event = std::ptr::null_mut();
+        let rc = read(q, b, CL_FALSE, off, size, ptr, 1, &gate, &mut done);
+        if rc == CL_SUCCESS {
+            orig().clReleaseEvent.expect("pocl has clReleaseEvent")(done);
+        }
+        let gate = gate as usize;
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            orig().clSetUserEventStatus.expect("pocl has clSetUserEventStatus")(gate as cl_event, CL_COMPLETE);
+            orig().clReleaseEvent.expect("pocl has clReleaseEvent")(gate as cl_event);
+        });
+        eprintln!("faultcl: read late-no-event ({size} bytes, rc {rc})");
+        *e = std::ptr::null_mut();
+        rc
+    }
 }
 
 unsafe extern "C" fn finish(q: cl_command_queue) -> cl_int {

@@ -212,7 +212,7 @@ impl LaneServer<'_> {
             Some(region) => self.worker.staging.pin(queue, region.as_ptr(), region.len()),
             None => self.worker.staging.pin(queue, self.lane.bulk_ptr(), cloister_ipc::lane::BULK_CAP),
         };
-        Ok(Staged { ptr, _keep: keep, in_lane: matches!(d, DataRef::Lane { .. }), pinned })
+        Ok(Staged { ptr, _keep: keep, in_lane: matches!(d, DataRef::Lane { .. }), pinned, queue })
     }
 
     /// Runs a transfer through `staged` bulk data: `call(blocking, count, wait_list, event_out)`
@@ -241,8 +241,15 @@ impl LaneServer<'_> {
         };
         let mut ev = null_mut();
         let rc = call(CL_FALSE, wait.len() as u32, wait_ptr(&wait), &mut ev);
-        if rc != CL_SUCCESS || ev.is_null() {
+        if rc != CL_SUCCESS {
             return rc;
+        }
+        if ev.is_null() {
+            // A driver that reports success without the event it was asked for: the lane's bytes
+            // may still be in use, so the queue is finished before the reply lets the shim reuse
+            // or read them.
+            // SAFETY: `staged.queue` is the live queue the transfer was enqueued on.
+            return unsafe { driver_fn!(staged.queue, clFinish)(staged.queue as _) };
         }
         // SAFETY: `ev` is the live event the driver just returned.
         let waited = unsafe { driver_fn!(ev as usize, clWaitForEvents)(1, &ev) };
@@ -682,6 +689,8 @@ pub(crate) struct Staged {
     in_lane: bool,
     /// Pinned in the queue's context.
     pinned: bool,
+    /// The driver's queue the transfer is enqueued on.
+    queue: usize,
 }
 
 fn wait_ptr(w: &[*mut c_void]) -> *const *mut c_void {
