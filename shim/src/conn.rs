@@ -744,6 +744,24 @@ impl Conn {
         FAULT
     }
 
+    /// This thread's lane, as `first_poster` names lanes (its address); 0 if it has none yet.
+    pub fn lane_token(&self) -> usize {
+        LANES
+            .try_with(|l| l.borrow().get(&self.serial).map(|slot| Arc::as_ptr(&slot.lane) as usize))
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
+    /// Whether this thread's lane is the only one that has posted to the worker so far, so the
+    /// worker reaches the driver with its posts in the order this thread made them and no other
+    /// thread's post in between (see `after_other_lanes`). False before this thread has a lane.
+    pub fn posts_alone(&self) -> bool {
+        let me = self.lane_token();
+        let first = self.first_poster.load(Ordering::Acquire);
+        me != 0 && (first == 0 || first == me) && !self.many_posters.load(Ordering::Acquire)
+    }
+
     /// Notes that `lane` has posted (see `first_poster`).
     fn note_poster(&self, lane: &Arc<Lane>) {
         let me = Arc::as_ptr(lane) as usize;

@@ -7,6 +7,7 @@
 //! `mirror`); the transfers of a connection are its state there (`of`), and what recovery must
 //! hear of them goes through `conn::Above`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
@@ -31,13 +32,22 @@ pub enum Transfer {
 
 pub struct PendingOp {
     pub queue: ObjectId,
-    pub event: ObjectId,
+    /// The event that says when it completes. `None` for a write posted without one (see
+    /// `eventless`): it is complete once a later command of its lane on its in-order queue is,
+    /// or once a `clFinish` or blocking call on that queue started after it returns.
+    pub event: Option<ObjectId>,
     /// The application's handle for `event`, retained while pending; `None` for an event the
     /// shim made for itself (released on the worker when settled).
     pub app_event: Option<usize>,
     /// The segment the operation owns, released when it completes.
     pub segment: Option<Segment>,
     pub transfer: Transfer,
+    /// Where it stands in the connection's order of pending operations (`Pending::stamp`,
+    /// taken after the request was posted).
+    pub seq: u64,
+    /// The lane it was posted on (`Conn::lane_token`), 0 when unknown: an eventless write is
+    /// complete when a later command of the same lane and queue is.
+    pub lane: usize,
 }
 
 /// The transfers under way on a connection, kept there (`Conn::state`).
@@ -46,11 +56,26 @@ pub struct Pending {
     ops: Mutex<Vec<PendingOp>>,
     /// One settler at a time, so no caller returns while another still holds a finished read.
     settling: Mutex<()>,
+    /// The next `PendingOp::seq`.
+    next_seq: AtomicU64,
 }
 
 impl Pending {
     pub fn push(&self, op: PendingOp) {
         self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(op);
+    }
+
+    /// A new operation's place in the order, taken once its request is posted: an operation
+    /// stamped below a `mark` read before a call was posted before that call started, so the
+    /// call (`Conn::call` waits for every other lane's posts to run first) reached the driver
+    /// after it.
+    pub fn stamp(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// The stamp the next operation will get (see `stamp`).
+    pub fn mark(&self) -> u64 {
+        self.next_seq.load(Ordering::Acquire)
     }
 
     /// Drops a non-blocking map's pending fill: the application unmapped it (the worker fills
@@ -72,6 +97,11 @@ impl Pending {
             complete(conn, op, CL_QUEUED, false);
         }
         found
+    }
+
+    /// Whether an eventless write on `queue` is pending.
+    pub fn has_eventless(&self, queue: ObjectId) -> bool {
+        self.ops.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|op| op.queue == queue && op.event.is_none())
     }
 
     pub fn len(&self) -> usize {
@@ -106,6 +136,16 @@ fn event_statuses(conn: &Conn, events: Vec<ObjectId>, release_settled: Vec<Objec
 
 /// Completes every finished transfer (of `queue`, or of all queues).
 pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
+    settle_through(conn, queue, None);
+}
+
+/// `settle`, after a `clFinish` or a blocking transfer on in-order `queue` returned success: the
+/// eventless writes stamped below `mark` (read before that call started) are complete too.
+pub fn settle_finished(conn: &Conn, queue: ObjectId, mark: u64) {
+    settle_through(conn, Some(queue), Some(mark));
+}
+
+fn settle_through(conn: &Conn, queue: Option<ObjectId>, finished_below: Option<u64>) {
     let pending = of(conn);
     // Lock first: another thread may have taken finished operations out of the list and still
     // be copying them; an empty list alone does not mean they have landed.
@@ -114,35 +154,58 @@ pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
     if pending.is_empty() {
         return;
     }
-    let mine: Vec<PendingOp> = {
+    let (evented, eventless): (Vec<PendingOp>, Vec<PendingOp>) = {
         let mut ops = pending.ops.lock().unwrap_or_else(|e| e.into_inner());
-        let (mine, rest) = std::mem::take(&mut *ops).into_iter().partition(|op| queue.is_none_or(|q| q == op.queue));
+        let (mine, rest): (Vec<PendingOp>, Vec<PendingOp>) =
+            std::mem::take(&mut *ops).into_iter().partition(|op| queue.is_none_or(|q| q == op.queue));
         *ops = rest;
-        mine
+        mine.into_iter().partition(|op| op.event.is_some())
     };
-    if mine.is_empty() {
-        return;
-    }
-    // The shim's own events the worker releases in the same call once they are settled.
-    let own = mine.iter().filter(|op| op.app_event.is_none()).map(|op| op.event).collect();
-    let statuses = event_statuses(conn, mine.iter().map(|op| op.event).collect(), own);
-    for (op, status) in mine.into_iter().zip(statuses) {
-        if status > CL_COMPLETE && !conn.is_dead() {
-            pending.push(op);
-            continue;
+    // Per (queue, lane): the latest stamp of a command seen complete. An in-order queue runs a
+    // lane's commands in the order the lane posted them, so what that lane posted before is
+    // complete too.
+    let mut complete_through: Vec<((ObjectId, usize), u64)> = Vec::new();
+    if !evented.is_empty() {
+        // The shim's own events the worker releases in the same call once they are settled.
+        let own = evented.iter().filter(|op| op.app_event.is_none()).filter_map(|op| op.event).collect();
+        let statuses = event_statuses(conn, evented.iter().filter_map(|op| op.event).collect(), own);
+        for (op, status) in evented.into_iter().zip(statuses) {
+            if status > CL_COMPLETE && !conn.is_dead() {
+                pending.push(op);
+                continue;
+            }
+            if status == CL_COMPLETE && op.lane != 0 {
+                let key = (op.queue, op.lane);
+                match complete_through.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, through)) => *through = (*through).max(op.seq),
+                    None => complete_through.push((key, op.seq)),
+                }
+            }
+            // A status the worker answered (not one the shim made up for a dead worker or a bad
+            // answer) says the worker released the shim's own event.
+            let released = status == CL_COMPLETE || (status < 0 && status != CL_INVALID_EVENT && !conn.is_dead());
+            complete(conn, op, status, released);
         }
-        // A status the worker answered (not one the shim made up for a dead worker or a bad
-        // answer) says the worker released the shim's own event.
-        let released = status == CL_COMPLETE || (status < 0 && status != CL_INVALID_EVENT && !conn.is_dead());
-        complete(conn, op, status, released);
+    }
+    for op in eventless {
+        let done = finished_below.is_some_and(|mark| op.seq < mark)
+            || complete_through.iter().any(|&(k, through)| k == (op.queue, op.lane) && op.seq < through);
+        match (done, conn.is_dead()) {
+            (true, _) => complete(conn, op, CL_COMPLETE, true),
+            // The worker is gone: its driver reads the segment no more.
+            (false, true) => complete(conn, op, crate::conn::FAULT, true),
+            (false, false) => pending.push(op),
+        }
     }
 }
 
 /// Completes `op` with `status`; `released`: the worker has released the shim's own event.
 fn complete(conn: &Conn, op: PendingOp, status: cl_int, released: bool) {
-    if status < 0 && conn.replays() && !matches!(op.transfer, Transfer::Write) {
-        // A read or map that never landed: recovery must not call its event complete.
-        conn.above().unfinished(conn, op.event);
+    if let (true, true, Some(event)) = (status < 0, conn.replays(), op.event) {
+        if !matches!(op.transfer, Transfer::Write) {
+            // A read or map that never landed: recovery must not call its event complete.
+            conn.above().unfinished(conn, event);
+        }
     }
     match (&op.transfer, &op.segment, status) {
         (Transfer::Read { dst, shape, mirror }, Some(seg), CL_COMPLETE) => {
@@ -173,7 +236,9 @@ fn complete(conn: &Conn, op: PendingOp, status: cl_int, released: bool) {
         }
         None if released => {}
         None => {
-            let _ = conn.call(Release { object: op.event });
+            if let Some(event) = op.event {
+                let _ = conn.call(Release { object: event });
+            }
         }
     }
 }

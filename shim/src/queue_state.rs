@@ -11,6 +11,10 @@ pub struct QueueState {
     pub context: ObjectId,
     /// In order, on a context of CPU devices with host-unified memory.
     capable: bool,
+    /// In order (commands complete in the order they reach the driver).
+    in_order: bool,
+    /// Writes through segments so far (`eventless_turn`).
+    segment_writes: AtomicU32,
     /// The thread that enqueued first (its `thread_token`), 0 before any enqueue.
     owner: AtomicUsize,
     /// Set once a second thread enqueued: "idle" is then never trusted again.
@@ -24,10 +28,12 @@ pub struct QueueState {
 }
 
 impl QueueState {
-    pub fn new(context: ObjectId, capable: bool) -> Self {
+    pub fn new(context: ObjectId, in_order: bool, capable: bool) -> Self {
         Self {
             context,
-            capable,
+            capable: capable && in_order,
+            in_order,
+            segment_writes: AtomicU32::new(0),
             owner: AtomicUsize::new(0),
             shared: AtomicBool::new(false),
             enqueued: AtomicU64::new(0),
@@ -44,10 +50,16 @@ impl QueueState {
     /// The state of a queue rebuilt in a replacement worker (`recovery`): nothing is known to be
     /// complete until its next blocking call.
     pub fn rebuilt(&self) -> Self {
-        let s = Self::new(self.context, self.capable);
+        let s = Self::new(self.context, self.in_order, self.capable);
         s.enqueued.store(1, SeqCst);
         s.shared.store(self.shared.load(SeqCst), SeqCst);
         s
+    }
+
+    /// Whether this write through a segment may go without an event (`api::enqueue`'s
+    /// `eventless_write`): on an in-order queue, all but every 16th.
+    pub fn eventless_turn(&self) -> bool {
+        self.in_order && self.segment_writes.fetch_add(1, SeqCst) % 16 != 15
     }
 
     /// Called before every command enqueued on the queue through the worker.

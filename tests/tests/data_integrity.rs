@@ -92,3 +92,27 @@ fn zero_copy_buffers_hold_no_descriptors() {
     assert!(!counted.is_empty(), "no worker of this build found");
     assert!(counted.iter().all(|&n| n < 1000), "worker descriptors with 3000 buffers alive: {counted:?}");
 }
+
+/// Non-blocking writes that the cage posts without an event of its own
+/// (`tests/c/eventless_writes.c`): every byte lands, and the shared segments they went through
+/// come back to the pool whichever call says they completed (a clFinish, a blocking read, the
+/// queue's release), with one thread posting and with two. Directly first, to prove the client
+/// right; caged with staged buffers (the segment path), in report mode, and in strict mode.
+#[test]
+fn eventless_writes_keep_every_byte_and_give_their_segments_back() {
+    let exe = c_client("eventless_writes");
+    let d = direct(&exe, &[], &[]);
+    assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
+    let runs: [&[(&str, &str)]; 4] = [
+        &[],
+        &[("CLOISTER_ZERO_COPY", "0")],
+        &[("CLOISTER_ZERO_COPY", "0"), ("CLOISTER_RECOVERY", "report")],
+        &[("CLOISTER_ZERO_COPY", "0"), ("CLOISTER_SYNC", "1")],
+    ];
+    for env in runs {
+        let c = caged(&[], &exe, &[], env);
+        let out = text(&c);
+        assert!(c.status.success() && out.contains("eventless writes ok"), "caged with {env:?}:\n{out}");
+        assert_eq!(String::from_utf8_lossy(&d.stdout), String::from_utf8_lossy(&c.stdout), "caged with {env:?}");
+    }
+}

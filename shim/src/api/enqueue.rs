@@ -49,11 +49,33 @@ fn chunk_sync(sync: &EnqueueSync, first: bool, last: bool) -> EnqueueSync {
 }
 
 /// Settles the queue's finished non-blocking transfers when a blocking call on it returns.
-pub(super) struct SettleAfter<'a>(pub(super) &'a Object);
+pub(super) struct SettleAfter<'a> {
+    queue: &'a Object,
+    /// `pending::mark` before the call, kept once the call said its command completed.
+    completed_below: std::cell::Cell<Option<u64>>,
+    mark: u64,
+}
+
+impl<'a> SettleAfter<'a> {
+    pub(super) fn new(queue: &'a Object) -> Self {
+        let mark = crate::pending::of(&queue.conn).mark();
+        Self { queue, completed_below: std::cell::Cell::new(None), mark }
+    }
+
+    /// The blocking command completed: on an in-order queue, so did everything enqueued
+    /// before the call started (`pending::settle_finished`).
+    pub(super) fn completed(&self) {
+        self.completed_below.set(Some(self.mark));
+    }
+}
 
 impl Drop for SettleAfter<'_> {
     fn drop(&mut self) {
-        settle(&self.0.conn, Some(self.0.id));
+        let q = self.queue;
+        match self.completed_below.get() {
+            Some(mark) => crate::pending::settle_finished(&q.conn, q.id, mark),
+            None => settle(&q.conn, Some(q.id)),
+        }
     }
 }
 
@@ -70,13 +92,14 @@ unsafe fn chunked(
     size: usize,
     mut step: impl FnMut(usize, usize, EnqueueSync) -> Result<cl_int, cl_int>,
 ) -> Result<cl_int, cl_int> {
-    let _settled = SettleAfter(q);
+    let settled = SettleAfter::new(q);
     for (start, len, first, last) in chunks(size) {
         let rc = step(start, len, chunk_sync(sync, first, last))?;
         if rc == CL_SUCCESS && last {
             if let Some(state) = q.data.queue_state() {
                 state.blocking_call_returned();
             }
+            settled.completed();
         }
         if rc != CL_SUCCESS || last {
             // SAFETY: forwarded.
@@ -94,8 +117,21 @@ pub(super) fn with_own_event(q: &Object, sync: &EnqueueSync) -> (EnqueueSync, Ob
     (own, id)
 }
 
+/// Whether a write through a segment may go without an event of the shim's own, which saves
+/// the driver an event and the worker its bookkeeping (an event costs NVIDIA's driver
+/// 0.3-0.45 us per 4 KiB write: `tools/measure/nbw.c`). Its segment is then released when a
+/// later command of the same lane on the same queue completes, or when a `clFinish` or blocking
+/// transfer on the queue started after it returns (`pending::settle_finished`); that needs an
+/// in-order queue and, so that no other thread's post overtakes it in the worker, a connection
+/// this thread alone has posted to. Every 16th write still takes an event, so a thread that
+/// never finishes its queue gets its segments back. The application asked for no event.
+fn eventless_write(q: &Object, event: *mut cl_event) -> bool {
+    event.is_null() && q.conn.posts_alone() && q.data.queue_state().is_some_and(|s| s.eventless_turn())
+}
+
 /// After a successful enqueue the shim finishes later: hands the application its event and
-/// records the operation as pending (see `pending`).
+/// records the operation as pending (see `pending`); `event_id` is the event that says when it
+/// completes (`None`: an eventless write, see `eventless_write`).
 ///
 /// # Safety
 /// `event` is NULL or valid for a write.
@@ -103,7 +139,7 @@ pub(super) unsafe fn track(
     q: &Object,
     sync: &EnqueueSync,
     event: *mut cl_event,
-    event_id: ObjectId,
+    event_id: Option<ObjectId>,
     segment: Option<Segment>,
     transfer: Transfer,
 ) -> cl_int {
@@ -115,7 +151,9 @@ pub(super) unsafe fn track(
         crate::handle::retain(h, Kind::Event);
         h as usize
     });
-    crate::pending::of(&q.conn).push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer });
+    let pending = crate::pending::of(&q.conn);
+    let (seq, lane) = (pending.stamp(), q.conn.lane_token());
+    pending.push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer, seq, lane });
     // An application that never waits still gets its segments back: every so many pending
     // transfers, the finished ones settle (one call).
     if crate::pending::of(&q.conn).len() >= SETTLE_EVERY {
@@ -157,7 +195,7 @@ pub(super) unsafe fn map_done(
     } else {
         let transfer = Transfer::Map { segment: id, region: view as usize, mirror };
         // SAFETY: forwarded.
-        unsafe { track(q, sync, event, event_id, None, transfer) };
+        unsafe { track(q, sync, event, Some(event_id), None, transfer) };
     }
 }
 
@@ -179,6 +217,8 @@ pub(super) fn journal_map_in_flight(
 }
 
 /// Enqueues a transfer through `segment` without waiting for it, and records it as pending.
+/// `may_go_eventless`: a write that may go without an event of the shim's own when
+/// `eventless_write` allows.
 ///
 /// # Safety
 /// `event` is NULL or valid for a write.
@@ -188,17 +228,26 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32> + Clone>(
     event: *mut cl_event,
     segment: Segment,
     transfer: Transfer,
+    may_go_eventless: bool,
     make: impl FnOnce(u64, EnqueueSync) -> C,
 ) -> Result<cl_int, cl_int> {
-    let (own, event_id) = with_own_event(q, sync);
+    let (own, event_id) = match may_go_eventless && matches!(transfer, Transfer::Write) && eventless_write(q, event) {
+        true => (sync.clone(), None),
+        false => {
+            let (own, id) = with_own_event(q, sync);
+            (own, Some(id))
+        }
+    };
     // A write's data is in the segment already, and a read is copied out of it only once its
     // event says complete (a read the driver refuses gets a failed event, and its error comes
     // late): both can be posted (`Conn::post` decides which requests may). A map's fill is a
     // call of its own.
     let req = make(segment.id, own);
     // Replay reads it again if the worker dies before its data landed.
-    let replay = match (&transfer, q.conn.replays()) {
-        (Transfer::Read { dst, shape, mirror }, true) => Some((req.clone().into_request(), *dst, *shape, *mirror)),
+    let replay = match (&transfer, q.conn.replays(), event_id) {
+        (Transfer::Read { dst, shape, mirror }, true, Some(id)) => {
+            Some((req.clone().into_request(), id, *dst, *shape, *mirror))
+        }
         _ => None,
     };
     let rc = match transfer {
@@ -209,8 +258,8 @@ pub(super) unsafe fn enqueue_pending<C: Call<Reply = i32> + Clone>(
         q.conn.release_segment(segment);
         return rc;
     }
-    if let Some((req, dst, shape, mirror)) = replay {
-        crate::recovery::journal_of(&q.conn).reading(req, event_id, dst, shape, mirror);
+    if let Some((req, id, dst, shape, mirror)) = replay {
+        crate::recovery::journal_of(&q.conn).reading(req, id, dst, shape, mirror);
     }
     // SAFETY: forwarded.
     Ok(unsafe { track(q, sync, event, event_id, Some(segment), transfer) })
@@ -267,7 +316,7 @@ pub unsafe fn clEnqueueReadBuffer(
                 sync,
             };
             // SAFETY: event per API contract.
-            return unsafe { enqueue_pending(&q, &sync, event, segment, transfer, make) };
+            return unsafe { enqueue_pending(&q, &sync, event, segment, transfer, false, make) };
         }
         // SAFETY: ptr holds `size` writable bytes per the API contract.
         if let Some(rc) = unsafe { in_place(&q, &m, false, offset, size, ptr.cast(), &sync, event) } {
@@ -369,7 +418,7 @@ pub unsafe fn clEnqueueWriteBuffer(
                 sync,
             };
             // SAFETY: event per API contract.
-            return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, make) };
+            return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, true, make) };
         }
         // SAFETY: ptr holds `size` bytes per the API contract (only read).
         if let Some(rc) = unsafe { in_place(&q, &m, true, offset, size, ptr.cast_mut().cast(), &sync, event) } {
@@ -634,7 +683,7 @@ pub unsafe fn clEnqueueUnmapMemObject(
             // the segment goes back to the pool once the unmap's event is complete.
             let make = |_, sync| EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.id, write_back, sync };
             // SAFETY: event per API contract.
-            return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, make) };
+            return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, false, make) };
         }
         other => other,
     };
@@ -793,7 +842,7 @@ unsafe fn pipelined(
     sync: &EnqueueSync,
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
-    let _settled = SettleAfter(q);
+    let _settled = SettleAfter::new(q);
     let chunk = (size / 8).clamp(PIPE_CHUNK_MIN, PIPE_CHUNK_MAX);
     let slots = [q.conn.acquire_segment(chunk)?, q.conn.acquire_segment(chunk)?];
     // Per slot: the chunk in flight in it (its event, where it goes in `app`, its length).
@@ -953,7 +1002,7 @@ unsafe fn in_place(
     }
     Some((|| {
         let at = view.at(offset, size).ok_or(CL_INVALID_VALUE)?;
-        let _settled = SettleAfter(q);
+        let _settled = SettleAfter::new(q);
         let id = q.conn.alloc_id();
         let req = EnqueueMapBuffer {
             queue: q.id,

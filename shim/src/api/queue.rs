@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use cloister_ipc::cl::*;
 use cloister_ipc::{CreateCommandQueue, CreateCommandQueueWithProperties, FlushOrFinish, InfoTarget};
 
-use super::{create, creation, forward_info, retain_release};
+use super::{create, creation, forward_info};
 use crate::handle::{lookup, Kind, ObjData, Object};
 use crate::info;
 use crate::queue_state::QueueState;
@@ -15,7 +15,7 @@ use crate::queue_state::QueueState;
 fn queue_state(ctx: &Object, properties: cl_bitfield) -> QueueState {
     let in_order = properties & (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_ON_DEVICE) == 0;
     let capable = in_order && super::memory::zero_copy_context(ctx) && super::memory::cpu_context(ctx);
-    QueueState::new(ctx.id, capable)
+    QueueState::new(ctx.id, in_order, capable)
 }
 
 fn context_and_device(
@@ -109,6 +109,7 @@ fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
 /// `clFlush` or `clFinish` on a queue already looked up (a direct transfer on a busy queue
 /// finishes it first).
 pub(super) fn flush_or_finish_queue(q: &Object, finish: bool) -> cl_int {
+    let mark = crate::pending::of(&q.conn).mark();
     let rc = q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e);
     if finish && rc == CL_SUCCESS {
         if let Some(state) = q.data.queue_state() {
@@ -116,7 +117,11 @@ pub(super) fn flush_or_finish_queue(q: &Object, finish: bool) -> cl_int {
         }
     }
     if finish {
-        crate::pending::settle(&q.conn, Some(q.id));
+        match rc {
+            // Every command enqueued before the call is complete.
+            CL_SUCCESS => crate::pending::settle_finished(&q.conn, q.id, mark),
+            _ => crate::pending::settle(&q.conn, Some(q.id)),
+        }
         if rc == CL_SUCCESS && q.conn.replays() {
             crate::recovery::journal_of(&q.conn).finished(&q.conn, q.id);
         }
@@ -148,6 +153,18 @@ pub unsafe fn clSetDefaultDeviceCommandQueue(
     c.conn.call(cloister_ipc::SetDefaultDeviceCommandQueue { context: c.id, device: d.id, queue })
 }
 
-retain_release! {
-    clRetainCommandQueue, clReleaseCommandQueue, cl_command_queue, Kind::Queue;
+pub unsafe fn clRetainCommandQueue(queue: cl_command_queue) -> cl_int {
+    crate::handle::retain(queue, Kind::Queue)
+}
+
+/// The last reference to a queue with eventless writes pending (`api::enqueue`'s
+/// `eventless_write`) finishes it first: nothing later on it would say they completed, and their
+/// segments would never return to the pool.
+pub unsafe fn clReleaseCommandQueue(queue: cl_command_queue) -> cl_int {
+    if let Ok(q) = lookup(queue, Kind::Queue) {
+        if q.ref_count() == 1 && crate::pending::of(&q.conn).has_eventless(q.id) {
+            flush_or_finish_queue(&q, true);
+        }
+    }
+    crate::handle::release(queue, Kind::Queue)
 }

@@ -150,9 +150,9 @@ unsafe fn transfer(
             let transfer =
                 if write { Transfer::Write } else { Transfer::Read { dst: ptr as usize, shape: host, mirror } };
             // SAFETY: event per the caller.
-            return unsafe { enqueue_pending(q, &sync, event, segment, transfer, |_, s| req(data, s)) };
+            return unsafe { enqueue_pending(q, &sync, event, segment, transfer, write, |_, s| req(data, s)) };
         }
-        let _settled = SettleAfter(q);
+        let _settled = SettleAfter::new(q);
         let rc = q.conn.call(req(data, sync.clone()));
         if !write && rc == Ok(CL_SUCCESS) {
             // SAFETY: as above, the other way; the mirror is within the object's host memory.
@@ -167,7 +167,7 @@ unsafe fn transfer(
         // SAFETY: event per the caller.
         return Ok(unsafe { finish_enqueue(q, &sync, event, rc) });
     }
-    let _settled = SettleAfter(q);
+    let _settled = SettleAfter::new(q);
     let data = DataRef::Lane { offset: 0, len: len as u64 };
     let fill = |bulk: *mut u8| {
         if write {

@@ -121,6 +121,8 @@ fn track(
             crate::handle::retain(h as *const _, Kind::Event);
             h
         });
-    crate::pending::of(new).push(PendingOp { queue, event, app_event, segment: Some(segment), transfer });
+    let seq = crate::pending::of(new).stamp();
+    let op = PendingOp { queue, event: Some(event), app_event, segment: Some(segment), transfer, seq, lane: 0 };
+    crate::pending::of(new).push(op);
     Ok(CL_SUCCESS)
 }
