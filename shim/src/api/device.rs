@@ -86,10 +86,21 @@ pub unsafe fn clGetDeviceIDs(
 forward_info!(clGetDeviceInfo, cl_device_id, Kind::Device, InfoTarget::Device, device_answers);
 
 /// What the shim answers about a device itself: availability after a worker death, sub-device
-/// reference counts, and the masked capability and extension values. Inlined, with the masking
-/// out of line, so the common query (none of these) costs a few comparisons.
-#[inline]
+/// reference counts, and the masked capability and extension values. Inline, a test of the
+/// parameter alone, with the answers out of line (`device_answer`): the common query (a
+/// device's name, its limits) is none of these and goes on to the cache without a call.
+#[inline(always)]
 fn device_answers(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
+    match param_name {
+        CL_DEVICE_AVAILABLE | CL_DEVICE_REFERENCE_COUNT => device_answer(obj, param_name),
+        p if extensions::rewrites_device_param(p) => device_answer(obj, param_name),
+        _ => None,
+    }
+}
+
+/// `device_answers` for the parameters it names.
+#[inline(never)]
+fn device_answer(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
     match param_name {
         // A device whose worker died is unavailable, not an error.
         CL_DEVICE_AVAILABLE if obj.conn.is_dead() => Some(Ok(CL_FALSE.to_ne_bytes().to_vec())),
