@@ -60,6 +60,14 @@ pub fn encode_request<C: Call>(call: C) -> Result<Vec<u8>, IpcError> {
     encode(&call.into_request()).map_err(IpcError::Encode)
 }
 
+/// Encodes `req` into `buf`, cleared first: a caller that keeps `buf` encodes without
+/// allocating once it has grown (the shim's posted enqueues).
+pub fn encode_request_into(req: &Request, buf: &mut Vec<u8>) -> Result<(), IpcError> {
+    buf.clear();
+    *buf = postcard::to_extend(req, std::mem::take(buf)).map_err(IpcError::Encode)?;
+    Ok(())
+}
+
 /// Decodes a request as the worker reads it.
 pub fn decode_request(bytes: &[u8]) -> Result<Request, IpcError> {
     postcard::from_bytes(bytes).map_err(IpcError::Decode)

@@ -215,6 +215,24 @@ thread_local! {
 }
 
 /// A call on this thread failed because worker `serial` is dead.
+/// Runs `f` with this thread's buffer for encoding posted requests (a fresh one if the thread's
+/// is in use or gone): a stream of posted enqueues encodes without allocating.
+fn with_post_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    thread_local! {
+        static POST_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    let mut f = Some(f);
+    let ran = POST_BUFFER.try_with(|b| {
+        let mut b = b.try_borrow_mut().ok()?;
+        f.take().map(|f| f(&mut b))
+    });
+    match (ran, f) {
+        (Ok(Some(r)), _) => r,
+        (_, Some(f)) => f(&mut Vec::new()),
+        (_, None) => unreachable!("`f` is taken only when it ran"),
+    }
+}
+
 pub fn met_death(serial: u64) {
     DEATHS_MET.store(true, Ordering::Relaxed);
     let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
@@ -643,19 +661,26 @@ impl Conn {
             return self.call_request(request);
         }
         let slot = self.open_lane()?;
-        let bytes = cloister_ipc::encode_request_value(request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-        self.after_other_lanes(&slot.lane, request.op_name())?;
-        let deadline = Deadline::for_op(self, request.op_name());
-        match slot.lane.post(&bytes, &|| deadline.alive(self)) {
-            Ok(()) => {
+        let mut deadline = None;
+        let posted = with_post_buffer(|bytes| {
+            cloister_ipc::encode_request_into(request, bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+            self.after_other_lanes(&slot.lane, request.op_name())?;
+            let deadline = deadline.insert(Deadline::for_op(self, request.op_name()));
+            Ok::<_, cl_int>(slot.lane.post(bytes, &|| deadline.alive(self)))
+        })?;
+        match (posted, deadline) {
+            (Ok(()), _) => {
                 self.note_poster(&slot.lane);
                 Ok(CL_SUCCESS)
             }
             // Too large for the ring (a kernel with kilobytes of arguments): a call.
-            Err(PostError::TooLarge) => self.call_request(request),
+            (Err(PostError::TooLarge), _) => self.call_request(request),
             // The worker wrote a ring counter that cannot be: a misbehaving worker, cut off.
-            Err(PostError::Ended(WaitEnd::Protocol)) => Err(self.reject(request.op_name(), "a ring tail out of range")),
-            Err(PostError::Ended(_)) => Err(self.gave_up(&deadline)),
+            (Err(PostError::Ended(WaitEnd::Protocol)), _) => {
+                Err(self.reject(request.op_name(), "a ring tail out of range"))
+            }
+            (Err(PostError::Ended(_)), Some(deadline)) => Err(self.gave_up(&deadline)),
+            (Err(PostError::Ended(_)), None) => Err(FAULT), // not reached: the post set it
         }
     }
 

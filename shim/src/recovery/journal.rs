@@ -562,8 +562,10 @@ impl Journal {
     /// it may write.
     pub fn enqueuing_kernel(&self, args: &[(u32, ArgValue)]) {
         self.with(|s| {
-            for m in s.args_written(args) {
-                s.changing(m, false);
+            for (_, arg) in args {
+                if let Some(m) = s.written_arg(arg) {
+                    s.changing(m, false);
+                }
             }
         });
     }
