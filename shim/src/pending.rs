@@ -7,7 +7,7 @@
 //! `mirror`); the transfers of a connection are its state there (`of`), and what recovery must
 //! hear of them goes through `conn::Above`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
@@ -58,11 +58,27 @@ pub struct Pending {
     settling: Mutex<()>,
     /// The next `PendingOp::seq`.
     next_seq: AtomicU64,
+    /// How many of `ops` are eventless writes.
+    eventless: AtomicUsize,
 }
 
 impl Pending {
+    /// Records a transfer under way: a new one, or one a settle found still running.
     pub fn push(&self, op: PendingOp) {
         self.ops.lock().unwrap_or_else(|e| e.into_inner()).push(op);
+    }
+
+    /// Records a new transfer (see `push`), counting the eventless ones.
+    pub fn push_new(&self, op: PendingOp) {
+        if op.event.is_none() {
+            self.eventless.fetch_add(1, Ordering::AcqRel);
+        }
+        self.push(op);
+    }
+
+    /// How many eventless writes are pending (`api::enqueue`'s `eventless_write` bounds them).
+    pub fn eventless_pending(&self) -> usize {
+        self.eventless.load(Ordering::Acquire)
     }
 
     /// A new operation's place in the order, taken once its request is posted: an operation
@@ -190,12 +206,17 @@ fn settle_through(conn: &Conn, queue: Option<ObjectId>, finished_below: Option<u
     for op in eventless {
         let done = finished_below.is_some_and(|mark| op.seq < mark)
             || complete_through.iter().any(|&(k, through)| k == (op.queue, op.lane) && op.seq < through);
-        match (done, conn.is_dead()) {
-            (true, _) => complete(conn, op, CL_COMPLETE, true),
+        let status = match (done, conn.is_dead()) {
+            (true, _) => CL_COMPLETE,
             // The worker is gone: its driver reads the segment no more.
-            (false, true) => complete(conn, op, crate::conn::FAULT, true),
-            (false, false) => pending.push(op),
-        }
+            (false, true) => crate::conn::FAULT,
+            (false, false) => {
+                pending.push(op);
+                continue;
+            }
+        };
+        pending.eventless.fetch_sub(1, Ordering::AcqRel);
+        complete(conn, op, status, true);
     }
 }
 

@@ -13,8 +13,6 @@ pub struct QueueState {
     capable: bool,
     /// In order (commands complete in the order they reach the driver).
     in_order: bool,
-    /// Writes through segments so far (`eventless_turn`).
-    segment_writes: AtomicU32,
     /// The thread that enqueued first (its `thread_token`), 0 before any enqueue.
     owner: AtomicUsize,
     /// Set once a second thread enqueued: "idle" is then never trusted again.
@@ -33,7 +31,6 @@ impl QueueState {
             context,
             capable: capable && in_order,
             in_order,
-            segment_writes: AtomicU32::new(0),
             owner: AtomicUsize::new(0),
             shared: AtomicBool::new(false),
             enqueued: AtomicU64::new(0),
@@ -56,10 +53,10 @@ impl QueueState {
         s
     }
 
-    /// Whether this write through a segment may go without an event (`api::enqueue`'s
-    /// `eventless_write`): on an in-order queue, all but every 16th.
-    pub fn eventless_turn(&self) -> bool {
-        self.in_order && self.segment_writes.fetch_add(1, SeqCst) % 16 != 15
+    /// In order: commands complete in the order they reach the driver (`api::enqueue`'s
+    /// `eventless_write` needs that).
+    pub fn in_order(&self) -> bool {
+        self.in_order
     }
 
     /// Called before every command enqueued on the queue through the worker.

@@ -6,8 +6,8 @@
  * (mappings named cloister-segment) stop growing after the first rounds: a segment never given
  * back would show as one more mapping per write.
  *
- * Patterns: writes then clFinish; writes then a blocking read; writes on a queue released
- * without a clFinish; writes from two threads (each with its queue), then clFinish. The last
+ * Patterns: writes then clFinish; writes then a blocking read; writes and no wait until the
+ * end; writes on a queue released without a clFinish; writes from two threads (each with its queue), then clFinish. The last
  * line is "eventless writes ok"; a failed check prints FAIL and exits 1. */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -124,6 +124,23 @@ int main(void) {
     same(q, m, ref, "writes then a blocking read", round);
   }
   bounded(before, "writes then a blocking read");
+
+  /* Writes and never a wait until the end: only the writes that take an event again once many
+   * are pending (and a later one of the same thread completing) give the segments back. The
+   * host chunks stay as they are meanwhile (a non-blocking write may read them until then). */
+  static unsigned char fixed[WRITES][1024];
+  for (int i = 0; i < WRITES; i++) randomize(fixed[i], sizeof fixed[i], &rng);
+  for (int round = 0; round < ROUNDS; round++) {
+    if (round == 20) before = segments();
+    for (int i = 0; i < WRITES; i++) {
+      size_t len = 1 + (round * 31 + i * 7) % 1024, off = (round * 997 + i * 131) % (SIZE - len + 1);
+      memcpy(ref + off, fixed[i], len);
+      CHECK(clEnqueueWriteBuffer(q, m, CL_FALSE, off, len, fixed[i], 0, NULL, NULL));
+    }
+  }
+  CHECK(clFinish(q));
+  same(q, m, ref, "writes without a wait", ROUNDS);
+  bounded(before, "writes without a wait");
 
   /* Writes on a queue released without a clFinish: only its release can say they completed.
    * Nothing orders them with another queue, so they go to a buffer of their own, never read,

@@ -123,11 +123,20 @@ pub(super) fn with_own_event(q: &Object, sync: &EnqueueSync) -> (EnqueueSync, Ob
 /// later command of the same lane on the same queue completes, or when a `clFinish` or blocking
 /// transfer on the queue started after it returns (`pending::settle_finished`); that needs an
 /// in-order queue and, so that no other thread's post overtakes it in the worker, a connection
-/// this thread alone has posted to. Every 16th write still takes an event, so a thread that
-/// never finishes its queue gets its segments back. The application asked for no event.
+/// this thread alone has posted to. Once `EVENTLESS_MAX` such writes are pending, the next ones
+/// take an event again, so a thread that never waits gets its segments back (and the pending
+/// transfers settle every `SETTLE_EVERY`). The application asked for no event.
 fn eventless_write(q: &Object, event: *mut cl_event) -> bool {
-    event.is_null() && q.conn.posts_alone() && q.data.queue_state().is_some_and(|s| s.eventless_turn())
+    event.is_null()
+        && q.data.queue_state().is_some_and(|s| s.in_order())
+        && crate::pending::of(&q.conn).eventless_pending() < EVENTLESS_MAX
+        && q.conn.posts_alone()
 }
+
+/// The most eventless writes pending on a connection (see `eventless_write`): below
+/// `SETTLE_EVERY`, so a stream of writes between two waits of up to this many needs no event
+/// and no status query at all.
+const EVENTLESS_MAX: usize = SETTLE_EVERY - 1;
 
 /// After a successful enqueue the shim finishes later: hands the application its event and
 /// records the operation as pending (see `pending`); `event_id` is the event that says when it
@@ -153,7 +162,7 @@ pub(super) unsafe fn track(
     });
     let pending = crate::pending::of(&q.conn);
     let (seq, lane) = (pending.stamp(), q.conn.lane_token());
-    pending.push(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer, seq, lane });
+    pending.push_new(PendingOp { queue: q.id, event: event_id, app_event, segment, transfer, seq, lane });
     // An application that never waits still gets its segments back: every so many pending
     // transfers, the finished ones settle (one call).
     if crate::pending::of(&q.conn).len() >= SETTLE_EVERY {

@@ -123,6 +123,6 @@ fn track(
         });
     let seq = crate::pending::of(new).stamp();
     let op = PendingOp { queue, event: Some(event), app_event, segment: Some(segment), transfer, seq, lane: 0 };
-    crate::pending::of(new).push(op);
+    crate::pending::of(new).push_new(op);
     Ok(CL_SUCCESS)
 }
