@@ -68,10 +68,10 @@ static void same(cl_command_queue q, cl_mem m, const unsigned char *ref, const c
 }
 
 /* Segments may be made for the first rounds (the pool fills); after that a round must find
- * them in the pool. */
-static void bounded(int before, const char *what) {
+ * them in the pool: at most `more` new ones (a leak makes one per write). */
+static void bounded(int before, int more, const char *what) {
   int after = segments();
-  EXPECT(after - before <= 2 * WRITES, "%s: %d shared segments mapped after the first rounds, %d at the end", what, before, after);
+  EXPECT(after - before <= more, "%s: %d shared segments mapped after the first rounds, %d at the end", what, before, after);
   printf("%s: segments bounded\n", what);
 }
 
@@ -115,7 +115,7 @@ int main(void) {
     CHECK(clFinish(q));
   }
   same(q, m, ref, "writes then clFinish", ROUNDS);
-  bounded(before, "writes then clFinish");
+  bounded(before, 2 * WRITES, "writes then clFinish");
 
   /* Writes, then a blocking read of the whole buffer: the read says they completed. */
   for (int round = 0; round < ROUNDS; round++) {
@@ -123,7 +123,7 @@ int main(void) {
     writes(q, m, ref, src, &rng);
     same(q, m, ref, "writes then a blocking read", round);
   }
-  bounded(before, "writes then a blocking read");
+  bounded(before, 2 * WRITES, "writes then a blocking read");
 
   /* Writes and never a wait until the end: only the writes that take an event again once many
    * are pending (and a later one of the same thread completing) give the segments back. The
@@ -140,7 +140,10 @@ int main(void) {
   }
   CHECK(clFinish(q));
   same(q, m, ref, "writes without a wait", ROUNDS);
-  bounded(before, "writes without a wait");
+  /* Without waits the application runs ahead of the driver: the writes still in the lane's ring
+   * or the driver's queue hold their segments, as many as the ring holds. A leak is one segment
+   * per write, twelve thousand here. */
+  bounded(before, ROUNDS * WRITES / 4, "writes without a wait");
 
   /* Writes on a queue released without a clFinish: only its release can say they completed.
    * Nothing orders them with another queue, so they go to a buffer of their own, never read,
@@ -155,7 +158,7 @@ int main(void) {
     writes(q2, unread, scratch, scratch_src, &rng);
     CHECK(clReleaseCommandQueue(q2));
   }
-  bounded(before, "writes on a queue released unfinished");
+  bounded(before, 2 * WRITES, "writes on a queue released unfinished");
 
   /* Writes from two threads, each on a queue of its own, then clFinish. */
   struct worker w[2];
