@@ -214,9 +214,9 @@ thread_local! {
     static MET_DEATH: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
-/// A call on this thread failed because worker `serial` is dead.
-/// Runs `f` with this thread's buffer for encoding posted requests (a fresh one if the thread's
-/// is in use or gone): a stream of posted enqueues encodes without allocating.
+/// Runs `f` with this thread's buffer for encoding posted requests, so a stream of posted
+/// enqueues encodes without allocating; a post nested in another (the buffer is in use) or on a
+/// thread going away gets an empty one. One thread-local access (a post is a hot path).
 fn with_post_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     thread_local! {
         static POST_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -233,6 +233,7 @@ fn with_post_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     }
 }
 
+/// A call on this thread failed because worker `serial` is dead.
 pub fn met_death(serial: u64) {
     DEATHS_MET.store(true, Ordering::Relaxed);
     let _ = MET_DEATH.try_with(|m| m.set(Some(serial)));
@@ -661,26 +662,22 @@ impl Conn {
             return self.call_request(request);
         }
         let slot = self.open_lane()?;
-        let mut deadline = None;
-        let posted = with_post_buffer(|bytes| {
-            cloister_ipc::encode_request_into(request, bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
-            self.after_other_lanes(&slot.lane, request.op_name())?;
-            let deadline = deadline.insert(Deadline::for_op(self, request.op_name()));
-            Ok::<_, cl_int>(slot.lane.post(bytes, &|| deadline.alive(self)))
+        self.after_other_lanes(&slot.lane, request.op_name())?;
+        let deadline = Deadline::for_op(self, request.op_name());
+        let posted = with_post_buffer(|bytes| match cloister_ipc::encode_request_into(request, bytes) {
+            Ok(()) => Ok(slot.lane.post(bytes, &|| deadline.alive(self))),
+            Err(_) => Err(CL_OUT_OF_HOST_MEMORY),
         })?;
-        match (posted, deadline) {
-            (Ok(()), _) => {
+        match posted {
+            Ok(()) => {
                 self.note_poster(&slot.lane);
                 Ok(CL_SUCCESS)
             }
             // Too large for the ring (a kernel with kilobytes of arguments): a call.
-            (Err(PostError::TooLarge), _) => self.call_request(request),
+            Err(PostError::TooLarge) => self.call_request(request),
             // The worker wrote a ring counter that cannot be: a misbehaving worker, cut off.
-            (Err(PostError::Ended(WaitEnd::Protocol)), _) => {
-                Err(self.reject(request.op_name(), "a ring tail out of range"))
-            }
-            (Err(PostError::Ended(_)), Some(deadline)) => Err(self.gave_up(&deadline)),
-            (Err(PostError::Ended(_)), None) => Err(FAULT), // not reached: the post set it
+            Err(PostError::Ended(WaitEnd::Protocol)) => Err(self.reject(request.op_name(), "a ring tail out of range")),
+            Err(PostError::Ended(_)) => Err(self.gave_up(&deadline)),
         }
     }
 

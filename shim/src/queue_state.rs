@@ -29,7 +29,7 @@ impl QueueState {
     pub fn new(context: ObjectId, in_order: bool, capable: bool) -> Self {
         Self {
             context,
-            capable: capable && in_order,
+            capable,
             in_order,
             owner: AtomicUsize::new(0),
             shared: AtomicBool::new(false),

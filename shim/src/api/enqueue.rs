@@ -51,30 +51,31 @@ fn chunk_sync(sync: &EnqueueSync, first: bool, last: bool) -> EnqueueSync {
 /// Settles the queue's finished non-blocking transfers when a blocking call on it returns.
 pub(super) struct SettleAfter<'a> {
     queue: &'a Object,
-    /// `pending::mark` before the call, kept once the call said its command completed.
-    completed_below: std::cell::Cell<Option<u64>>,
+    /// `pending::mark` before the call.
     mark: u64,
+    /// The call said its command completed.
+    completed: std::cell::Cell<bool>,
 }
 
 impl<'a> SettleAfter<'a> {
     pub(super) fn new(queue: &'a Object) -> Self {
         let mark = crate::pending::of(&queue.conn).mark();
-        Self { queue, completed_below: std::cell::Cell::new(None), mark }
+        Self { queue, mark, completed: std::cell::Cell::new(false) }
     }
 
     /// The blocking command completed: on an in-order queue, so did everything enqueued
     /// before the call started (`pending::settle_finished`).
     pub(super) fn completed(&self) {
-        self.completed_below.set(Some(self.mark));
+        self.completed.set(true);
     }
 }
 
 impl Drop for SettleAfter<'_> {
     fn drop(&mut self) {
         let q = self.queue;
-        match self.completed_below.get() {
-            Some(mark) => crate::pending::settle_finished(&q.conn, q.id, mark),
-            None => settle(&q.conn, Some(q.id)),
+        match self.completed.get() {
+            true => crate::pending::settle_finished(&q.conn, q.id, self.mark),
+            false => settle(&q.conn, Some(q.id)),
         }
     }
 }
