@@ -118,6 +118,13 @@ pub fn caged(cloister_args: &[&str], program: &Path, args: &[&str], env: &[(&str
 
 /// Waits up to `limit` for `path` to appear (a broker's socket, once it listens); says whether
 /// it did.
+/// Runs `program` caged on `libfaultcl.so` (pocl, misbehaving where `CLOISTER_FAULT` in `env`
+/// says), with the pocl profile.
+pub fn caged_on_faultcl(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let driver = fault_driver();
+    caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], program, args, env)
+}
+
 pub fn wait_for_path(path: &Path, limit: std::time::Duration) -> bool {
     let end = std::time::Instant::now() + limit;
     while !path.exists() {

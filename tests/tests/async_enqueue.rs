@@ -74,14 +74,8 @@ fn a_rejected_enqueue_reports_late_and_strict_mode_reports_at_once() {
 #[test]
 fn a_worker_dying_with_posted_enqueues_queued_leaves_nothing_hanging() {
     let exe = c_client("async_enqueue");
-    let driver = fault_driver();
     let started = std::time::Instant::now();
-    let c = caged(
-        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
-        &exe,
-        &["death"],
-        &[("CLOISTER_FAULT", "enqueue:segv"), ("CLOISTER_RECOVERY", "report")],
-    );
+    let c = caged_on_faultcl(&exe, &["death"], &[("CLOISTER_FAULT", "enqueue:segv"), ("CLOISTER_RECOVERY", "report")]);
     let t = text(&c);
     assert!(c.status.success(), "{t}");
     let out = lines(&c);

@@ -253,13 +253,12 @@ fn without_home_the_worker_cache_is_private_to_the_user() {
 fn crash_reports_say_what_the_broker_saw_and_escape_what_the_worker_wrote() {
     let state = tmp_dir("state", 0o755);
     let exe = c_client("survivor");
-    let driver = fault_driver();
     let env = [
         ("CLOISTER_FAULT", "build:forge-report"),
         ("CLOISTER_RECOVERY", "report"),
         ("XDG_STATE_HOME", state.to_str().unwrap()),
     ];
-    let run = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &exe, &[], &env);
+    let run = caged_on_faultcl(&exe, &[], &env);
     let t = text(&run);
     assert!(run.status.success(), "{t}");
     let raw = |s: &str| s.chars().any(|c| c.is_control() && c != '\n');

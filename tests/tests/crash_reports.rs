@@ -16,7 +16,6 @@ fn state_dir(name: &str) -> PathBuf {
 /// The survivor client with its driver crashing in its first enqueue, reports under `state`.
 fn crash_once(state: &Path, extra_env: &[(&str, &str)]) -> Output {
     let exe = c_client("survivor");
-    let driver = fault_driver();
     // Report mode: one death, one report (replay would run the crashing kernel again).
     let mut env = vec![
         ("CLOISTER_FAULT", "enqueue:segv"),
@@ -24,7 +23,7 @@ fn crash_once(state: &Path, extra_env: &[(&str, &str)]) -> Output {
         ("XDG_STATE_HOME", state.to_str().unwrap()),
     ];
     env.extend_from_slice(extra_env);
-    let c = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &exe, &["--marker-arg"], &env);
+    let c = caged_on_faultcl(&exe, &["--marker-arg"], &env);
     assert!(c.status.success(), "{}", text(&c));
     c
 }

@@ -29,12 +29,7 @@ fn mandelbrot_survives_a_crash_in_frame_five() {
     env.push(("CLOISTER_RECOVERY", "report"));
     let cache = dir.join("cache");
     env.push(("XDG_CACHE_HOME", cache.to_str().unwrap()));
-    let c = caged(
-        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
-        &exe,
-        &["8", dir.join("caged").to_str().unwrap()],
-        &env,
-    );
+    let c = caged_on_faultcl(&exe, &["8", dir.join("caged").to_str().unwrap()], &env);
     let t = text(&c);
     assert!(c.status.success(), "{t}");
     assert!(t.contains("frame 5: the driver is gone") && t.contains("recovered from 1 driver crash"), "{t}");

@@ -21,7 +21,7 @@ fn run_fault_with(fault: &str, env: &[(&str, &str)]) -> (std::process::Output, s
     // The test driver wraps pocl, so it runs under the pocl profile.
     let caged_env: Vec<(&str, &str)> =
         [("CLOISTER_FAULT", fault), REPORT].into_iter().chain(env.iter().copied()).collect();
-    let c = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &exe, &[], &caged_env);
+    let c = caged_on_faultcl(&exe, &[], &caged_env);
     (d, c)
 }
 
@@ -161,14 +161,8 @@ fn crash_during_platform_init_leaves_no_platforms() {
 /// watchdog (deadlines shortened through the environment) kills the worker and names the call.
 fn assert_hang_caught(fault: &str, step: &str, call: &str, deadline_var: &str) {
     let exe = c_client("survivor");
-    let driver = fault_driver();
     let started = std::time::Instant::now();
-    let c = caged(
-        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
-        &exe,
-        &[],
-        &[("CLOISTER_FAULT", fault), (deadline_var, "1500"), REPORT],
-    );
+    let c = caged_on_faultcl(&exe, &[], &[("CLOISTER_FAULT", fault), (deadline_var, "1500"), REPORT]);
     let t = text(&c);
     assert_caged_survived(fault, step, &c);
     assert!(t.contains(&format!("hung in {call}")), "the report should name {call}:\n{t}");
@@ -189,9 +183,7 @@ fn hang_in_build_is_killed_by_the_watchdog() {
 fn crash_report_names_the_call_in_flight_and_the_last_calls() {
     let state = std::env::temp_dir().join(format!("cloister-test-state-{}", std::process::id()));
     let exe = c_client("survivor");
-    let driver = fault_driver();
-    let c = caged(
-        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
+    let c = caged_on_faultcl(
         &exe,
         &[],
         &[("CLOISTER_FAULT", "enqueue:segv"), ("XDG_STATE_HOME", state.to_str().unwrap()), REPORT],

@@ -7,7 +7,6 @@ use cloister_tests::*;
 
 fn recover(fault: &str, attempts: &str, extra: &[(&str, &str)]) -> (bool, String) {
     let exe = c_client("recover");
-    let driver = fault_driver();
     // A fresh cache directory per run, so `:once` faults fire once per test.
     let tag = format!("{}-{attempts}", fault.replace(':', "-"));
     let cache = std::env::temp_dir().join(format!("cloister-recover-{}-{tag}", std::process::id()));
@@ -15,7 +14,7 @@ fn recover(fault: &str, attempts: &str, extra: &[(&str, &str)]) -> (bool, String
     let mut env =
         vec![("CLOISTER_RECOVERY", "report"), ("CLOISTER_FAULT", fault), ("XDG_CACHE_HOME", cache.to_str().unwrap())];
     env.extend_from_slice(extra);
-    let out = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &exe, &[attempts], &env);
+    let out = caged_on_faultcl(&exe, &[attempts], &env);
     let _ = std::fs::remove_dir_all(&cache);
     (out.status.success(), text(&out))
 }

@@ -109,7 +109,6 @@ fn survives_fault_pausing(
     pause_ms: &str,
 ) {
     let expected = undisturbed_run_with(client, extra);
-    let driver = fault_driver();
     // A fresh cache directory per run, so a `:once` fault fires once; named by the client too,
     // as tests running at once may inject the same fault (and remove their folder at the end).
     let tag = fault.replace(':', "-");
@@ -126,12 +125,7 @@ fn survives_fault_pausing(
         ("XDG_STATE_HOME", state.to_str().unwrap()),
     ];
     env.extend_from_slice(extra);
-    let out = caged(
-        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
-        &c_client(client),
-        &[ITERATIONS, pause_ms],
-        &env,
-    );
+    let out = caged_on_faultcl(&c_client(client), &[ITERATIONS, pause_ms], &env);
     let _ = std::fs::remove_dir_all(&cache);
     let t = text(&out);
     assert!(t.contains("died"), "{fault}: the fault did not fire:\n{t}");
@@ -621,15 +615,13 @@ fn a_pyopencl_program_runs_through_a_driver_crash() {
     let (script, cache, expected) = pyopencl_direct_run(python, "crash");
     let script_arg = script.to_str().unwrap();
     let _ = std::fs::remove_dir_all(&cache);
-    let driver = fault_driver();
     let env = [
         ("CLOISTER_RECOVERY", "replay"),
         ("CLOISTER_FAULT", "enqueue:segv:once"),
         ("CLOISTER_FAULT_SKIP", "10"),
         ("XDG_CACHE_HOME", cache.to_str().unwrap()),
     ];
-    let run =
-        caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], python, &[script_arg, "20", "0"], &env);
+    let run = caged_on_faultcl(python, &[script_arg, "20", "0"], &env);
     let _ = std::fs::remove_file(&script);
     let _ = std::fs::remove_dir_all(&cache);
     let t = text(&run);
@@ -713,7 +705,6 @@ fn ffmpeg_survives_a_driver_crash(tag: &str, filter: &str, skip: &str) {
     let out = std::env::temp_dir().join(format!("cloister-ffmpeg-{tag}-{}.raw", std::process::id()));
     let cache = std::env::temp_dir().join(format!("cloister-ffmpeg-{tag}-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
-    let driver = fault_driver();
     let env = [
         ("CLOISTER_RECOVERY", "replay"),
         ("CLOISTER_FAULT", "enqueue:segv:once"),
@@ -722,7 +713,7 @@ fn ffmpeg_survives_a_driver_crash(tag: &str, filter: &str, skip: &str) {
     ];
     let args = ffmpeg_args(&out, false, filter);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &ffmpeg, &args, &env);
+    let run = caged_on_faultcl(&ffmpeg, &args, &env);
     let t = text(&run);
     let got = std::fs::read(&out).unwrap_or_default();
     let _ = std::fs::remove_file(&out);
@@ -794,8 +785,7 @@ fn a_non_blocking_read_in_flight_lands_after_the_crash() {
         ("CLOISTER_FAULT", "enqueue:async-segv:once"),
         ("XDG_CACHE_HOME", cache.to_str().unwrap()),
     ];
-    let driver = fault_driver();
-    let out = caged(&["--driver", driver.to_str().unwrap(), "--profile", "pocl"], &c_client("pending_read"), &[], &env);
+    let out = caged_on_faultcl(&c_client("pending_read"), &[], &env);
     let _ = std::fs::remove_dir_all(&cache);
     let t = text(&out);
     assert!(out.status.success() && !t.contains("ERROR step="), "{t}");

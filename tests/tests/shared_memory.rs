@@ -7,13 +7,7 @@ use cloister_tests::*;
 #[test]
 fn a_driver_cannot_truncate_shared_memory() {
     let exe = c_client("survivor");
-    let driver = fault_driver();
-    let c = caged(
-        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
-        &exe,
-        &[],
-        &[("CLOISTER_FAULT", "enqueue:shrink-shm")],
-    );
+    let c = caged_on_faultcl(&exe, &[], &[("CLOISTER_FAULT", "enqueue:shrink-shm")]);
     let t = text(&c);
     assert!(!t.contains("faultcl: shrink-shm succeeded"), "the driver truncated shared memory:\n{t}");
     assert!(
@@ -30,9 +24,7 @@ fn a_driver_cannot_truncate_shared_memory() {
 #[test]
 fn a_read_whose_event_the_driver_withholds_is_finished_before_the_reply() {
     let exe = c_client("survivor");
-    let driver = fault_driver();
-    let c = caged(
-        &["--driver", driver.to_str().unwrap(), "--profile", "pocl"],
+    let c = caged_on_faultcl(
         &exe,
         &[],
         // Pinned staging takes the non-blocking lane path on pocl too; without zero-copy buffers
