@@ -181,6 +181,29 @@ pub enum Work {
     Call(Vec<u8>),
 }
 
+/// What `Lane::next_into` took.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum WorkKind {
+    Posted,
+    Call,
+}
+
+/// Copies `len` bytes of shared memory at `src` into `out`, replacing its contents, without
+/// zeroing them first.
+///
+/// # Safety
+/// `src` must be valid for reading `len` bytes.
+unsafe fn copy_out(src: *const u8, len: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(len);
+    // SAFETY: the caller vouches for `src`; `out` has capacity `len` and its length is set once
+    // they are copied.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), len);
+        out.set_len(len);
+    }
+}
+
 /// Why a post did not go into the ring.
 #[derive(Debug, PartialEq, Eq)]
 pub enum PostError {
@@ -267,16 +290,34 @@ impl Lane {
 
     /// Copies `bytes` into the message area and hands the lane to the worker.
     pub fn post_request(&self, bytes: &[u8]) -> Result<(), IpcError> {
-        if bytes.len() > MSG_CAP {
-            return Err(IpcError::Protocol("request larger than the lane's message area"));
-        }
-        // SAFETY: bytes fits in the message area, which the client owns while state is IDLE.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.msg_ptr(), bytes.len()) };
+        self.post_request_parts(&[bytes])
+    }
+
+    /// `post_request` of the concatenation of `parts` (a frame's header and the encoded request
+    /// it frames, each where it was encoded: no copy joins them first).
+    pub fn post_request_parts(&self, parts: &[&[u8]]) -> Result<(), IpcError> {
+        let len = self.write_message(parts).ok_or(IpcError::Protocol("request larger than the lane's message area"))?;
         let h = self.header();
-        h.req_len.store(bytes.len() as u32, Ordering::Relaxed);
+        h.req_len.store(len, Ordering::Relaxed);
         h.state.store(REQUEST, Ordering::SeqCst);
         self.ring_doorbell();
         Ok(())
+    }
+
+    /// Copies `parts`, one after the other, to the start of the message area, if they fit;
+    /// returns their total length. Only the side that owns the area by the state word calls it.
+    fn write_message(&self, parts: &[&[u8]]) -> Option<u32> {
+        let len = parts.iter().try_fold(0usize, |n, p| n.checked_add(p.len())).filter(|&n| n <= MSG_CAP)?;
+        let mut at = self.msg_ptr();
+        for part in parts {
+            // SAFETY: the parts' total fits in the message area (checked above), which this side
+            // owns while the state word says so.
+            unsafe {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                at = at.add(part.len());
+            }
+        }
+        Some(len as u32)
     }
 
     /// Application side: the bytes in the ring not yet consumed, if the worker's counter is sane.
@@ -368,6 +409,14 @@ impl Lane {
 
     /// Waits for the worker's reply and returns a copy of it. `alive` is polled while sleeping.
     pub fn wait_reply(&self, alive: &dyn Fn() -> bool) -> Result<Vec<u8>, WaitEnd> {
+        let mut out = Vec::new();
+        self.wait_reply_into(alive, &mut out)?;
+        Ok(out)
+    }
+
+    /// `wait_reply` into `out` (replacing what it held): a caller that keeps `out` waits for
+    /// replies without allocating once it has grown.
+    pub fn wait_reply_into(&self, alive: &dyn Fn() -> bool, out: &mut Vec<u8>) -> Result<(), WaitEnd> {
         let h = self.header();
         let replied = || match h.state.load(Ordering::Acquire) {
             REPLY => Some(Ok(())),
@@ -375,18 +424,16 @@ impl Lane {
             _ => None,
         };
         self.wait_on(&h.state, &h.client_sleeping, alive, replied, || ())?;
-        let len = h.rep_len.load(Ordering::Relaxed) as usize;
         // A hostile worker may write any length: never read past the message area.
-        let len = len.min(MSG_CAP);
-        let mut out = vec![0u8; len];
+        let len = (h.rep_len.load(Ordering::Relaxed) as usize).min(MSG_CAP);
         // SAFETY: len <= MSG_CAP; the worker is done with the area once state is REPLY.
-        unsafe { std::ptr::copy_nonoverlapping(self.msg_ptr(), out.as_mut_ptr(), len) };
+        unsafe { copy_out(self.msg_ptr(), len, out) };
         h.state.store(IDLE, Ordering::SeqCst);
-        Ok(out)
+        Ok(())
     }
 
-    /// Worker side: takes the next frame out of the ring, if there is one.
-    fn take_frame(&self) -> Option<Result<Vec<u8>, WaitEnd>> {
+    /// Worker side: takes the next frame out of the ring into `out`, if there is one.
+    fn take_frame(&self, out: &mut Vec<u8>) -> Option<Result<(), WaitEnd>> {
         let h = self.header();
         let cap = RING_CAP as u32;
         let mut tail = h.ring_tail.load(Ordering::Relaxed);
@@ -414,11 +461,8 @@ impl Lane {
                 Some(s) if s <= cap - pos && s <= avail => s,
                 _ => return Some(Err(WaitEnd::Protocol)),
             };
-            let mut out = vec![0u8; len as usize];
             // SAFETY: [pos + 4, pos + 4 + len) lies within the ring (checked above).
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.ring_ptr().add(pos as usize + 4), out.as_mut_ptr(), out.len())
-            };
+            unsafe { copy_out(self.ring_ptr().add(pos as usize + 4), len as usize, out) };
             h.ring_tail.store(tail.wrapping_add(size), Ordering::Release);
             self.taken.store(tail.wrapping_add(size), Ordering::Relaxed);
             if h.tail_sleeping.load(Ordering::SeqCst) != 0
@@ -427,7 +471,7 @@ impl Lane {
             {
                 futex_wake(&h.ring_tail);
             }
-            return Some(Ok(out));
+            return Some(Ok(()));
         }
     }
 
@@ -435,21 +479,32 @@ impl Lane {
     /// before a call (see the module's notes). Once the lane is closed, what was posted before
     /// still runs; then the lane ends with `WaitEnd::Closed`.
     pub fn next(&self, alive: &dyn Fn() -> bool) -> Result<Work, WaitEnd> {
+        let mut bytes = Vec::new();
+        Ok(match self.next_into(alive, &mut bytes)? {
+            WorkKind::Posted => Work::Posted(bytes),
+            WorkKind::Call => Work::Call(bytes),
+        })
+    }
+
+    /// `next` with the request's bytes copied into `out` (replacing what it held): a worker
+    /// that keeps `out` takes requests without allocating once it has grown.
+    pub fn next_into(&self, alive: &dyn Fn() -> bool, out: &mut Vec<u8>) -> Result<WorkKind, WaitEnd> {
         let h = self.header();
-        let ready = || -> Option<Result<Work, WaitEnd>> {
+        let out = std::cell::RefCell::new(out);
+        let ready = || -> Option<Result<WorkKind, WaitEnd>> {
+            let mut out = out.borrow_mut();
             // The state first: a call seen here was made after every frame the ring holds now.
             let state = h.state.load(Ordering::Acquire);
-            if let Some(frame) = self.take_frame() {
-                return Some(frame.map(Work::Posted));
+            if let Some(frame) = self.take_frame(&mut out) {
+                return Some(frame.map(|()| WorkKind::Posted));
             }
             match state {
                 REQUEST => {
                     let len = (h.req_len.load(Ordering::Relaxed) as usize).min(MSG_CAP);
-                    let mut out = vec![0u8; len];
                     // SAFETY: len <= MSG_CAP; the client does not touch the area while state is
                     // REQUEST.
-                    unsafe { std::ptr::copy_nonoverlapping(self.msg_ptr(), out.as_mut_ptr(), len) };
-                    Some(Ok(Work::Call(out)))
+                    unsafe { copy_out(self.msg_ptr(), len, &mut out) };
+                    Some(Ok(WorkKind::Call))
                 }
                 CLOSED => Some(Err(WaitEnd::Closed)),
                 _ => None,
@@ -476,13 +531,15 @@ impl Lane {
 
     /// Worker side: publishes the reply.
     pub fn post_reply(&self, bytes: &[u8]) -> Result<(), IpcError> {
-        if bytes.len() > MSG_CAP {
-            return Err(IpcError::Protocol("reply larger than the lane's message area"));
-        }
-        // SAFETY: as in post_request; the worker owns the area while state is REQUEST.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.msg_ptr(), bytes.len()) };
+        self.post_reply_parts(&[bytes])
+    }
+
+    /// `post_reply` of the concatenation of `parts`.
+    pub fn post_reply_parts(&self, parts: &[&[u8]]) -> Result<(), IpcError> {
+        // The worker owns the area while state is REQUEST.
+        let len = self.write_message(parts).ok_or(IpcError::Protocol("reply larger than the lane's message area"))?;
         let h = self.header();
-        h.rep_len.store(bytes.len() as u32, Ordering::Relaxed);
+        h.rep_len.store(len, Ordering::Relaxed);
         h.state.store(REPLY, Ordering::SeqCst);
         if h.client_sleeping.load(Ordering::SeqCst) != 0 {
             futex_wake(&h.state);

@@ -55,6 +55,20 @@ pub fn encode<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, postca
     postcard::to_extend(value, Vec::with_capacity(ENCODE_START))
 }
 
+/// Appends `value`'s encoding to `out`, leaving what `out` held before in place (the worker
+/// encodes a reply after the room it keeps for the reply's frame header). On an error `out`
+/// may hold part of the encoding after that.
+pub fn encode_into<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
+    /// `Vec<u8>` is `Extend<u8>` only by value; this lends it.
+    struct AppendTo<'a>(&'a mut Vec<u8>);
+    impl Extend<u8> for AppendTo<'_> {
+        fn extend<I: IntoIterator<Item = u8>>(&mut self, bytes: I) {
+            self.0.extend(bytes)
+        }
+    }
+    postcard::to_extend(value, AppendTo(out)).map(drop)
+}
+
 /// Encodes a lane call.
 pub fn encode_request<C: Call>(call: C) -> Result<Vec<u8>, IpcError> {
     encode(&call.into_request()).map_err(IpcError::Encode)

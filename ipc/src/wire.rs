@@ -439,6 +439,16 @@ macro_rules! wire_calls {
         pub fn dispatch<H: Handler + ?Sized>(handler: &H, req: Request) -> Result<Vec<u8>, postcard::Error> {
             match req { $(Request::$name(r) => crate::encode(&Serve::<$name>::serve(handler, r))),* }
         }
+
+        /// `dispatch`, appending the encoded reply to `out` (a worker that keeps `out` answers
+        /// without allocating once it has grown).
+        pub fn dispatch_into<H: Handler + ?Sized>(
+            handler: &H,
+            req: Request,
+            out: &mut Vec<u8>,
+        ) -> Result<(), postcard::Error> {
+            match req { $(Request::$name(r) => crate::encode_into(&Serve::<$name>::serve(handler, r), out)),* }
+        }
     };
 }
 

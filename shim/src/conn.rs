@@ -214,21 +214,39 @@ thread_local! {
     static MET_DEATH: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
+/// This thread's buffers for a call's encoded request and its reply (`Conn::exchange`).
+#[derive(Default)]
+struct CallBuffers {
+    request: Vec<u8>,
+    reply: Vec<u8>,
+}
+
+thread_local! {
+    /// This thread's buffer for encoding posted requests (`with_post_buffer`).
+    static POST_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static CALL_BUFFERS: RefCell<CallBuffers> = RefCell::new(CallBuffers::default());
+}
+
 /// Runs `f` with this thread's buffer for encoding posted requests, so a stream of posted
-/// enqueues encodes without allocating; a post nested in another (the buffer is in use) or on a
-/// thread going away gets an empty one. One thread-local access (a post is a hot path).
+/// enqueues encodes without allocating.
 fn with_post_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-    thread_local! {
-        static POST_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    }
+    with_scratch(&POST_BUFFER, f)
+}
+
+/// Runs `f` with this thread's `scratch`; one nested in another use of it (it is borrowed) or on
+/// a thread going away gets a fresh one. One thread-local access (calls and posts are hot paths).
+fn with_scratch<T: Default + 'static, R>(
+    scratch: &'static std::thread::LocalKey<RefCell<T>>,
+    f: impl FnOnce(&mut T) -> R,
+) -> R {
     let mut f = Some(f);
-    let ran = POST_BUFFER.try_with(|b| {
+    let ran = scratch.try_with(|b| {
         let mut b = b.try_borrow_mut().ok()?;
         f.take().map(|f| f(&mut b))
     });
     match (ran, f) {
         (Ok(Some(r)), _) => r,
-        (_, Some(f)) => f(&mut Vec::new()),
+        (_, Some(f)) => f(&mut T::default()),
         (_, None) => unreachable!("`f` is taken only when it ran"),
     }
 }
@@ -635,8 +653,7 @@ impl Conn {
         fill(lane.bulk_ptr())?;
         let request = req.into_request();
         let waits = waits_for_completion(&request);
-        let reply = self.exchange(lane, &request)?;
-        match decode_reply::<C>(&reply) {
+        match self.exchange(lane, &request, decode_reply::<C>)? {
             Ok(r) => {
                 drain(&r, lane.bulk_ptr());
                 if waits {
@@ -694,8 +711,8 @@ impl Conn {
     /// A call with a bare status for a reply, from an already-built request.
     pub fn call_request(&self, request: &Request) -> Result<cl_int, cl_int> {
         let slot = self.open_lane()?;
-        let reply = self.exchange(&slot.lane, request)?;
-        cloister_ipc::decode_status(&reply).map_err(|e| self.malformed(request.op_name(), &e.to_string()))
+        self.exchange(&slot.lane, request, cloister_ipc::decode_status)?
+            .map_err(|e| self.malformed(request.op_name(), &e.to_string()))
     }
 
     /// This thread's lane, or the fault of a dead worker.
@@ -708,11 +725,12 @@ impl Conn {
         self.lane()
     }
 
-    /// Posts `request` as this lane's call and waits for the reply's bytes, up to its deadline.
-    fn exchange(&self, lane: &Lane, request: &Request) -> Result<Vec<u8>, cl_int> {
+    /// Posts `request` as this lane's call, waits for the reply's bytes, up to its deadline,
+    /// and hands them to `then` (the request and the reply pass through this thread's kept
+    /// buffers: no allocation for either once they have grown).
+    fn exchange<R>(&self, lane: &Lane, request: &Request, then: impl FnOnce(&[u8]) -> R) -> Result<R, cl_int> {
         // Timed as the flight recorder notes it (a binary size query is a build).
         let name = cloister_ipc::deadlines::recorded_name(request);
-        let bytes = cloister_ipc::encode_request_value(request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         if matches!(request, Request::CreateContext(_) | Request::CreateContextFromType(_)) {
             self.contexts_made.fetch_add(1, Ordering::AcqRel);
         }
@@ -721,7 +739,14 @@ impl Conn {
         }
         self.after_other_lanes(lane, name)?;
         // Too big for the lane, the request or its reply travels through a segment (`spill`).
-        let reply = spill::exchange(self, request.op_name(), &bytes, |frame| self.round_trip(lane, frame, name))?;
+        let answer = with_scratch(&CALL_BUFFERS, |b: &mut CallBuffers| {
+            cloister_ipc::encode_request_into(request, &mut b.request).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+            let trip = |frame: &[&[u8]], reply: &mut Vec<u8>| self.round_trip(lane, frame, reply, name);
+            let answer = spill::exchange(self, request.op_name(), &b.request, &mut b.reply, trip, then);
+            cloister_ipc::spill::reset_scratch(&mut b.request);
+            cloister_ipc::spill::reset_scratch(&mut b.reply);
+            answer
+        })?;
         if self.may_print.load(Ordering::Acquire)
             && cloister_ipc::deadlines::class_of(name) == cloister_ipc::deadlines::Class::Wait
         {
@@ -729,16 +754,17 @@ impl Conn {
             // the call returns, as it would directly.
             crate::stdio_relay::drain();
         }
-        Ok(reply)
+        Ok(answer)
     }
 
-    /// Posts one lane frame as this lane's call and waits for the answer's frame, within the
-    /// deadline of `name`: a worker that never answers (hung outside any call the broker's
-    /// watchdog sees, or hostile) is given up on then, like one that died.
-    fn round_trip(&self, lane: &Lane, frame: &[u8], name: &'static str) -> Result<Vec<u8>, cl_int> {
-        lane.post_request(frame).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+    /// Posts one lane frame (given in parts) as this lane's call and waits for the answer's
+    /// frame into `reply`, within the deadline of `name`: a worker that never answers (hung
+    /// outside any call the broker's watchdog sees, or hostile) is given up on then, like one
+    /// that died.
+    fn round_trip(&self, lane: &Lane, frame: &[&[u8]], reply: &mut Vec<u8>, name: &'static str) -> Result<(), cl_int> {
+        lane.post_request_parts(frame).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let deadline = Deadline::for_op(self, name);
-        lane.wait_reply(&|| deadline.alive(self)).map_err(|_| self.gave_up(&deadline))
+        lane.wait_reply_into(&|| deadline.alive(self), reply).map_err(|_| self.gave_up(&deadline))
     }
 
     /// A wait on the worker ended without an answer: past its deadline (the worker is cut off),

@@ -19,12 +19,10 @@ use std::sync::Arc;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::handshake::PROTOCOL_VERSION;
-use cloister_ipc::lane::{Lane, Work, LANE_BYTES};
+use cloister_ipc::lane::{Lane, WorkKind, LANE_BYTES};
 use cloister_ipc::recorder::{FlightRecorder, RecorderHeader, RECORDER_FD};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{
-    channel, dispatch as dispatch_call, Enumerated, Request, ShimMessage, WorkerMessage, WORKER_ID_BIT,
-};
+use cloister_ipc::{channel, dispatch_into, Enumerated, ShimMessage, WorkerMessage, WORKER_ID_BIT};
 
 use handler::{LaneServer, Worker};
 use objects::Kind;
@@ -388,46 +386,42 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
     let server = LaneServer { worker, lane };
     let recorder = RECORDER.get().copied();
     let slot = recorder.and_then(FlightRecorder::claim_slot);
-    // Runs a request and encodes its reply. Noted before the driver runs it, so a crash or hang
-    // inside names the call.
-    let run = |req: Request| {
-        let op = cloister_ipc::deadlines::recorded_index(&req);
-        let start = recorder.map(|r| FlightRecorder::begin(r, slot, lane_id, op));
-        let reply = dispatch_call(&server, req).unwrap_or_default();
-        if let (Some(r), Some(start)) = (recorder, start) {
-            FlightRecorder::end(r, slot, lane_id, op, start);
-        }
-        reply
-    };
     let alive = || true;
     let mut spill = cloister_ipc::spill::LaneSpill::default();
+    // The request taken last and a posted request's encoded status, kept between requests:
+    // taking and answering them allocates nothing once they have grown.
+    let mut bytes = Vec::new();
+    let mut status = Vec::new();
     loop {
-        match lane.next(&alive) {
-            Ok(Work::Call(bytes)) => {
+        cloister_ipc::spill::reset_scratch(&mut bytes);
+        match lane.next_into(&alive, &mut bytes) {
+            Ok(WorkKind::Call) => {
                 // The call stays in flight in the recorder until its reply is posted.
                 let mut in_flight = None;
                 let framed = spill.serve(
                     &bytes,
                     |id| worker.segments.get(id),
-                    |bytes| match cloister_ipc::decode_request(bytes) {
-                        Ok(req) => {
-                            // Noted before the driver runs it, so a crash or hang inside names the call.
-                            let op = cloister_ipc::deadlines::recorded_index(&req);
-                            in_flight = recorder.map(|r| (r, op, FlightRecorder::begin(r, slot, lane_id, op)));
-                            let build = cloister_ipc::deadlines::class_of(req.op_name())
-                                == cloister_ipc::deadlines::Class::Build;
-                            let reply = dispatch_call(&server, req).unwrap_or_default();
-                            if build {
-                                // A build is where LLVM installs its signal handlers.
-                                signals::ensure_last();
-                            }
-                            reply
+                    |bytes, out| {
+                        // A request that does not decode, or a reply that cannot be encoded, is
+                        // answered with an empty reply: the shim's decoding fails, and it treats
+                        // that as a fault.
+                        let Ok(req) = cloister_ipc::decode_request(bytes) else { return };
+                        // Noted before the driver runs it, so a crash or hang inside names the call.
+                        let op = cloister_ipc::deadlines::recorded_index(&req);
+                        in_flight = recorder.map(|r| (r, op, FlightRecorder::begin(r, slot, lane_id, op)));
+                        let build =
+                            cloister_ipc::deadlines::class_of(req.op_name()) == cloister_ipc::deadlines::Class::Build;
+                        let before = out.len();
+                        if dispatch_into(&server, req, out).is_err() {
+                            out.truncate(before);
                         }
-                        // An empty reply fails to decode in the shim, which treats it as a fault.
-                        Err(_) => Vec::new(),
+                        if build {
+                            // A build is where LLVM installs its signal handlers.
+                            signals::ensure_last();
+                        }
                     },
                 );
-                match framed.and_then(|f| lane.post_reply(&f).map_err(|e| e.to_string())) {
+                match framed.and_then(|f| lane.post_reply(f).map_err(|e| e.to_string())) {
                     Ok(()) => {
                         if let Some((r, op, start)) = in_flight {
                             FlightRecorder::end(r, slot, lane_id, op, start);
@@ -436,13 +430,24 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                     Err(why) => cannot_reply(lane_id, &why),
                 }
             }
-            Ok(Work::Posted(bytes)) => {
+            Ok(WorkKind::Posted) => {
                 // Only what may be posted runs; anything else (which the shim never posts) is
                 // dropped, as nobody waits for its answer.
                 if let Ok(req) = cloister_ipc::decode_request(&bytes) {
                     if let Some((queue, sync)) = req.posted().map(|(q, s)| (q, s.clone())) {
                         let op = req.op_index();
-                        let code = cloister_ipc::decode_status(&run(req)).unwrap_or(CL_OUT_OF_RESOURCES);
+                        // Noted before the driver runs it, so a crash or hang inside names the call.
+                        let recorded = cloister_ipc::deadlines::recorded_index(&req);
+                        let start = recorder.map(|r| FlightRecorder::begin(r, slot, lane_id, recorded));
+                        status.clear();
+                        let ran = dispatch_into(&server, req, &mut status);
+                        if let (Some(r), Some(start)) = (recorder, start) {
+                            FlightRecorder::end(r, slot, lane_id, recorded, start);
+                        }
+                        let code = match ran {
+                            Ok(()) => cloister_ipc::decode_status(&status).unwrap_or(CL_OUT_OF_RESOURCES),
+                            Err(_) => CL_OUT_OF_RESOURCES,
+                        };
                         if code != CL_SUCCESS {
                             server.late_failure(queue, &sync, op, code);
                         }

@@ -21,6 +21,12 @@ use crate::mirror::Mirror;
 /// costs a read-back.
 const LONG_JOURNAL: usize = 64;
 
+/// A checkpoint that reads nothing back waits until the journal holds this many commands. It
+/// costs microseconds of bookkeeping, and the next kernel that writes a zero-copy buffer copies
+/// it out first: a loop of a short kernel and `clFinish` paid both every iteration (on 2 pocl
+/// cores 3 000 of the shim's 7 500 instructions per iteration: callgrind on `tools/measure/rt2.c`).
+const FREE_CHECKPOINT_MIN: usize = 16;
+
 /// Most commands the journal holds: an application that never waits (so never gives a
 /// checkpoint) makes what its commands wrote lost instead of growing the journal without end.
 const MAX_JOURNAL: usize = 16384;
@@ -464,6 +470,29 @@ pub struct State {
     /// (`snapshot`), and when that checkpoint was: see `free_checkpoint_due`.
     pub(super) snapshots_took: Duration,
     pub(super) checkpointed_at: Option<Instant>,
+    /// What a blocking call's checkpoint asks of the journal's commands, gathered as they come.
+    pub(super) summary: Summary,
+}
+
+/// What `checkpoint_if_due` asks of every journaled command, gathered once per command: a
+/// `clFinish` after each of N kernels asked it of all N again, quadratic in a long journal (a
+/// 64 MiB zero-copy buffer's copy spaces free checkpoints by 0.2 s, thousands of kernels).
+#[derive(Default)]
+pub(super) struct Summary {
+    /// How many of the journal's first commands it covers (`State::summarize`).
+    upto: usize,
+    /// The queues those commands were on.
+    queues: QueueUse,
+    /// What they may write that is not zero-copy (`State::in_place`).
+    staged_writes: BTreeSet<ObjectId>,
+}
+
+#[derive(Default, PartialEq, Eq, Clone, Copy)]
+enum QueueUse {
+    #[default]
+    None,
+    One(ObjectId),
+    Many,
 }
 
 /// The recovery record of one worker's objects (empty unless replay mode is on).
@@ -786,8 +815,8 @@ impl State {
     /// command is complete and what they wrote is known (`have`) or in place, if one is due;
     /// else one that reads back, if that is due.
     fn checkpoint_if_due(&mut self, conn: &Conn, queue: ObjectId, have: Option<(ObjectId, &[u8])>) {
-        let is_have = |m: ObjectId| have.is_some_and(|(h, _)| h == m);
-        if self.complete(queue) && self.dirty_all(|m| is_have(m) || self.in_place(m)) {
+        self.summarize();
+        if self.complete(queue) && self.dirty_in_place_or(have.map(|(h, _)| h)) {
             if self.free_checkpoint_due() {
                 self.checkpoint(conn, queue, have, false);
             }
@@ -859,9 +888,10 @@ impl State {
     /// the kernel. So these copies are spaced as read-backs are (`READ_BACK_SPACING`: about
     /// 5% of the application's time at most); meanwhile the journal keeps the commands, and a
     /// replay runs them again from the last copy. Near the journal's limits it is taken anyway.
+    /// Nor before the journal holds `FREE_CHECKPOINT_MIN` commands.
     pub(super) fn free_checkpoint_due(&self) -> bool {
         let spaced = |at: Instant| at.elapsed() >= self.snapshots_took * READ_BACK_SPACING;
-        self.near_limits() || self.checkpointed_at.is_none_or(spaced)
+        self.near_limits() || (self.cmds.len() >= FREE_CHECKPOINT_MIN && self.checkpointed_at.is_none_or(spaced))
     }
 
     /// Whether a journaled command waits on a user event the application has not set: a
@@ -987,6 +1017,7 @@ impl State {
             i += 1;
             !gone[i - 1]
         });
+        self.commands_dropped();
         let Some(r) = self.recipes.get_mut(&mem) else { return Err(None) };
         r.base.set(data, staged);
         self.bytes = after;
@@ -1016,6 +1047,7 @@ impl State {
             self.lose(m);
         }
         self.cmds.clear();
+        self.commands_dropped();
         self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
     }
 
@@ -1057,10 +1089,51 @@ impl State {
         self.cmds.is_empty() && !self.recipes.values().any(|r| matches!(r.base, Base::Lost))
     }
 
+    /// Brings `summary` up to the journal's end. Appending commands needs nothing else; a
+    /// change that drops some must call `commands_dropped`.
+    pub(super) fn summarize(&mut self) {
+        if self.summary.upto > self.cmds.len() {
+            self.commands_dropped();
+        }
+        let mut sum = std::mem::take(&mut self.summary);
+        for c in &self.cmds[sum.upto..] {
+            sum.queues = match sum.queues {
+                QueueUse::None => QueueUse::One(c.queue()),
+                QueueUse::One(q) if q == c.queue() => QueueUse::One(q),
+                _ => QueueUse::Many,
+            };
+            let _ = self.each_write(c, &mut |m| {
+                if !self.in_place(m) {
+                    sum.staged_writes.insert(m);
+                }
+                ControlFlow::Continue(())
+            });
+        }
+        sum.upto = self.cmds.len();
+        self.summary = sum;
+    }
+
+    /// The journal lost commands (not only gained some): its summary is gathered again.
+    pub(super) fn commands_dropped(&mut self) {
+        self.summary = Summary::default();
+    }
+
     /// Whether every journaled command is complete once a blocking call on `queue` returned:
-    /// all were on `queue`, an in-order queue (its order looked up once, not per command).
+    /// all were on `queue`, an in-order queue. Asks `summary`, brought up to date first.
     fn complete(&self, queue: ObjectId) -> bool {
-        self.cmds.is_empty() || (!self.out_of_order(queue) && self.cmds.iter().all(|c| c.queue() == queue))
+        self.cmds.is_empty() || (!self.out_of_order(queue) && self.summary.queues == QueueUse::One(queue))
+    }
+
+    /// Whether every buffer the journal's commands may write, and every buffer lost, is
+    /// zero-copy or `have`: then a checkpoint needs to read nothing back. Asks `summary`,
+    /// brought up to date first.
+    fn dirty_in_place_or(&self, have: Option<ObjectId>) -> bool {
+        self.summary.staged_writes.iter().all(|&m| Some(m) == have)
+            && self
+                .recipes
+                .iter()
+                .filter(|(_, r)| matches!(r.base, Base::Lost))
+                .all(|(&m, _)| Some(m) == have || self.in_place(m))
     }
 
     /// Whether `mem` is a zero-copy buffer: once every command is complete, its memory holds
@@ -1092,12 +1165,6 @@ impl State {
         }
         let mut lost = self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost));
         lost.try_for_each(|(id, _)| f(*id))
-    }
-
-    /// Whether every object of `dirty` passes `ok`, without collecting them; stops at the
-    /// first that fails.
-    pub(super) fn dirty_all(&self, ok: impl Fn(ObjectId) -> bool) -> bool {
-        self.each_dirty(&mut |m| if ok(m) { ControlFlow::Continue(()) } else { ControlFlow::Break(()) }).is_continue()
     }
 
     /// Buffers the journal's commands may write, and those whose contents are lost.
@@ -1239,6 +1306,7 @@ impl State {
             self.last_read_back = Some((Instant::now(), started.elapsed()));
         }
         self.cmds.clear();
+        self.commands_dropped();
         self.attempts.clear();
         self.snapshots_took = Duration::ZERO;
         self.checkpointed_at = Some(Instant::now());
@@ -1418,21 +1486,41 @@ mod tests {
         assert_eq!(st.cmds.len(), 1);
     }
 
-    /// `dirty_all`, which `clFinish` and blocking reads ask, names what `dirty` collects.
+    /// The summary a blocking call asks, gathered as commands come, agrees with `dirty` and
+    /// the commands' queues, and is gathered again when commands are dropped.
     #[test]
-    fn dirty_all_asks_of_what_dirty_names() {
+    fn the_summary_asks_of_what_dirty_names() {
         let mut st = state();
         st.cmds.push(kernel_on(&[10, 12]));
-        assert!(st.dirty_all(|m| m == 11), "the sub-buffer's parent, not the read-only buffer");
-        assert!(!st.dirty_all(|m| m == 10));
+        st.summarize();
+        assert!(st.dirty_in_place_or(Some(11)), "the sub-buffer's parent, not the read-only buffer");
+        assert!(!st.dirty_in_place_or(Some(10)));
+        assert!(!st.complete(2), "on a queue not known to be in order");
+        let queue = CreateCommandQueue { id: 2, context: 1, device: 3, properties: 0 };
+        st.recipes.insert(2, Recipe::new(Request::CreateCommandQueue(queue)));
+        assert!(st.complete(2), "all on one in-order queue");
+        assert!(!st.complete(4), "on another queue");
         st.cmds.push(write(10, 0, b"ab"));
-        assert!(!st.dirty_all(|m| m == 11));
-        assert!(st.dirty_all(|m| m == 10 || m == 11));
+        st.summarize();
+        assert!(!st.dirty_in_place_or(Some(11)), "an appended command is summarized");
+        assert!(st.complete(2));
+        if let Cmd::Write { queue, .. } = &mut st.cmds[1] {
+            *queue = 4;
+        }
+        st.commands_dropped();
+        st.summarize();
+        assert!(!st.complete(2) && !st.complete(4), "on two queues");
+        assert_eq!(st.dirty().into_iter().collect::<Vec<_>>(), [10, 11]);
+        st.cmds.remove(1);
+        st.commands_dropped();
+        st.summarize();
+        assert!(st.dirty_in_place_or(Some(11)), "a dropped command is not");
         st.cmds.clear();
-        assert!(st.dirty_all(|_| false), "nothing journaled, nothing lost");
+        st.summarize();
+        assert!(st.dirty_in_place_or(None), "nothing journaled, nothing lost");
         st.recipes.get_mut(&10).unwrap().base = Base::Lost;
-        assert!(!st.dirty_all(|_| false), "a lost buffer is dirty");
-        assert!(st.dirty_all(|m| m == 10));
+        assert!(!st.dirty_in_place_or(None), "a lost buffer is dirty");
+        assert!(st.dirty_in_place_or(Some(10)));
     }
 
     /// An object released while the journal uses it is counted once, so a checkpoint knows
@@ -1472,6 +1560,8 @@ mod tests {
     #[test]
     fn free_checkpoints_are_spaced_by_the_copies_they_cause() {
         let mut st = state();
+        st.cmds.extend((0..FREE_CHECKPOINT_MIN - 1).map(|_| kernel_on(&[11])));
+        assert!(!st.free_checkpoint_due(), "not for a short journal");
         st.cmds.push(kernel_on(&[11]));
         assert!(st.free_checkpoint_due(), "the first one is due");
         st.checkpointed_at = Some(Instant::now());
@@ -1480,7 +1570,7 @@ mod tests {
         assert!(!st.free_checkpoint_due(), "not again before 19 times the copies' time");
         st.cmds.extend((st.cmds.len()..MAX_JOURNAL / 2).map(|_| kernel_on(&[11])));
         assert!(st.free_checkpoint_due(), "but before the journal would be given up");
-        st.cmds.truncate(1);
+        st.cmds.truncate(FREE_CHECKPOINT_MIN);
         st.checkpointed_at = Instant::now().checked_sub(Duration::from_millis(200));
         st.snapshots_took = Duration::from_millis(10);
         assert!(st.free_checkpoint_due(), "190 ms after 10 ms of copies");

@@ -487,6 +487,7 @@ pub fn rebuild(st: &mut State, old: &Arc<Conn>, new: &Arc<Conn>) -> Outcome {
     for i in dropped.into_iter().rev() {
         st.cmds.remove(i);
     }
+    st.commands_dropped();
     st.attempts.clear();
     st.unfinished.clear();
     // The mappings of buffers carried over stay open (their unmaps journal their writes).
