@@ -658,6 +658,31 @@ mod tests {
         assert_eq!(seen, (0..total).collect::<Vec<_>>());
     }
 
+    /// A message posted in parts arrives joined; a kept buffer that held a longer message
+    /// holds exactly the new one; parts over the message area are refused, and the lane stays
+    /// usable.
+    #[test]
+    fn parts_arrive_joined_into_kept_buffers() {
+        let (client, server) = pair();
+        let mut taken = vec![0xEE; 100];
+        client.post_request_parts(&[b"head-", b"", b"body"]).unwrap();
+        assert_eq!(server.next_into(&|| true, &mut taken), Ok(WorkKind::Call));
+        assert_eq!(taken, b"head-body");
+        server.post_reply_parts(&[b"re", b"ply"]).unwrap();
+        let mut reply = vec![0xEE; 100];
+        client.wait_reply_into(&|| true, &mut reply).unwrap();
+        assert_eq!(reply, b"reply");
+        let half = vec![0u8; MSG_CAP / 2 + 1];
+        assert!(client.post_request_parts(&[&half, &half]).is_err());
+        client.post(b"posted", &|| true).unwrap();
+        client.post_request(b"call").unwrap();
+        assert_eq!(server.next_into(&|| true, &mut taken), Ok(WorkKind::Posted));
+        assert_eq!(taken, b"posted");
+        assert_eq!(server.next_into(&|| true, &mut taken), Ok(WorkKind::Call));
+        assert_eq!(taken, b"call");
+        assert!(server.post_reply_parts(&[&half, &half]).is_err());
+    }
+
     #[test]
     fn a_hostile_tail_is_a_protocol_error_not_a_write_out_of_bounds() {
         let (client, server) = pair();

@@ -295,6 +295,26 @@ mod tests {
         assert_eq!(inline_header(usize::MAX).as_bytes().len(), INLINE_HEADER_MAX);
     }
 
+    /// A kept buffer a large message grew is let go; a small one keeps its memory.
+    #[test]
+    fn scratch_buffers_let_large_growth_go() {
+        let mut small = Vec::with_capacity(1024);
+        small.extend_from_slice(b"old");
+        reset_scratch(&mut small);
+        assert!(small.is_empty() && small.capacity() >= 1024);
+        let mut large = vec![1u8; SCRATCH_KEEP + 1];
+        reset_scratch(&mut large);
+        assert!(large.is_empty() && large.capacity() == 0);
+        // The worker's answer buffer after a held (large) reply starts small again.
+        let mut lane = LaneSpill::default();
+        let none = |_: u64| None::<&SharedRegion>;
+        let out = lane.serve(&inline(b"x"), none, |_, out| out.resize(out.len() + INLINE_MAX + 1, 7)).unwrap();
+        assert_eq!(decode(out).unwrap(), Frame::Held { len: INLINE_MAX as u64 + 1 });
+        assert!(lane.out.capacity() <= SCRATCH_KEEP);
+        let out = lane.serve(&inline(b"x"), none, |_, out| out.extend_from_slice(b"ok")).unwrap();
+        assert_eq!(decode(out).unwrap(), Frame::Inline(RawBytes(b"ok")));
+    }
+
     #[test]
     fn frames_reject_trailing_bytes() {
         let mut f = inline(b"abc");
