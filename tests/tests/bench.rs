@@ -45,7 +45,7 @@ fn every_workload_is_measured_both_ways_under_load() {
             expected.push(format!("{op}_{size}_nb"));
         }
     }
-    expected.extend(["map_read_64m", "map_write_64m", "kernel_finish_64m"].map(String::from));
+    expected.extend(["map_read_64m", "map_write_64m", "kernel_finish_64m", "roundtrip_64m_arg"].map(String::from));
     for run in ["direct", "caged"] {
         let mut got = names(&doc[run]);
         got.sort();

@@ -440,8 +440,11 @@ fn main() {
             check("clReleaseMemObject", clReleaseMemObject(buf));
         }
         // A kernel rewriting all of a 64 MiB buffer, then clFinish: what recovery costs an
-        // application that rewrites its working set between waits.
-        if bench.wanted("kernel_finish_64m") {
+        // application that rewrites its working set between waits. Then the same kernel on one
+        // item: a short kernel whose argument is a large buffer (replay's copy of it spaces the
+        // checkpoints, so the journal grows long between them, and a clFinish must not cost
+        // more for that).
+        if bench.wanted("kernel_finish_64m") || bench.wanted("roundtrip_64m_arg") {
             let size = 64usize << 20;
             let buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, null_mut(), &mut err);
             check("clCreateBuffer", err);
@@ -453,17 +456,21 @@ fn main() {
             );
             let items = size / 4;
             let mut value = 0i32;
-            bench.measure("kernel_finish_64m", Throughput::Bytes(size), 1, |n| {
-                for _ in 0..n {
-                    value += 1;
-                    check("clSetKernelArg", clSetKernelArg(fill, 1, 4, (&value as *const i32).cast()));
-                    check(
-                        "clEnqueueNDRangeKernel",
-                        clEnqueueNDRangeKernel(q, fill, 1, null(), &items, null(), 0, null(), null_mut()),
-                    );
-                    check("clFinish", clFinish(q));
-                }
-            });
+            let mut run = |name: &str, throughput: Throughput, ops: usize, items: usize| {
+                bench.measure(name, throughput, ops, |n| {
+                    for _ in 0..n {
+                        value += 1;
+                        check("clSetKernelArg", clSetKernelArg(fill, 1, 4, (&value as *const i32).cast()));
+                        check(
+                            "clEnqueueNDRangeKernel",
+                            clEnqueueNDRangeKernel(q, fill, 1, null(), &items, null(), 0, null(), null_mut()),
+                        );
+                        check("clFinish", clFinish(q));
+                    }
+                })
+            };
+            run("kernel_finish_64m", Throughput::Bytes(size), 1, items);
+            run("roundtrip_64m_arg", Throughput::None, 10, 1);
             check("clReleaseKernel", clReleaseKernel(fill));
             check("clReleaseMemObject", clReleaseMemObject(buf));
         }
