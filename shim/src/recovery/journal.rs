@@ -1280,7 +1280,7 @@ impl State {
         if kept + new > budget() {
             return;
         }
-        let mut fresh: Vec<(ObjectId, Vec<u8>)> = Vec::new();
+        let mut fresh: Vec<(ObjectId, Bytes)> = Vec::new();
         let started = read_back.then(Instant::now);
         if read_back {
             let queues: BTreeSet<ObjectId> = self.cmds.iter().map(Cmd::queue).chain([queue]).collect();
@@ -1317,7 +1317,7 @@ impl State {
         }
         for (m, d) in fresh {
             if let Some(r) = self.recipes.get_mut(&m) {
-                r.base = Base::Known(Arc::new(Bytes::Copy(d)));
+                r.base = Base::Known(Arc::new(d));
             }
         }
         for r in self.recipes.values_mut().filter(|r| r.view.is_some()) {
