@@ -9,7 +9,7 @@ int main(int argc,char**argv){
   cl_device_id d; cl_int e;
   cl_context c=first_context(&d);
   const char*s="__kernel void empty(__global int*a,int b){}";
-  cl_program pr=clCreateProgramWithSource(c,1,&s,0,&e); clBuildProgram(pr,1,&d,0,0,0);
+  cl_program pr=built_program(c,d,s);
   cl_kernel k=clCreateKernel(pr,"empty",&e);
   cl_mem b=clCreateBuffer(c,CL_MEM_READ_WRITE,4096,0,&e);
   char name[256]; int v=0; double best=1e18;

@@ -10,7 +10,7 @@ int main(int argc,char**argv){
   cl_device_id d; cl_int e;
   cl_context c=first_context(&d);
   const char*s="__kernel void empty(__global int*a,int b){}";
-  cl_program pr=clCreateProgramWithSource(c,1,&s,0,&e); clBuildProgram(pr,1,&d,0,0,0);
+  cl_program pr=built_program(c,d,s);
   cl_kernel k[K]; for(int j=0;j<K;j++){ k[j]=clCreateKernel(pr,"empty",&e); volatile char*pad=malloc(64*(j+1)*13); (void)pad; }
   cl_mem b=clCreateBuffer(c,CL_MEM_READ_WRITE,4096,0,&e);
   int v=0; char name[256];

@@ -17,4 +17,11 @@ static inline cl_context first_context(cl_device_id *d) {
   clGetPlatformIDs(1, &p, 0); clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, d, 0);
   return clCreateContext(0, 1, d, 0, 0, &e);
 }
+/* A program built from `src` on device `d` of context `c`. */
+static inline cl_program built_program(cl_context c, cl_device_id d, const char *src) {
+  cl_int e;
+  cl_program pr = clCreateProgramWithSource(c, 1, &src, 0, &e);
+  clBuildProgram(pr, 1, &d, 0, 0, 0);
+  return pr;
+}
 #endif

@@ -10,7 +10,7 @@ int main(int argc, char **argv) {
   cl_context c = first_context(&d);
   cl_command_queue q = clCreateCommandQueueWithProperties(c, d, 0, &e);
   const char *s = "__kernel void touch(__global int *a, int b) { a[b] += 1; }";
-  cl_program pr = clCreateProgramWithSource(c, 1, &s, 0, &e); clBuildProgram(pr, 1, &d, 0, 0, 0);
+  cl_program pr = built_program(c, d, s);
   cl_kernel k = clCreateKernel(pr, "touch", &e);
   cl_mem b = clCreateBuffer(c, CL_MEM_READ_WRITE, mib << 20, 0, &e);
   int zero = 0; clEnqueueFillBuffer(q, b, &zero, sizeof zero, 0, mib << 20, 0, 0, 0); clFinish(q);
