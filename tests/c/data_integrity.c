@@ -7,8 +7,7 @@
  * and exits 1; the last line is "data integrity ok". Sizes straddle the cage's thresholds: the
  * zero-copy floor (64 KiB), the lane's bulk area (16 MiB) and the largest non-blocking transfer
  * staged through a segment of its own (64 MiB). */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "check.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +15,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define CHECK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { printf("FAIL %s:%d %s = %d\n", __FILE__, __LINE__, #x, e_); exit(1); } } while (0)
-#define EXPECT(c, ...) do { if (!(c)) { printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); exit(1); } } while (0)
 
 static const char *SRC =
   "__kernel void add1(__global uchar *a) { a[get_global_id(0)] += 1; }\n";
@@ -326,12 +323,8 @@ static void many_buffers(void) {
 }
 
 int main(void) {
-  cl_platform_id plat;
   cl_int err;
-  CHECK(clGetPlatformIDs(1, &plat, NULL));
-  CHECK(clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
-  ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-  CHECK(err);
+  ctx = first_device_context(&dev);
   q = clCreateCommandQueue(ctx, dev, 0, &err);
   CHECK(err);
   cl_program prog = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &err);

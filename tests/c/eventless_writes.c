@@ -9,16 +9,13 @@
  * Patterns: writes then clFinish; writes then a blocking read; writes and no wait until the
  * end; writes on a queue released without a clFinish; writes from two threads (each with its queue), then clFinish. The last
  * line is "eventless writes ok"; a failed check prints FAIL and exits 1. */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "check.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { printf("FAIL %s:%d %s = %d\n", __FILE__, __LINE__, #x, e_); exit(1); } } while (0)
-#define EXPECT(c, ...) do { if (!(c)) { printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); exit(1); } } while (0)
 
 /* Below the cage's zero-copy floor (64 KiB), so writes go through shared segments. */
 #define SIZE (16 << 10)
@@ -93,12 +90,8 @@ static void *thread_writes(void *arg) {
 }
 
 int main(void) {
-  cl_platform_id plat;
   cl_int err;
-  CHECK(clGetPlatformIDs(1, &plat, NULL));
-  CHECK(clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
-  ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-  CHECK(err);
+  ctx = first_device_context(&dev);
   cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
   CHECK(err);
   static unsigned char ref[SIZE], src[WRITES][1024];

@@ -12,16 +12,13 @@
  *
  * With GARBAGE=1 (for --drop-in, where no ICD loader dereferences handles first) it also
  * passes garbage, NULL and released handles of every type and expects the right CL_INVALID_*. */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "check.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define CHECK(x) do { cl_int e_ = (x); if (e_ != CL_SUCCESS) { printf("FAIL %s:%d %s = %d\n", __FILE__, __LINE__, #x, e_); exit(1); } } while (0)
-#define EXPECT(c, ...) do { if (!(c)) { printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); exit(1); } } while (0)
 
 enum { N = 1024 };
 
@@ -566,11 +563,8 @@ static void kernel_arguments(cl_command_queue q, cl_kernel plus) {
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   main_thread = pthread_self();
-  cl_platform_id plat;
   cl_int err;
-  CHECK(clGetPlatformIDs(1, &plat, NULL));
-  CHECK(clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
-  ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err); CHECK(err);
+  ctx = first_device_context(&dev);
   cl_queue_properties props[] = { CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0 };
   cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, props, &err); CHECK(err);
   prog = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &err); CHECK(err);

@@ -64,7 +64,11 @@ pub fn c_program(src: &Path) -> PathBuf {
     let out_dir = target_dir().join("c-clients");
     std::fs::create_dir_all(&out_dir).expect("create c-clients dir");
     let exe = out_dir.join(&name);
-    let fresh = exe.metadata().and_then(|m| m.modified()).ok() >= src.metadata().and_then(|m| m.modified()).ok();
+    // Newer than the source and than every header beside it (`check.h`, `replay_common.h`).
+    let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    let headers = src.parent().and_then(|d| std::fs::read_dir(d).ok()).into_iter().flatten().flatten();
+    let newest = headers.map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "h")).map(|p| modified(&p));
+    let fresh = newest.chain([modified(src)]).all(|m| modified(&exe) >= m);
     if !fresh || !exe.exists() {
         let out = Command::new("cc")
             .arg("-O1")
