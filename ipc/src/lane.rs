@@ -407,15 +407,9 @@ impl Lane {
         }
     }
 
-    /// Waits for the worker's reply and returns a copy of it. `alive` is polled while sleeping.
-    pub fn wait_reply(&self, alive: &dyn Fn() -> bool) -> Result<Vec<u8>, WaitEnd> {
-        let mut out = Vec::new();
-        self.wait_reply_into(alive, &mut out)?;
-        Ok(out)
-    }
-
-    /// `wait_reply` into `out` (replacing what it held): a caller that keeps `out` waits for
-    /// replies without allocating once it has grown.
+    /// Waits for the worker's reply and copies it into `out` (replacing what it held: a caller
+    /// that keeps `out` waits for replies without allocating once it has grown). `alive` is
+    /// polled while sleeping.
     pub fn wait_reply_into(&self, alive: &dyn Fn() -> bool, out: &mut Vec<u8>) -> Result<(), WaitEnd> {
         let h = self.header();
         let replied = || match h.state.load(Ordering::Acquire) {
@@ -648,7 +642,8 @@ mod tests {
             client.post(&frame, &|| true).unwrap();
             if i % 5000 == 4999 {
                 client.post_request(&(i + 1).to_le_bytes()).unwrap();
-                let r = client.wait_reply(&|| true).unwrap();
+                let mut r = Vec::new();
+                client.wait_reply_into(&|| true, &mut r).unwrap();
                 assert_eq!(u32::from_le_bytes(r[..4].try_into().unwrap()), i + 1);
             }
         }

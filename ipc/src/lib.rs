@@ -78,8 +78,7 @@ pub fn encode_request<C: Call>(call: C) -> Result<Vec<u8>, IpcError> {
 /// allocating once it has grown (the shim's posted enqueues).
 pub fn encode_request_into(req: &Request, buf: &mut Vec<u8>) -> Result<(), IpcError> {
     buf.clear();
-    *buf = postcard::to_extend(req, std::mem::take(buf)).map_err(IpcError::Encode)?;
-    Ok(())
+    encode_into(req, buf).map_err(IpcError::Encode)
 }
 
 /// Decodes a request as the worker reads it.

@@ -222,15 +222,10 @@ struct CallBuffers {
 }
 
 thread_local! {
-    /// This thread's buffer for encoding posted requests (`with_post_buffer`).
+    /// This thread's buffer for encoding posted requests (`Conn::post_request`), so a stream of
+    /// posted enqueues encodes without allocating.
     static POST_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     static CALL_BUFFERS: RefCell<CallBuffers> = RefCell::new(CallBuffers::default());
-}
-
-/// Runs `f` with this thread's buffer for encoding posted requests, so a stream of posted
-/// enqueues encodes without allocating.
-fn with_post_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-    with_scratch(&POST_BUFFER, f)
 }
 
 /// Runs `f` with this thread's `scratch`; one nested in another use of it (it is borrowed) or on
@@ -681,9 +676,11 @@ impl Conn {
         let slot = self.open_lane()?;
         self.after_other_lanes(&slot.lane, request.op_name())?;
         let deadline = Deadline::for_op(self, request.op_name());
-        let posted = with_post_buffer(|bytes| match cloister_ipc::encode_request_into(request, bytes) {
-            Ok(()) => Ok(slot.lane.post(bytes, &|| deadline.alive(self))),
-            Err(_) => Err(CL_OUT_OF_HOST_MEMORY),
+        let posted = with_scratch(&POST_BUFFER, |bytes: &mut Vec<u8>| {
+            match cloister_ipc::encode_request_into(request, bytes) {
+                Ok(()) => Ok(slot.lane.post(bytes, &|| deadline.alive(self))),
+                Err(_) => Err(CL_OUT_OF_HOST_MEMORY),
+            }
         })?;
         match posted {
             Ok(()) => {

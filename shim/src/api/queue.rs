@@ -109,22 +109,24 @@ fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
 /// `clFlush` or `clFinish` on a queue already looked up (a direct transfer on a busy queue
 /// finishes it first).
 pub(super) fn flush_or_finish_queue(q: &Object, finish: bool) -> cl_int {
-    let mark = crate::pending::of(&q.conn).mark();
+    let settled = finish.then(|| super::enqueue::SettleAfter::new(q));
     let rc = q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e);
-    if finish && rc == CL_SUCCESS {
+    let finished = finish && rc == CL_SUCCESS;
+    if finished {
         if let Some(state) = q.data.queue_state() {
             state.blocking_call_returned();
         }
     }
-    if finish {
-        match rc {
+    if let Some(settled) = settled {
+        if finished {
             // Every command enqueued before the call is complete.
-            CL_SUCCESS => crate::pending::settle_finished(&q.conn, q.id, mark),
-            _ => crate::pending::settle(&q.conn, Some(q.id)),
+            settled.completed();
         }
-        if rc == CL_SUCCESS && q.conn.replays() {
-            crate::recovery::journal_of(&q.conn).finished(&q.conn, q.id);
-        }
+        // Settles now, before the journal's checkpoint reads anything back.
+        drop(settled);
+    }
+    if finished && q.conn.replays() {
+        crate::recovery::journal_of(&q.conn).finished(&q.conn, q.id);
     }
     rc
 }
