@@ -22,11 +22,14 @@
 //! word the other may sleep on issues `FUTEX_WAKE` only when a sleeper announced itself, so the
 //! fast path costs no system call at all.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+mod spin;
+
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::shm::SharedRegion;
 use crate::IpcError;
+pub use spin::{spin_budget, Spin};
 
 pub const HEADER_BYTES: usize = 4096;
 /// Largest encoded request or reply.
@@ -74,75 +77,6 @@ struct Header {
     /// The same for the application's waits for ring space: the worker wakes a poster once the
     /// ring is down to three quarters (not after every frame it takes), once per sleep.
     space_rung: AtomicU32,
-}
-
-/// `CLOISTER_SPIN_US`: the longest a wait spins before it sleeps (default 200 µs; 0 never spins).
-pub fn spin_budget() -> Duration {
-    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| Duration::from_micros(crate::settings::number("spin_us", None)))
-}
-
-/// The number of runnable threads on the machine now: `/proc/loadavg`'s fourth field
-/// ("0.50 0.40 0.30 3/250 12345"), or where the cage hides it (the worker's), `procs_running`
-/// in `/proc/stat`.
-fn runnable() -> Option<usize> {
-    if let Ok(s) = std::fs::read_to_string("/proc/loadavg") {
-        return s.split_whitespace().nth(3)?.split('/').next()?.parse().ok();
-    }
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    stat.lines().find_map(|l| l.strip_prefix("procs_running "))?.trim().parse().ok()
-}
-
-/// Whether some core is idle, so spinning costs nobody anything: no more runnable threads than
-/// cores (the spinner and its peer included), sampled at most every 20 ms; where neither source
-/// can be read the adaptive budget alone decides.
-fn core_idle() -> bool {
-    use std::sync::atomic::AtomicBool;
-    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    static NEXT_MS: AtomicU64 = AtomicU64::new(0);
-    static IDLE: AtomicBool = AtomicBool::new(true);
-    let now_ms = BASE.get_or_init(Instant::now).elapsed().as_millis() as u64;
-    if now_ms >= NEXT_MS.load(Ordering::Relaxed) {
-        NEXT_MS.store(now_ms + 20, Ordering::Relaxed);
-        // Read once: `available_parallelism` reads the cgroup's files (five system calls).
-        static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        IDLE.store(runnable().is_none_or(|r| r <= cpus), Ordering::Relaxed);
-    }
-    IDLE.load(Ordering::Relaxed)
-}
-
-/// How long one side spins before it sleeps: as long as recent waits lasted (twice that, plus a
-/// little), never more than `CLOISTER_SPIN_US`, halved after every wait that outlasted it, and
-/// not at all while no core is idle (a spinner would take the core from the very thread it
-/// waits for, or from the application's other work).
-pub struct Spin {
-    budget_ns: AtomicU64,
-}
-
-impl Default for Spin {
-    fn default() -> Self {
-        Self { budget_ns: AtomicU64::new(spin_budget().as_nanos() as u64) }
-    }
-}
-
-impl Spin {
-    /// How long the next wait may spin.
-    fn budget(&self) -> Duration {
-        let max = spin_budget();
-        if max.is_zero() || !core_idle() {
-            return Duration::ZERO;
-        }
-        Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed)).min(max)
-    }
-
-    /// Learns from a wait that lasted `waited`.
-    fn observe(&self, waited: Duration) {
-        let max = spin_budget().as_nanos() as u64;
-        let w = waited.as_nanos() as u64;
-        let next = if w <= max { (2 * w + 1000).min(max) } else { self.budget_ns.load(Ordering::Relaxed) / 2 };
-        self.budget_ns.store(next, Ordering::Relaxed);
-    }
 }
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
@@ -709,21 +643,5 @@ mod tests {
         assert_eq!(r, PostError::Ended(WaitEnd::PeerGone));
         assert!(posted >= 3);
         assert_eq!(client.post(&vec![0u8; MAX_POSTED], &|| true), Err(PostError::TooLarge));
-    }
-
-    #[test]
-    fn the_runnable_count_is_read() {
-        assert!(runnable().is_some_and(|n| n >= 1), "the test itself runs");
-    }
-
-    #[test]
-    fn spinning_follows_the_waits_and_backs_off() {
-        let s = Spin::default();
-        let max = spin_budget();
-        s.observe(Duration::from_micros(2));
-        assert!(Duration::from_nanos(s.budget_ns.load(Ordering::Relaxed)) <= Duration::from_micros(5));
-        s.observe(max * 4);
-        s.observe(max * 4);
-        assert!(Duration::from_nanos(s.budget_ns.load(Ordering::Relaxed)) <= Duration::from_micros(2));
     }
 }
