@@ -383,7 +383,7 @@ pub(crate) static RECORDER: std::sync::OnceLock<&'static RecorderHeader> = std::
 /// the shim vouched for) run without an answer, and a posted request the driver rejects is
 /// reported late (`LaneServer::late_failure`).
 fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
-    let server = LaneServer { worker, lane };
+    let server = LaneServer { worker, lane, pin_memo: Default::default() };
     let recorder = RECORDER.get().copied();
     let slot = recorder.and_then(FlightRecorder::claim_slot);
     let alive = || true;

@@ -33,8 +33,12 @@ impl Segments {
         &self,
         mut found: impl FnMut(&mut FastMap<u64, Arc<SharedRegion>>) -> Option<Arc<SharedRegion>>,
     ) -> Option<Arc<SharedRegion>> {
-        let deadline = Instant::now() + Duration::from_secs(5);
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        // Almost always there already: the clock is read only for a wait.
+        if let Some(r) = found(&mut map) {
+            return Some(r);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             if let Some(r) = found(&mut map) {
                 return Some(r);

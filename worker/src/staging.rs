@@ -16,6 +16,7 @@
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
@@ -59,18 +60,49 @@ pub struct Staging {
     /// `CLOISTER_DEBUG`: say on stderr what was pinned (tests look for it).
     debug: bool,
     state: Mutex<State>,
+    /// Moves whenever a pinning buffer or a queue's context is forgotten: a `PinMemo` taken
+    /// before says nothing any more.
+    generation: AtomicU64,
+}
+
+/// A lane's memory of `Staging::pin`'s lasting answers (a region pinned, the driver's refusal,
+/// a queue whose device gains nothing), so that a stream of transfers through the same regions
+/// (the lane's bulk area, the pooled segments it takes turns with) asks the shared state once
+/// per region, not once per transfer (a lock and three hash lookups: a third of the worker's
+/// own work per 4 KiB write). Valid while the staging's generation stays where it was.
+#[derive(Debug, Default)]
+pub struct PinMemo {
+    generation: u64,
+    /// Answers about a queue, whatever the region.
+    queues: FastMap<usize, bool>,
+    /// Answers about a region (by its base) on a queue.
+    regions: FastMap<(usize, usize), bool>,
+}
+
+/// The most region answers a `PinMemo` keeps (it starts again when full): a lane's bulk area
+/// and more than a segment pool's worth (63 transfers in flight take as many segments).
+const MEMO_ANSWERS: usize = 256;
+
+/// How long `pin`'s answer holds (until the generation moves).
+enum Lasting {
+    /// Only this time (a region seen once, not pinned yet).
+    Once,
+    /// For this region on this queue.
+    Region,
+    /// For every region on this queue.
+    Queue,
 }
 
 impl Default for Staging {
     fn default() -> Self {
-        Self { mode: Mode::from_env(), debug: cloister_ipc::settings::debug(), state: Mutex::default() }
+        Self::with_mode(Mode::from_env())
     }
 }
 
 impl Staging {
-    #[cfg(test)]
     fn with_mode(mode: Mode) -> Self {
-        Self { mode, debug: false, state: Mutex::default() }
+        let debug = cloister_ipc::settings::debug();
+        Self { mode, debug, state: Mutex::default(), generation: AtomicU64::new(0) }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -81,14 +113,48 @@ impl Staging {
     /// transfer through it, and says whether it is. Failures only cost speed: the transfer runs
     /// from pageable memory.
     pub fn pin(&self, queue: usize, base: *mut u8, len: usize) -> bool {
-        if self.mode == Mode::Plain || len == 0 {
-            return false;
+        self.pin_lasting(queue, base, len).0
+    }
+
+    /// `pin`, answered from `memo` where it holds a lasting answer for `queue` and `base`, and
+    /// remembered there when the answer lasts.
+    pub fn pin_remembered(&self, memo: &mut PinMemo, queue: usize, base: *mut u8, len: usize) -> bool {
+        let generation = self.generation.load(Ordering::Acquire);
+        if memo.generation != generation {
+            *memo = PinMemo { generation, ..PinMemo::default() };
+        }
+        let key = (queue, base as usize);
+        if let Some(&pinned) = memo.queues.get(&queue).or_else(|| memo.regions.get(&key)) {
+            return pinned;
+        }
+        let (pinned, lasting) = self.pin_lasting(queue, base, len);
+        match lasting {
+            Lasting::Once => {}
+            Lasting::Queue => {
+                memo.queues.insert(queue, pinned);
+            }
+            Lasting::Region => {
+                if memo.regions.len() >= MEMO_ANSWERS {
+                    memo.regions.clear();
+                }
+                memo.regions.insert(key, pinned);
+            }
+        }
+        pinned
+    }
+
+    fn pin_lasting(&self, queue: usize, base: *mut u8, len: usize) -> (bool, Lasting) {
+        if self.mode == Mode::Plain {
+            return (false, Lasting::Queue);
+        }
+        if len == 0 {
+            return (false, Lasting::Once);
         }
         let mut state = self.state();
-        let Some(ctx) = self.context_for(&mut state, queue) else { return false };
+        let Some(ctx) = self.context_for(&mut state, queue) else { return (false, Lasting::Queue) };
         let key = (ctx, base as usize);
         if !state.pinned.contains_key(&key) && state.seen_once.insert(key) {
-            return false;
+            return (false, Lasting::Once);
         }
         state.seen_once.remove(&key);
         let debug = self.debug;
@@ -112,7 +178,7 @@ impl Staging {
                 0
             }
         });
-        mem != 0
+        (mem != 0, Lasting::Region)
     }
 
     /// Whether transfers on `queue` go through pinned shared memory (a discrete device, or
@@ -138,6 +204,7 @@ impl Staging {
         let mut state = self.state();
         state.seen_once.retain(|(_, b)| *b != base as usize);
         state.pinned.retain(|(_, b), mem| *b != base as usize || release(*mem));
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Before a context's last release: its pinning buffers would keep it alive.
@@ -146,11 +213,13 @@ impl Staging {
         state.seen_once.retain(|(c, _)| *c != ctx);
         state.pinned.retain(|(c, _), mem| *c != ctx || release(*mem));
         state.queues.retain(|_, c| *c != Some(ctx));
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// A released queue's handle may come back for another context.
     pub fn forget_queue(&self, queue: usize) {
         self.state().queues.remove(&queue);
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     #[cfg(test)]
@@ -221,5 +290,33 @@ mod tests {
         assert_eq!(s.pinned_count(), 0);
         s.forget_region(0x1000 as *mut u8);
         s.forget_context(1);
+    }
+
+    /// A remembered answer holds for its queue (and region, where it is about one) until a
+    /// region, context or queue is forgotten.
+    #[test]
+    fn remembered_answers_hold_until_something_is_forgotten() {
+        let s = Staging::with_mode(Mode::Plain);
+        let mut memo = PinMemo::default();
+        assert!(!s.pin_remembered(&mut memo, 0x10, 0x1000 as *mut u8, 4096));
+        assert_eq!(memo.queues.get(&0x10), Some(&false), "plain: for the queue, any region");
+        // An answer "pinned" is believed for its region and queue only.
+        let pinned = |generation| PinMemo {
+            generation,
+            regions: [((0x10, 0x2000), true)].into_iter().collect(),
+            ..PinMemo::default()
+        };
+        memo = pinned(0);
+        assert!(s.pin_remembered(&mut memo, 0x10, 0x2000 as *mut u8, 4096));
+        assert!(!s.pin_remembered(&mut memo, 0x10, 0x3000 as *mut u8, 4096), "another region is asked");
+        memo = pinned(0);
+        assert!(!s.pin_remembered(&mut memo, 0x11, 0x2000 as *mut u8, 4096), "another queue is asked");
+        let forgets: [&dyn Fn(&Staging); 3] =
+            [&|s| s.forget_region(0x2000 as *mut u8), &|s| s.forget_context(7), &|s| s.forget_queue(0x10)];
+        for forget in forgets {
+            memo = pinned(s.generation.load(Ordering::Acquire));
+            forget(&s);
+            assert!(!s.pin_remembered(&mut memo, 0x10, 0x2000 as *mut u8, 4096), "a forgotten answer is asked again");
+        }
     }
 }

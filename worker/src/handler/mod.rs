@@ -136,6 +136,8 @@ pub struct Worker {
 pub struct LaneServer<'a> {
     pub worker: &'a Worker,
     pub lane: &'a Lane,
+    /// What staging last answered for a transfer of this lane (`Staging::pin_remembered`).
+    pub pin_memo: std::cell::RefCell<crate::staging::PinMemo>,
 }
 
 /// One `clGet*Info` call on the driver.
@@ -208,9 +210,13 @@ impl LaneServer<'_> {
     /// queue's context first (see `staging`), so the driver copies at the link's speed.
     fn staged(&self, queue: usize, d: &DataRef) -> Result<Staged, cl_int> {
         let (ptr, keep) = self.data(d)?;
+        let mut memo = self.pin_memo.borrow_mut();
         let pinned = match &keep {
-            Some(region) => self.worker.staging.pin(queue, region.as_ptr(), region.len()),
-            None => self.worker.staging.pin(queue, self.lane.bulk_ptr(), cloister_ipc::lane::BULK_CAP),
+            Some(region) => self.worker.staging.pin_remembered(&mut memo, queue, region.as_ptr(), region.len()),
+            None => {
+                let bulk = self.lane.bulk_ptr();
+                self.worker.staging.pin_remembered(&mut memo, queue, bulk, cloister_ipc::lane::BULK_CAP)
+            }
         };
         Ok(Staged { ptr, _keep: keep, in_lane: matches!(d, DataRef::Lane { .. }), pinned, queue })
     }
