@@ -18,8 +18,9 @@ use crate::conn::{Conn, ContextNotifyFn};
 use crate::handle::{MapArea, SharedView};
 use crate::mirror::Mirror;
 
-/// A journal this long is checkpointed at the next blocking read or `clFinish` even when that
-/// costs a read-back.
+/// A journal this long (or one command per `RECIPES_PER_CHECKPOINT_COMMAND` recipes, if that
+/// is more) is checkpointed at the next blocking read or `clFinish` even when that costs a
+/// read-back.
 const LONG_JOURNAL: usize = 64;
 
 /// A checkpoint that reads nothing back waits until the journal holds this many commands. It
@@ -28,10 +29,11 @@ const LONG_JOURNAL: usize = 64;
 /// cores 3 000 of the shim's 7 500 instructions per iteration: callgrind on `tools/measure/rt2.c`).
 const FREE_CHECKPOINT_MIN: usize = 16;
 
-/// A checkpoint walks every recipe, so a free one also waits for one journaled command per this
-/// many recipes: an application with 3 000 buffers paid that walk (about 100 000 instructions)
-/// every 16 commands, now at most a few recipes' worth per command.
-const RECIPES_PER_FREE_CHECKPOINT_COMMAND: usize = 4;
+/// A checkpoint walks every recipe, so it also waits for one journaled command per this many
+/// recipes: an application with 3 000 buffers paid that walk (about 100 000 instructions, and
+/// more with a read-back) every 16 commands (64 for one that reads back), now at most a few
+/// recipes' worth per command.
+const RECIPES_PER_CHECKPOINT_COMMAND: usize = 4;
 
 /// Most commands the journal holds: an application that never waits (so never gives a
 /// checkpoint) makes what its commands wrote lost instead of growing the journal without end.
@@ -461,8 +463,8 @@ pub struct State {
     lost: BTreeSet<ObjectId>,
     /// Every object some recipe needs (`Recipe::needs`), so that a release asks the recipes
     /// only about those: with 20 000 buffers each release walked them all (67 us each). A
-    /// superset between checkpoints: a removed recipe's needs stay until `checkpoint` gathers
-    /// them again. Grows in `insert_recipe`, `compiled` and `command_recorded`.
+    /// superset: a removed recipe's needs stay until a checkpoint that drops released recipes
+    /// gathers them again. Grows in `insert_recipe`, `compiled` and `command_recorded`.
     needed: FastSet<ObjectId>,
     pub(super) cmds: Vec<Cmd>,
     /// Memory the journal holds for known contents and write data (a kept segment counts whole),
@@ -922,7 +924,8 @@ impl State {
     /// was long enough ago (`READ_BACK_SPACING`), or the journal nears its limits, where it
     /// would be given up or its writes lost; and no command waits on a user event not set.
     pub(super) fn read_back_due(&self) -> bool {
-        let long = self.cmds.len() >= LONG_JOURNAL || self.bytes > budget() / 2;
+        let min = LONG_JOURNAL.max(self.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND);
+        let long = self.cmds.len() >= min || self.bytes > budget() / 2;
         let spaced = |(end, took): (Instant, Duration)| end.elapsed() >= took * READ_BACK_SPACING;
         long && (self.near_limits() || self.last_read_back.is_none_or(spaced)) && !self.held_by_user_event()
     }
@@ -940,10 +943,10 @@ impl State {
     /// 5% of the application's time at most); meanwhile the journal keeps the commands, and a
     /// replay runs them again from the last copy. Near the journal's limits it is taken anyway.
     /// Nor before the journal holds `FREE_CHECKPOINT_MIN` commands, or one per
-    /// `RECIPES_PER_FREE_CHECKPOINT_COMMAND` recipes.
+    /// `RECIPES_PER_CHECKPOINT_COMMAND` recipes.
     pub(super) fn free_checkpoint_due(&self) -> bool {
         let spaced = |at: Instant| at.elapsed() >= self.snapshots_took * READ_BACK_SPACING;
-        let long = self.cmds.len() >= FREE_CHECKPOINT_MIN.max(self.recipes.len() / RECIPES_PER_FREE_CHECKPOINT_COMMAND);
+        let long = self.cmds.len() >= FREE_CHECKPOINT_MIN.max(self.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND);
         self.near_limits() || (long && self.checkpointed_at.is_none_or(spaced))
     }
 
@@ -1406,6 +1409,9 @@ impl State {
             let keep = self.needed();
             self.recipes.retain(|id, _| keep.contains(id));
             self.released_kept = self.recipes.values().filter(|r| r.released).count();
+            // Only here can it shrink: the recipes' needs are gathered again (allocating per
+            // recipe: not at every checkpoint).
+            self.needed = self.recipes.values().flat_map(Recipe::needs).collect();
         }
         for (m, d) in fresh {
             if let Some(r) = self.recipes.get_mut(&m) {
@@ -1420,7 +1426,6 @@ impl State {
         }
         self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
         self.gather_lost();
-        self.needed = self.recipes.values().flat_map(Recipe::needs).collect();
     }
 }
 
@@ -1688,6 +1693,14 @@ mod tests {
         let long_ago = Instant::now().checked_sub(Duration::from_millis(200)).unwrap();
         st.last_read_back = Some((long_ago, Duration::from_millis(10)));
         assert!(st.read_back_due(), "190 ms after a 10 ms read-back");
+        // With many recipes to walk, one command per RECIPES_PER_CHECKPOINT_COMMAND of them.
+        let many = LONG_JOURNAL * RECIPES_PER_CHECKPOINT_COMMAND * 2;
+        (100..100 + many as ObjectId).for_each(|id| st.insert_recipe(id, Recipe::new(buffer(id, 4, 0))));
+        let needed = st.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND;
+        st.cmds.resize_with(needed - 1, || kernel_on(&[11]));
+        assert!(!st.read_back_due(), "not for {} commands and {} recipes", st.cmds.len(), st.recipes.len());
+        st.cmds.push(kernel_on(&[11]));
+        assert!(st.read_back_due(), "due at {needed} commands");
     }
 
     /// A checkpoint that reads nothing back waits while the copies of zero-copy buffers it
@@ -1711,11 +1724,11 @@ mod tests {
         assert!(st.free_checkpoint_due(), "190 ms after 10 ms of copies");
         st.snapshots_took = Duration::from_millis(11);
         assert!(!st.free_checkpoint_due(), "not 200 ms after 11 ms of them");
-        // With many recipes to walk, one command per RECIPES_PER_FREE_CHECKPOINT_COMMAND of them.
+        // With many recipes to walk, one command per RECIPES_PER_CHECKPOINT_COMMAND of them.
         st.snapshots_took = Duration::ZERO;
-        let many = FREE_CHECKPOINT_MIN * RECIPES_PER_FREE_CHECKPOINT_COMMAND * 2;
+        let many = FREE_CHECKPOINT_MIN * RECIPES_PER_CHECKPOINT_COMMAND * 2;
         (100..100 + many as ObjectId).for_each(|id| st.insert_recipe(id, Recipe::new(buffer(id, 4, 0))));
-        let needed = st.recipes.len() / RECIPES_PER_FREE_CHECKPOINT_COMMAND;
+        let needed = st.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND;
         st.cmds.resize_with(needed - 1, || kernel_on(&[11]));
         assert!(!st.free_checkpoint_due(), "not for {} commands and {} recipes", st.cmds.len(), st.recipes.len());
         st.cmds.push(kernel_on(&[11]));
