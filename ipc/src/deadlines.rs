@@ -106,6 +106,7 @@ pub fn class_of(op: &str) -> Class {
         | "EnqueueMapImage"
         | "EnqueueUnmapMemObject"
         | "FillMapping"
+        | "ReadBack"
         | "Release" => Class::Wait,
         _ => Class::Other,
     }
@@ -226,6 +227,7 @@ mod tests {
             ("SetEventCallback", Other),
             ("GetTimers", Info),
             ("DropSegment", Other),
+            ("ReadBack", Wait),
             ("SetKernelArg", Other),
             ("ProbeProgramReleaseCallback", Other),
             ("CreateCommandBuffer", Other),

@@ -607,6 +607,11 @@ wire_calls! {
     GetTimers { device: ObjectId, with_device: bool } -> TimersReply;
     /// The shim no longer uses this shared segment.
     DropSegment { segment: u64 } -> i32;
+    /// A replay checkpoint's read-back of many small buffers in one call: each of `reads` (a
+    /// buffer and its size, as the shim recorded it) is read whole into `segment`, one after
+    /// the other from its start (`read_back_offsets`), and the queue is finished. The shim
+    /// copies out only the sizes it asked for, at the offsets it computed.
+    ReadBack { queue: ObjectId, reads: Vec<(ObjectId, u64)>, segment: u64 } -> i32;
     /// The first `clSetKernelArg` of each shape (index, size, kind of value) goes to the driver
     /// at once, so its errors come from the call that caused them; later ones travel with the
     /// enqueue.
@@ -627,6 +632,22 @@ wire_calls! {
     /// Each event of `events` also in `release_settled` (the shim's own, which the application
     /// never saw) is released once its status is `CL_COMPLETE` or an error, in the same call.
     EventStatuses { events: Vec<ObjectId>, release_settled: Vec<ObjectId> } -> StatusesReply;
+}
+
+/// Where each read of a `ReadBack` of `sizes` lands in its segment, one after the other, each
+/// at a multiple of 64 bytes, and the bytes they take in all; `None` if that overflows. The shim
+/// and the worker each work them out from the sizes: no offset travels.
+pub fn read_back_offsets(sizes: impl IntoIterator<Item = u64>) -> Option<(Vec<u64>, u64)> {
+    let mut at = 0u64;
+    let offsets = sizes
+        .into_iter()
+        .map(|size| {
+            let start = at;
+            at = start.checked_add(size)?.checked_next_multiple_of(64)?;
+            Some(start)
+        })
+        .collect::<Option<Vec<u64>>>()?;
+    Some((offsets, at))
 }
 
 /// A borrowed byte string, encoded as postcard encodes bytes (its length, then the bytes, in one
@@ -886,3 +907,17 @@ status_only!(
     MapImageReply { row_pitch, slice_pitch },
     SyncPointReply { sync_point }
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_backs_land_one_after_the_other_on_64_byte_boundaries() {
+        assert_eq!(read_back_offsets([]), Some((vec![], 0)));
+        assert_eq!(read_back_offsets([4, 64, 65, 1]), Some((vec![0, 64, 128, 256], 320)));
+        assert_eq!(read_back_offsets([0, 0, 3]), Some((vec![0, 0, 0], 64)));
+        assert_eq!(read_back_offsets([u64::MAX - 10]), None, "overflow");
+        assert_eq!(read_back_offsets([1, u64::MAX - 63]), None);
+    }
+}

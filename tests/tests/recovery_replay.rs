@@ -180,6 +180,14 @@ fn staged_writes_kept_in_their_segments_run_through_a_crash() {
     assert_client_survives_fault_with("replay_staged", "enqueue:segv:once", "10", true, &[("CLOISTER_ZERO_COPY", "0")]);
 }
 
+/// Two hundred small buffers rewritten by a kernel each iteration, staged (zero-copy off): the
+/// checkpoints read them back many in one call (`ReadBack`), and the crash in iteration 10
+/// (the 2 037th NDRange) replays from what they read.
+#[test]
+fn many_small_buffers_read_back_together_run_through_a_crash() {
+    assert_client_survives_fault_with("replay_many", "enqueue:segv:once", "2037", true, &[("CLOISTER_ZERO_COPY", "0")]);
+}
+
 /// Images (initial data, row writes, a kernel reading through a sampler, image copies, whole
 /// blocking reads) are rebuilt with their contents.
 #[test]

@@ -13,7 +13,7 @@ use cloister_ipc::shm::KeptBytes;
 use cloister_ipc::*;
 
 use super::budget;
-use super::rebuild::read_memory;
+use super::rebuild::{read_back_items, ReadBackItem};
 use crate::conn::{Conn, ContextNotifyFn};
 use crate::handle::{MapArea, SharedView};
 use crate::mirror::Mirror;
@@ -1357,7 +1357,7 @@ impl State {
                 && (dirty.contains(h) || !self.recipes.get(h).is_some_and(|r| matches!(r.base, Base::Known(_))))
         });
         let is_have = |id: ObjectId| have.is_some_and(|(h, _)| h == id);
-        let missing: Vec<ObjectId> = dirty
+        let missing: BTreeSet<ObjectId> = dirty
             .into_iter()
             .filter(|m| !is_have(*m) && !self.in_place(*m) && self.recipes.get(m).is_some_and(|r| !r.released))
             .collect();
@@ -1384,17 +1384,20 @@ impl State {
                     return;
                 }
             }
-            for m in &missing {
-                let Some(r) = self.recipes.get(m) else { continue };
-                let Some(size) = r.buffer_size() else { continue };
-                let image = match &r.req {
-                    Request::CreateImage(i) => Some(image_box(&i.desc)),
-                    _ => None,
-                };
-                match read_memory(conn, queue, *m, size as usize, image) {
-                    Some(d) => fresh.push((*m, d)),
-                    None => return,
-                }
+            let items: Vec<ReadBackItem> = missing
+                .iter()
+                .filter_map(|&mem| {
+                    let r = self.recipes.get(&mem)?;
+                    let image = match &r.req {
+                        Request::CreateImage(i) => Some(image_box(&i.desc)),
+                        _ => None,
+                    };
+                    Some(ReadBackItem { mem, size: r.buffer_size()? as usize, image })
+                })
+                .collect();
+            match read_back_items(conn, queue, &items) {
+                Some(read) => fresh = read,
+                None => return,
             }
         }
         if let Some(started) = started {

@@ -21,13 +21,7 @@ use crate::mirror::Mirror;
 /// staged write's bytes): a read-back of a large buffer then allocates and copies nothing, and
 /// at the next one the segment the last one kept is free again (on 2 pocl cores a 64 MiB
 /// read-back took 27 ms with the copy into fresh memory, most of it faulting that memory in).
-pub(super) fn read_memory(
-    conn: &Conn,
-    queue: ObjectId,
-    mem: ObjectId,
-    size: usize,
-    image: Option<[u64; 3]>,
-) -> Option<Bytes> {
+fn read_memory(conn: &Conn, queue: ObjectId, mem: ObjectId, size: usize, image: Option<[u64; 3]>) -> Option<Bytes> {
     let seg = conn.acquire_segment(size).ok()?;
     let into = DataRef::Segment { id: seg.id, offset: 0, len: size as u64 };
     let sync = EnqueueSync::default();
@@ -57,6 +51,62 @@ pub(super) fn read_memory(
 /// Below this a read-back's bytes are copied out of their segment (cheap), which goes back to
 /// the pool at once, rather than keeping a segment of at least 64 KiB out of it.
 const KEEP_READ_MIN: usize = 64 << 10;
+
+/// The most bytes one `ReadBack` call reads.
+const READ_BACK_BATCH: usize = 4 << 20;
+
+/// What a checkpoint reads back: a buffer or image, its size in bytes, and an image's box.
+pub(super) struct ReadBackItem {
+    pub mem: ObjectId,
+    pub size: usize,
+    pub image: Option<[u64; 3]>,
+}
+
+/// Reads `items` back: buffers below `KEEP_READ_MIN` bytes together, `READ_BACK_BATCH` bytes a
+/// call (`ReadBack`: a checkpoint of thousands of small buffers paid a round trip each), the
+/// rest one by one (`read_memory`). `None` if any read failed.
+pub(super) fn read_back_items(conn: &Conn, queue: ObjectId, items: &[ReadBackItem]) -> Option<Vec<(ObjectId, Bytes)>> {
+    let mut out = Vec::with_capacity(items.len());
+    let (small, large): (Vec<&ReadBackItem>, Vec<&ReadBackItem>) =
+        items.iter().partition(|i| i.image.is_none() && i.size < KEEP_READ_MIN);
+    for i in large {
+        out.push((i.mem, read_memory(conn, queue, i.mem, i.size, i.image)?));
+    }
+    let mut batch: Vec<(ObjectId, u64)> = Vec::new();
+    let mut batch_bytes = 0;
+    for (n, i) in small.iter().enumerate() {
+        batch.push((i.mem, i.size as u64));
+        batch_bytes += i.size;
+        if batch_bytes >= READ_BACK_BATCH || n + 1 == small.len() {
+            out.extend(read_buffers(conn, queue, &batch)?);
+            batch.clear();
+            batch_bytes = 0;
+        }
+    }
+    Some(out)
+}
+
+/// One `ReadBack` call: the bytes of each buffer of `reads` (id and size), copied out of the
+/// segment at the offsets this side works out (`read_back_offsets`), as many as it asked for.
+fn read_buffers(conn: &Conn, queue: ObjectId, reads: &[(ObjectId, u64)]) -> Option<Vec<(ObjectId, Bytes)>> {
+    let (offsets, total) = read_back_offsets(reads.iter().map(|&(_, size)| size))?;
+    let seg = conn.acquire_segment(usize::try_from(total).ok()?).ok()?;
+    let rc = conn.call(ReadBack { queue, reads: reads.to_vec(), segment: seg.id });
+    let out = (rc == Ok(CL_SUCCESS)).then(|| {
+        reads
+            .iter()
+            .zip(offsets)
+            .map(|(&(mem, size), at)| {
+                // SAFETY: `at + size <= total`, and the segment holds at least `total` bytes
+                // (acquire_segment); the worker finished the reads before it replied.
+                let bytes = unsafe { std::slice::from_raw_parts(seg.region.as_ptr().add(at as usize), size as usize) };
+                (mem, Bytes::Copy(bytes.to_vec()))
+            })
+            .collect()
+    });
+    conn.release_segment(seg);
+    out
+}
 
 /// Runs a non-blocking read again, blocking, in `conn`, and puts its data where the
 /// application asked (it keeps that memory valid until the read's event completes, which it has

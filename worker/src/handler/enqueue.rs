@@ -57,6 +57,46 @@ impl Serve<EnqueueReadBuffer> for LaneServer<'_> {
     }
 }
 
+/// Reads enqueued non-blocking, one after the other, then one `clFinish`: a replay checkpoint
+/// that reads back thousands of small buffers pays one round trip, not one each. The queue is
+/// finished on every path, so no read writes into the segment after the reply.
+impl Serve<ReadBack> for LaneServer<'_> {
+    fn serve(&self, r: ReadBack) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let Some(seg) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE };
+        let Some((offsets, total)) = cloister_ipc::read_back_offsets(r.reads.iter().map(|&(_, size)| size)) else {
+            return CL_INVALID_VALUE;
+        };
+        let Some(base) = seg.slice_ptr(0, total) else { return CL_INVALID_VALUE };
+        let read = driver_fn!(q, clEnqueueReadBuffer);
+        let mut rc = CL_SUCCESS;
+        for (&(mem, size), at) in r.reads.iter().zip(offsets) {
+            let m = match self.obj(mem, Kind::Mem) {
+                Ok(m) => m,
+                Err(e) => {
+                    rc = e;
+                    break;
+                }
+            };
+            // SAFETY: `[at, at + size)` lies within the segment (`total` checked against it),
+            // which `seg` keeps mapped; the queue is finished below, before `seg` goes.
+            rc = unsafe {
+                read(q as _, m as _, CL_FALSE, 0, size as usize, base.add(at as usize).cast(), 0, null(), null_mut())
+            };
+            if rc != CL_SUCCESS {
+                break;
+            }
+        }
+        // SAFETY: live queue.
+        let finished = unsafe { driver_fn!(q, clFinish)(q as _) };
+        if rc == CL_SUCCESS {
+            finished
+        } else {
+            rc
+        }
+    }
+}
+
 impl Serve<EnqueueCopyBuffer> for LaneServer<'_> {
     fn serve(&self, r: EnqueueCopyBuffer) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
