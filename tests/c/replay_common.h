@@ -44,6 +44,13 @@ static void CL_CALLBACK notified(const char *errinfo, const void *p, size_t cb, 
     cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);   \
     STEP("queue", err)
 
+/* The start of a replay client's main: declares `iterations` and `sleep_ms` (ITERATIONS and
+ * SLEEP_MS from the command line, `replay_args`), then `REPLAY_OPEN`. */
+#define REPLAY_START(argc, argv, p, d, ctx, q, err)    \
+    int iterations, sleep_ms;                          \
+    replay_args(argc, argv, &iterations, &sleep_ms);   \
+    REPLAY_OPEN(p, d, ctx, q, err)
+
 /* Declares program `prog` made from `src` in `ctx`, built; a failing step ends main as STEP does. */
 #define REPLAY_PROGRAM(prog, ctx, src, err)                                     \
     cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);      \

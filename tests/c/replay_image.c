@@ -17,9 +17,7 @@ static const char *src =
     "}\n";
 
 int main(int argc, char **argv) {
-    int iterations, sleep_ms;
-    replay_args(argc, argv, &iterations, &sleep_ms);
-    REPLAY_OPEN(p, d, ctx, q, err);
+    REPLAY_START(argc, argv, p, d, ctx, q, err);
     cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
     STEP("program", err);
     STEP("build", clBuildProgram(prog, 0, NULL, NULL, NULL, NULL));

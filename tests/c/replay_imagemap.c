@@ -27,9 +27,7 @@ static const char *src =
 
 
 int main(int argc, char **argv) {
-    int iterations, sleep_ms;
-    replay_args(argc, argv, &iterations, &sleep_ms);
-    REPLAY_OPEN(p, d, ctx, q, err);
+    REPLAY_START(argc, argv, p, d, ctx, q, err);
     REPLAY_PROGRAM(prog, ctx, src, err);
     REPLAY_KERNEL(busy, prog, "busy", err);
     REPLAY_KERNEL(blend, prog, "blend", err);

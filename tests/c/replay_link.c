@@ -22,9 +22,7 @@ static const char *main_src =
     "}\n";
 
 int main(int argc, char **argv) {
-    int iterations, sleep_ms;
-    replay_args(argc, argv, &iterations, &sleep_ms);
-    REPLAY_OPEN(p, d, ctx, q, err);
+    REPLAY_START(argc, argv, p, d, ctx, q, err);
     /* The programs first, the header last: a rebuild must not compile before it exists. */
     cl_program lib = clCreateProgramWithSource(ctx, 1, &lib_src, NULL, &err);
     STEP("lib", err);

@@ -22,9 +22,7 @@ static const char *src =
     "}\n";
 
 int main(int argc, char **argv) {
-    int iterations, sleep_ms;
-    replay_args(argc, argv, &iterations, &sleep_ms);
-    REPLAY_OPEN(p, d, ctx, q, err);
+    REPLAY_START(argc, argv, p, d, ctx, q, err);
     REPLAY_PROGRAM(prog, ctx, src, err);
     /* Both kernels from clCreateKernelsInProgram, found by name (the driver's order is its own). */
     cl_kernel ks[2], mix = NULL, twist = NULL;

@@ -26,9 +26,7 @@ static const char *src =
 
 
 int main(int argc, char **argv) {
-    int iterations, sleep_ms;
-    replay_args(argc, argv, &iterations, &sleep_ms);
-    REPLAY_OPEN(p, d, ctx, q, err);
+    REPLAY_START(argc, argv, p, d, ctx, q, err);
     cl_command_queue q2 = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
     STEP("queue 2", err);
     REPLAY_PROGRAM(prog, ctx, src, err);
