@@ -19,8 +19,8 @@ use crate::handle::{MapArea, SharedView};
 use crate::mirror::Mirror;
 
 /// A journal this long (or one command per `RECIPES_PER_CHECKPOINT_COMMAND` recipes, if that
-/// is more) is checkpointed at the next blocking read or `clFinish` even when that costs a
-/// read-back.
+/// is more and no contents are lost) is checkpointed at the next blocking read or `clFinish`
+/// even when that costs a read-back.
 const LONG_JOURNAL: usize = 64;
 
 /// A checkpoint that reads nothing back waits until the journal holds this many commands. It
@@ -924,8 +924,9 @@ impl State {
     /// was long enough ago (`READ_BACK_SPACING`), or the journal nears its limits, where it
     /// would be given up or its writes lost; and no command waits on a user event not set.
     pub(super) fn read_back_due(&self) -> bool {
-        let min = LONG_JOURNAL.max(self.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND);
-        let long = self.cmds.len() >= min || self.bytes > budget() / 2;
+        // Lost contents are read back as soon as before: a crash meanwhile would lose them.
+        let per_recipes = if self.lost.is_empty() { self.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND } else { 0 };
+        let long = self.cmds.len() >= LONG_JOURNAL.max(per_recipes) || self.bytes > budget() / 2;
         let spaced = |(end, took): (Instant, Duration)| end.elapsed() >= took * READ_BACK_SPACING;
         long && (self.near_limits() || self.last_read_back.is_none_or(spaced)) && !self.held_by_user_event()
     }
@@ -1704,6 +1705,10 @@ mod tests {
         assert!(!st.read_back_due(), "not for {} commands and {} recipes", st.cmds.len(), st.recipes.len());
         st.cmds.push(kernel_on(&[11]));
         assert!(st.read_back_due(), "due at {needed} commands");
+        st.cmds.truncate(LONG_JOURNAL);
+        assert!(!st.read_back_due());
+        st.lose(100);
+        assert!(st.read_back_due(), "lost contents are read back after LONG_JOURNAL commands");
     }
 
     /// A checkpoint that reads nothing back waits while the copies of zero-copy buffers it
