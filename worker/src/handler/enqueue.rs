@@ -68,6 +68,8 @@ impl Serve<ReadBack> for LaneServer<'_> {
             return CL_INVALID_VALUE;
         };
         let Some(base) = seg.slice_ptr(0, total) else { return CL_INVALID_VALUE };
+        // A pooled segment comes back for the next checkpoint: pinned then, as any transfer's.
+        self.worker.staging.pin_remembered(&mut self.pin_memo.borrow_mut(), q, seg.as_ptr(), seg.len());
         let read = driver_fn!(q, clEnqueueReadBuffer);
         let mut rc = CL_SUCCESS;
         for (&(mem, size), at) in r.reads.iter().zip(offsets) {
