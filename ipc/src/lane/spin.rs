@@ -75,8 +75,8 @@ pub(super) fn core_idle() -> bool {
 
 /// How long one side spins before it sleeps: as long as recent waits lasted (twice that, plus a
 /// little), never more than `CLOISTER_SPIN_US`, halved after every wait that outlasted it, and
-/// not at all while no core is idle (a spinner would take the core from the
-/// very thread it waits for, or from the application's other work).
+/// not at all while no core is idle (a spinner would take the core from the very thread it
+/// waits for, or from the application's other work).
 pub struct Spin {
     budget_ns: AtomicU64,
 }
