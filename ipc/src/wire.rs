@@ -701,28 +701,41 @@ pub enum Frame<'a> {
     },
 }
 
+/// What a request that may be posted is, for the report of its failure (`Request::posted`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Posted<'a> {
+    /// An enqueue: a failure is reported later (its event fails, the queue remembers the code).
+    Enqueue { queue: ObjectId, sync: &'a EnqueueSync },
+    /// The release of a memory object, kernel or sampler, which succeeds whatever the driver
+    /// says (the shim has forgotten the handle already, as it does when the worker is dead).
+    Release,
+}
+
 impl Request {
-    /// For a request that may be posted (sent without waiting for its reply): its queue and
-    /// its wait list and event. Only enqueues whose reply is a bare status qualify, so a
-    /// failure can be reported later (the event fails, the queue remembers the code); the
-    /// worker refuses anything else that arrives posted.
-    pub fn posted(&self) -> Option<(ObjectId, &EnqueueSync)> {
+    /// For a request that may be posted (sent without waiting for its reply): what it is. Only
+    /// requests whose reply is a bare status and whose failure can be reported later (or does
+    /// not matter) qualify; the worker refuses anything else that arrives posted. A posted
+    /// request still runs after every request the application made before it, on any thread
+    /// (the shim waits for other lanes to drain first, as for a call).
+    pub fn posted(&self) -> Option<Posted<'_>> {
+        let enqueue = |queue, sync| Some(Posted::Enqueue { queue, sync });
         match self {
-            Request::EnqueueNdRange(r) => Some((r.queue, &r.sync)),
-            Request::EnqueueCopyBuffer(r) => Some((r.queue, &r.sync)),
-            Request::EnqueueFillBuffer(r) => Some((r.queue, &r.sync)),
-            Request::EnqueueMarkerOrBarrier(r) => Some((r.queue, &r.sync)),
-            Request::EnqueueUnmapMemObject(r) => Some((r.queue, &r.sync)),
+            Request::EnqueueNdRange(r) => enqueue(r.queue, &r.sync),
+            Request::EnqueueCopyBuffer(r) => enqueue(r.queue, &r.sync),
+            Request::EnqueueFillBuffer(r) => enqueue(r.queue, &r.sync),
+            Request::EnqueueMarkerOrBarrier(r) => enqueue(r.queue, &r.sync),
+            Request::EnqueueUnmapMemObject(r) => enqueue(r.queue, &r.sync),
             // Only a non-blocking one from a segment: the lane's bulk area is reused by the next
             // call, and a blocking write must not return before the data is in the buffer.
             Request::EnqueueWriteBuffer(r) if !r.blocking && matches!(r.data, DataRef::Segment { .. }) => {
-                Some((r.queue, &r.sync))
+                enqueue(r.queue, &r.sync)
             }
             // A non-blocking read into a segment of its own: the shim copies out of it only once
             // the event says complete (a rejected read's event fails instead: `late_failure`).
             Request::EnqueueReadBuffer(r) if !r.blocking && matches!(r.into, DataRef::Segment { .. }) => {
-                Some((r.queue, &r.sync))
+                enqueue(r.queue, &r.sync)
             }
+            Request::Release(_) => Some(Posted::Release),
             _ => None,
         }
     }
@@ -911,6 +924,27 @@ status_only!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn releases_and_vouched_enqueues_may_be_posted_and_nothing_else() {
+        assert_eq!(Request::Release(Release { object: 7 }).posted(), Some(Posted::Release));
+        let sync = EnqueueSync::default();
+        let write = |blocking, data| {
+            Request::EnqueueWriteBuffer(EnqueueWriteBuffer {
+                queue: 3,
+                mem: 4,
+                blocking,
+                offset: 0,
+                data,
+                sync: sync.clone(),
+            })
+        };
+        let segment = DataRef::Segment { id: 1, offset: 0, len: 4 };
+        assert_eq!(write(false, segment).posted(), Some(Posted::Enqueue { queue: 3, sync: &sync }));
+        assert_eq!(write(true, segment).posted(), None, "a blocking write waits for its reply");
+        assert_eq!(write(false, DataRef::Lane { offset: 0, len: 4 }).posted(), None, "the lane is reused");
+        assert_eq!(Request::FlushOrFinish(FlushOrFinish { queue: 3, finish: true }).posted(), None);
+    }
 
     #[test]
     fn read_backs_land_one_after_the_other_on_64_byte_boundaries() {

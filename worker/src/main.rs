@@ -22,7 +22,7 @@ use cloister_ipc::handshake::PROTOCOL_VERSION;
 use cloister_ipc::lane::{Lane, WorkKind, LANE_BYTES};
 use cloister_ipc::recorder::{FlightRecorder, RecorderHeader, RECORDER_FD};
 use cloister_ipc::shm::SharedRegion;
-use cloister_ipc::{channel, dispatch_into, Enumerated, ShimMessage, WorkerMessage, WORKER_ID_BIT};
+use cloister_ipc::{channel, dispatch_into, Enumerated, Posted, ShimMessage, WorkerMessage, WORKER_ID_BIT};
 
 use handler::{LaneServer, Worker};
 use objects::Kind;
@@ -434,7 +434,13 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                 // Only what may be posted runs; anything else (which the shim never posts) is
                 // dropped, as nobody waits for its answer.
                 if let Ok(req) = cloister_ipc::decode_request(&bytes) {
-                    if let Some((queue, sync)) = req.posted().map(|(q, s)| (q, s.clone())) {
+                    // A posted release's failure goes unreported: releases succeed.
+                    let late = match req.posted() {
+                        Some(Posted::Enqueue { queue, sync }) => Some(Some((queue, sync.clone()))),
+                        Some(Posted::Release) => Some(None),
+                        None => None,
+                    };
+                    if let Some(late) = late {
                         let op = req.op_index();
                         // Noted before the driver runs it, so a crash or hang inside names the call.
                         let recorded = cloister_ipc::deadlines::recorded_index(&req);
@@ -448,7 +454,7 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                             Ok(()) => cloister_ipc::decode_status(&status).unwrap_or(CL_OUT_OF_RESOURCES),
                             Err(_) => CL_OUT_OF_RESOURCES,
                         };
-                        if code != CL_SUCCESS {
+                        if let (false, Some((queue, sync))) = (code == CL_SUCCESS, late) {
                             server.late_failure(queue, &sync, op, code);
                         }
                     }
