@@ -888,11 +888,6 @@ impl State {
             .collect()
     }
 
-    /// Whether a journaled command uses the memory of `mem` (its storage's).
-    fn used(&mut self, mem: ObjectId) -> bool {
-        self.uses(mem)
-    }
-
     /// Whether a journaled command uses `id`, or memory whose storage is `id`. Asks the
     /// summary's index of uses, brought up to the journal's end first: a release or a change
     /// asked every command before, quadratic in releases after a long stream of commands.
@@ -925,7 +920,7 @@ impl State {
     /// would be given up or its writes lost; and no command waits on a user event not set.
     pub(super) fn read_back_due(&self) -> bool {
         // Lost contents are read back as soon as before: a crash meanwhile would lose them.
-        let per_recipes = if self.lost.is_empty() { self.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND } else { 0 };
+        let per_recipes = if self.lost.is_empty() { self.commands_per_recipe_walk() } else { 0 };
         let long = self.cmds.len() >= LONG_JOURNAL.max(per_recipes) || self.bytes > budget() / 2;
         let spaced = |(end, took): (Instant, Duration)| end.elapsed() >= took * READ_BACK_SPACING;
         long && (self.near_limits() || self.last_read_back.is_none_or(spaced)) && !self.held_by_user_event()
@@ -947,8 +942,14 @@ impl State {
     /// `RECIPES_PER_CHECKPOINT_COMMAND` recipes.
     pub(super) fn free_checkpoint_due(&self) -> bool {
         let spaced = |at: Instant| at.elapsed() >= self.snapshots_took * READ_BACK_SPACING;
-        let long = self.cmds.len() >= FREE_CHECKPOINT_MIN.max(self.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND);
+        let long = self.cmds.len() >= FREE_CHECKPOINT_MIN.max(self.commands_per_recipe_walk());
         self.near_limits() || (long && self.checkpointed_at.is_none_or(spaced))
+    }
+
+    /// The journaled commands a checkpoint waits for at least, as it walks every recipe
+    /// (`RECIPES_PER_CHECKPOINT_COMMAND`).
+    fn commands_per_recipe_walk(&self) -> usize {
+        self.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND
     }
 
     /// Whether a journaled command waits on a user event the application has not set: a
@@ -968,7 +969,7 @@ impl State {
     /// lands in its memory at once needs no record.
     pub(super) fn in_place_unused(&mut self, mem: ObjectId) -> bool {
         let mem = self.storage(mem);
-        self.recipes.get(&mem).is_some_and(|r| matches!(r.base, Base::InPlace)) && !self.used(mem)
+        self.recipes.get(&mem).is_some_and(|r| matches!(r.base, Base::InPlace)) && !self.uses(mem)
     }
 
     /// For a change that has landed in `mem`'s memory (the shim copied it there itself):
@@ -976,7 +977,7 @@ impl State {
     /// buffer in place or never written, that no journaled command uses). It is in place then.
     pub(super) fn lands_in_place(&mut self, mem: ObjectId) -> bool {
         let mem = self.storage(mem);
-        let used = self.used(mem);
+        let used = self.uses(mem);
         match self.recipes.get_mut(&mem) {
             Some(r) if r.view.is_some() && !used && matches!(r.base, Base::InPlace | Base::Undefined) => {
                 r.base = Base::InPlace;
@@ -990,7 +991,7 @@ impl State {
     fn changing(&mut self, mem: ObjectId, idempotent: bool) {
         let mem = self.storage(mem);
         let in_place = self.recipes.get(&mem).is_some_and(|r| matches!(r.base, Base::InPlace));
-        if in_place && (!idempotent || self.used(mem)) {
+        if in_place && (!idempotent || self.uses(mem)) {
             self.snapshot(mem);
         }
     }
@@ -1172,9 +1173,14 @@ impl State {
         r.base = base;
     }
 
+    /// The recipes whose contents are lost, found by walking them all (`lost` indexes them).
+    fn walk_lost(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost)).map(|(&id, _)| id)
+    }
+
     /// `lost` gathered again from the recipes, after a change of many (a checkpoint).
     fn gather_lost(&mut self) {
-        self.lost = self.recipes.iter().filter(|(_, r)| matches!(r.base, Base::Lost)).map(|(&id, _)| id).collect();
+        self.lost = self.walk_lost().collect();
     }
 
     /// Whether `needed` holds every recipe's needs (checked in debug builds).
@@ -1185,8 +1191,7 @@ impl State {
     /// Whether `lost` names exactly the recipes whose contents are lost (checked in debug
     /// builds: the whole test suite then checks every path that changes a recipe).
     fn lost_in_step(&self) -> bool {
-        self.lost.iter().all(|id| self.recipes.get(id).is_some_and(|r| matches!(r.base, Base::Lost)))
-            && self.recipes.values().filter(|r| matches!(r.base, Base::Lost)).count() == self.lost.len()
+        self.lost.iter().copied().eq(self.walk_lost())
     }
 
     /// Brings `summary` up to the journal's end. Appending commands needs nothing else; a
@@ -1681,6 +1686,18 @@ mod tests {
         assert!(j.with(|s| s.recipes[&11].released && !s.recipes.contains_key(&12)), "a needed parent is kept");
     }
 
+    /// With twice `floor` times `RECIPES_PER_CHECKPOINT_COMMAND` buffers more (ids from 100), a
+    /// checkpoint is `due` at one journaled command per that many recipes, not before.
+    fn due_at_one_command_per_recipes(st: &mut State, floor: usize, due: fn(&State) -> bool) {
+        let many = floor * RECIPES_PER_CHECKPOINT_COMMAND * 2;
+        (100..100 + many as ObjectId).for_each(|id| st.insert_recipe(id, Recipe::new(buffer(id, 4, 0))));
+        let needed = st.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND;
+        st.cmds.resize_with(needed - 1, || kernel_on(&[11]));
+        assert!(!due(st), "not for {} commands and {} recipes", st.cmds.len(), st.recipes.len());
+        st.cmds.push(kernel_on(&[11]));
+        assert!(due(st), "due at {needed} commands");
+    }
+
     /// Read-backs are spaced by what the last one took, except near the journal's limits.
     #[test]
     fn read_back_checkpoints_are_spaced_by_their_cost() {
@@ -1697,14 +1714,7 @@ mod tests {
         let long_ago = Instant::now().checked_sub(Duration::from_millis(200)).unwrap();
         st.last_read_back = Some((long_ago, Duration::from_millis(10)));
         assert!(st.read_back_due(), "190 ms after a 10 ms read-back");
-        // With many recipes to walk, one command per RECIPES_PER_CHECKPOINT_COMMAND of them.
-        let many = LONG_JOURNAL * RECIPES_PER_CHECKPOINT_COMMAND * 2;
-        (100..100 + many as ObjectId).for_each(|id| st.insert_recipe(id, Recipe::new(buffer(id, 4, 0))));
-        let needed = st.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND;
-        st.cmds.resize_with(needed - 1, || kernel_on(&[11]));
-        assert!(!st.read_back_due(), "not for {} commands and {} recipes", st.cmds.len(), st.recipes.len());
-        st.cmds.push(kernel_on(&[11]));
-        assert!(st.read_back_due(), "due at {needed} commands");
+        due_at_one_command_per_recipes(&mut st, LONG_JOURNAL, State::read_back_due);
         st.cmds.truncate(LONG_JOURNAL);
         assert!(!st.read_back_due());
         st.lose(100);
@@ -1732,15 +1742,8 @@ mod tests {
         assert!(st.free_checkpoint_due(), "190 ms after 10 ms of copies");
         st.snapshots_took = Duration::from_millis(11);
         assert!(!st.free_checkpoint_due(), "not 200 ms after 11 ms of them");
-        // With many recipes to walk, one command per RECIPES_PER_CHECKPOINT_COMMAND of them.
         st.snapshots_took = Duration::ZERO;
-        let many = FREE_CHECKPOINT_MIN * RECIPES_PER_CHECKPOINT_COMMAND * 2;
-        (100..100 + many as ObjectId).for_each(|id| st.insert_recipe(id, Recipe::new(buffer(id, 4, 0))));
-        let needed = st.recipes.len() / RECIPES_PER_CHECKPOINT_COMMAND;
-        st.cmds.resize_with(needed - 1, || kernel_on(&[11]));
-        assert!(!st.free_checkpoint_due(), "not for {} commands and {} recipes", st.cmds.len(), st.recipes.len());
-        st.cmds.push(kernel_on(&[11]));
-        assert!(st.free_checkpoint_due(), "due at {needed} commands");
+        due_at_one_command_per_recipes(&mut st, FREE_CHECKPOINT_MIN, State::free_checkpoint_due);
     }
 
     /// A write's staged bytes are kept where they were staged, not copied, and held (so not
