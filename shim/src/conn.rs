@@ -670,14 +670,14 @@ impl Conn {
 
     /// `post` for a request built already (which the caller keeps: replay journals it).
     pub fn post_request(&self, request: &Request) -> Result<cl_int, cl_int> {
-        let posted = request.posted();
-        if strict() || posted.is_none() || self.contexts_made.load(Ordering::Acquire) > 1 {
+        let kind = request.posted();
+        if strict() || kind.is_none() || self.contexts_made.load(Ordering::Acquire) > 1 {
             return self.call_request(request);
         }
         // A release posted from another thread (a language runtime's finalizer) orders nothing
         // of this thread's: it does not make the connection one of many posters, which would cost
         // the eventless writes (`posts_alone`) and every call a look at other lanes.
-        let enqueue = matches!(posted, Some(cloister_ipc::Posted::Enqueue { .. }));
+        let enqueue = matches!(kind, Some(cloister_ipc::Posted::Enqueue { .. }));
         let slot = self.open_lane()?;
         self.after_other_lanes(&slot.lane, request.op_name())?;
         let deadline = Deadline::for_op(self, request.op_name());

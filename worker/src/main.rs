@@ -434,13 +434,12 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                 // Only what may be posted runs; anything else (which the shim never posts) is
                 // dropped, as nobody waits for its answer.
                 if let Ok(req) = cloister_ipc::decode_request(&bytes) {
-                    // A posted release's failure goes unreported: releases succeed.
-                    let late = match req.posted() {
-                        Some(Posted::Enqueue { queue, sync }) => Some(Some((queue, sync.clone()))),
-                        Some(Posted::Release) => Some(None),
-                        None => None,
-                    };
-                    if let Some(late) = late {
+                    if let Some(posted) = req.posted() {
+                        // A posted release's failure goes unreported: releases succeed.
+                        let late = match posted {
+                            Posted::Enqueue { queue, sync } => Some((queue, sync.clone())),
+                            Posted::Release => None,
+                        };
                         let op = req.op_index();
                         // Noted before the driver runs it, so a crash or hang inside names the call.
                         let recorded = cloister_ipc::deadlines::recorded_index(&req);

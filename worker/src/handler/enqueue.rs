@@ -63,13 +63,13 @@ impl Serve<EnqueueReadBuffer> for LaneServer<'_> {
 impl Serve<ReadBack> for LaneServer<'_> {
     fn serve(&self, r: ReadBack) -> i32 {
         let q = tri!(self.obj(r.queue, Kind::Queue));
-        let Some(seg) = self.worker.segments.get(r.segment) else { return CL_INVALID_VALUE };
         let Some((offsets, total)) = cloister_ipc::read_back_offsets(r.reads.iter().map(|&(_, size)| size)) else {
             return CL_INVALID_VALUE;
         };
-        let Some(base) = seg.slice_ptr(0, total) else { return CL_INVALID_VALUE };
-        // A pooled segment comes back for the next checkpoint: pinned then, as any transfer's.
-        self.worker.staging.pin_remembered(&mut self.pin_memo.borrow_mut(), q, seg.as_ptr(), seg.len());
+        // The segment, bounded by `total` and pinned as any transfer's (a pooled one comes back
+        // for the next checkpoint).
+        let staged = tri!(self.staged(q, &DataRef::Segment { id: r.segment, offset: 0, len: total }));
+        let base = staged.ptr;
         let read = driver_fn!(q, clEnqueueReadBuffer);
         let mut rc = CL_SUCCESS;
         for (&(mem, size), at) in r.reads.iter().zip(offsets) {
@@ -80,8 +80,8 @@ impl Serve<ReadBack> for LaneServer<'_> {
                     break;
                 }
             };
-            // SAFETY: `[at, at + size)` lies within the segment (`total` checked against it),
-            // which `seg` keeps mapped; the queue is finished below, before `seg` goes.
+            // SAFETY: `[at, at + size)` lies within the segment (`staged` checked `total` against
+            // it), which `staged` keeps mapped; the queue is finished below, before it goes.
             rc = unsafe {
                 read(q as _, m as _, CL_FALSE, 0, size as usize, base.add(at as usize).cast(), 0, null(), null_mut())
             };
