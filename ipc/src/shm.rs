@@ -109,12 +109,36 @@ impl SharedRegion {
 
     /// Returns `[offset, offset+len)` as a raw pointer if it lies inside the region.
     pub fn slice_ptr(&self, offset: u64, len: u64) -> Option<*mut u8> {
+        Mapped::slice_ptr(self, offset, len)
+    }
+}
+
+/// Shared memory mapped in this process, with or without its fd: a region or a mapping.
+pub trait Mapped {
+    /// The mapping's start and length.
+    fn mapped(&self) -> (NonNull<u8>, usize);
+
+    /// `[offset, offset + len)` as a raw pointer, if it lies inside the mapping.
+    fn slice_ptr(&self, offset: u64, len: u64) -> Option<*mut u8> {
+        let (base, map_len) = self.mapped();
         let end = offset.checked_add(len)?;
-        if end > self.len as u64 {
+        if end > map_len as u64 {
             return None;
         }
         // SAFETY: offset is within the mapping, checked above.
-        Some(unsafe { self.base.as_ptr().add(offset as usize) })
+        Some(unsafe { base.as_ptr().add(offset as usize) })
+    }
+}
+
+impl Mapped for SharedRegion {
+    fn mapped(&self) -> (NonNull<u8>, usize) {
+        (self.base, self.len)
+    }
+}
+
+impl Mapped for SharedMapping {
+    fn mapped(&self) -> (NonNull<u8>, usize) {
+        (self.base, self.len)
     }
 }
 
@@ -152,6 +176,11 @@ impl SharedMapping {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Returns `[offset, offset+len)` as a raw pointer if it lies inside the mapping.
+    pub fn slice_ptr(&self, offset: u64, len: u64) -> Option<*mut u8> {
+        Mapped::slice_ptr(self, offset, len)
     }
 }
 

@@ -12,6 +12,8 @@
 //! Both sides copy a spilled message out of the segment before decoding it (the peer still has
 //! the segment mapped). Over a byte stream every frame would simply be `Inline`.
 
+use crate::shm::Mapped;
+#[cfg(test)]
 use crate::shm::SharedRegion;
 use crate::{Frame, IpcError, RawBytes};
 
@@ -60,7 +62,7 @@ pub fn decode(bytes: &[u8]) -> Result<Frame<'_>, IpcError> {
 }
 
 /// A copy of the first `len` bytes of `region`, if it holds that many.
-pub fn read_segment(region: &SharedRegion, len: u64) -> Option<Vec<u8>> {
+pub fn read_segment(region: &impl Mapped, len: u64) -> Option<Vec<u8>> {
     let src = region.slice_ptr(0, len)?;
     let len = usize::try_from(len).ok()?;
     let mut out = Vec::new();
@@ -75,7 +77,7 @@ pub fn read_segment(region: &SharedRegion, len: u64) -> Option<Vec<u8>> {
 }
 
 /// Writes `bytes` to the start of `region`; false if it does not fit.
-pub fn write_segment(region: &SharedRegion, bytes: &[u8]) -> bool {
+pub fn write_segment(region: &impl Mapped, bytes: &[u8]) -> bool {
     let Some(dst) = region.slice_ptr(0, bytes.len() as u64) else { return false };
     // SAFETY: `dst` has room for `bytes.len()` bytes (checked by slice_ptr); a segment never
     // overlaps our own heap.
@@ -146,7 +148,7 @@ impl LaneSpill {
     /// shim sent. Returns the frame to post, or why this lane cannot answer (the worker treats
     /// that as its own fault). A `TimeIt` request is answered `Timed`, with the time `serve`
     /// took: the only clock reads are for requests that ask.
-    pub fn serve<S: std::ops::Deref<Target = SharedRegion>>(
+    pub fn serve<S: std::ops::Deref<Target = M>, M: Mapped>(
         &mut self,
         msg: &[u8],
         segment: impl Fn(u64) -> Option<S>,
@@ -169,7 +171,7 @@ impl LaneSpill {
 
     /// `serve` without the timing, for the decoded `frame` (a `TimeIt` in it is no request):
     /// the answer is `self.out` from the offset returned.
-    fn answer<S: std::ops::Deref<Target = SharedRegion>>(
+    fn answer<S: std::ops::Deref<Target = M>, M: Mapped>(
         &mut self,
         frame: Result<Frame<'_>, IpcError>,
         segment: impl Fn(u64) -> Option<S>,
@@ -183,14 +185,14 @@ impl LaneSpill {
             Ok(Frame::Inline(RawBytes(request))) => serve(request, &mut self.out),
             Ok(Frame::InSegment { segment: id, len }) => {
                 let region = segment(id).ok_or_else(|| format!("request segment {id} never arrived"))?;
-                let request = read_segment(&region, len)
+                let request = read_segment(&*region, len)
                     .ok_or_else(|| format!("request of {len} bytes does not fit segment {id}"))?;
                 serve(&request, &mut self.out)
             }
             Ok(Frame::Fetch { segment: id }) => {
                 let held = held.ok_or("asked to fetch a reply it does not hold")?;
                 let region = segment(id).ok_or_else(|| format!("reply segment {id} never arrived"))?;
-                if !write_segment(&region, &held) {
+                if !write_segment(&*region, &held) {
                     return Err(format!("a reply of {} bytes does not fit segment {id}", held.len()));
                 }
                 return Ok(self.put(&Frame::Fetched { len: held.len() as u64 }));

@@ -359,6 +359,17 @@ impl DataRef {
     }
 }
 
+/// Where a zero-copy buffer's memory lies, in a segment the shim sent (`CreateBuffer`).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferMemory {
+    /// The whole segment, this buffer's alone: the worker takes it out of its table.
+    Whole { segment: u64 },
+    /// `offset` bytes into a slab that small buffers share (one segment sent for many
+    /// buffers): it stays in the worker's table until the shim drops it, and stays mapped
+    /// until the last buffer in it is destroyed.
+    Slab { segment: u64, offset: u64 },
+}
+
 /// A kernel argument as recorded by `clSetKernelArg` in the shim and shipped with the enqueue.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum ArgValue {
@@ -471,13 +482,13 @@ wire_calls! {
         id: ObjectId, context: ObjectId, device: ObjectId, properties: Option<Vec<u64>>,
     } -> i32;
     /// `properties` is `Some` for `clCreateBufferWithProperties`.
-    /// `memory`: a zero-copy buffer's own memory, a segment of at least `size` bytes the
-    /// shim sent (and filled with any `CL_MEM_COPY_HOST_PTR` data): the worker creates the
-    /// buffer with `CL_MEM_USE_HOST_PTR` over it, keeps it mapped as long as the driver's
-    /// buffer lives, and drops the segment's fd.
+    /// `memory`: a zero-copy buffer's own memory, `size` bytes in a segment the shim sent
+    /// (and filled with any `CL_MEM_COPY_HOST_PTR` data): the worker creates the buffer with
+    /// `CL_MEM_USE_HOST_PTR` over them and keeps them mapped as long as the driver's buffer
+    /// lives.
     CreateBuffer {
         id: ObjectId, context: ObjectId, properties: Option<Vec<u64>>, flags: u64, size: u64,
-        host_data: Option<DataRef>, memory: Option<u64>,
+        host_data: Option<DataRef>, memory: Option<BufferMemory>,
     } -> i32;
     CreateSubBuffer { id: ObjectId, buffer: ObjectId, flags: u64, origin: u64, size: u64 } -> i32;
     /// `host_data` holds the application's host memory with the pitches of `desc`.

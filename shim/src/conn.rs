@@ -23,10 +23,14 @@ use cloister_ipc::handshake::Hello;
 use cloister_ipc::lane::{Lane, PostError, WaitEnd};
 use cloister_ipc::shm::SharedRegion;
 use cloister_ipc::{
-    channel, decode_reply, Call, Enumerated, Notification, ObjectId, ObjectKind, Request, ShimMessage, WorkerMessage,
+    channel, decode_reply, BufferMemory, Call, Enumerated, Notification, ObjectId, ObjectKind, Request, ShimMessage,
+    WorkerMessage,
 };
 
+mod slabs;
 mod spill;
+
+pub use slabs::SLAB_ITEM_MAX;
 
 pub type ContextNotifyFn = unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void);
 pub type BuildNotifyFn = unsafe extern "C" fn(cl_program, *mut c_void);
@@ -73,6 +77,8 @@ pub struct Conn {
     death_told_cv: Condvar,
     /// Shared segments not in use, kept mapped on both sides for the next transfer or map.
     segment_pool: Mutex<Vec<Segment>>,
+    /// Slabs that small zero-copy buffers are carved out of (`buffer_memory`).
+    slabs: slabs::Slabs,
     /// Told when the worker dies (the runtime starts a replacement).
     pub death_watcher: OnceLock<Arc<dyn DeathWatcher>>,
     /// Every lane ever opened, so a death can wake the threads sleeping on them at once.
@@ -310,6 +316,14 @@ pub trait DeathWatcher: Send + Sync {
 /// A shared-memory segment for bulk data, mapped here and in the worker under `id`. The
 /// region is shared with replay's journal when it keeps a write's data where the write staged
 /// it (`Segment::kept`): the pool does not hand it out again while the journal holds it.
+/// A zero-copy buffer's memory (`Conn::buffer_memory`): `offset` bytes into `mapping`, which
+/// the worker knows as `memory`.
+pub struct BufferPlace {
+    pub mapping: Arc<cloister_ipc::shm::SharedMapping>,
+    pub offset: usize,
+    pub memory: BufferMemory,
+}
+
 pub struct Segment {
     pub id: u64,
     pub region: Arc<SharedRegion>,
@@ -456,6 +470,7 @@ impl Conn {
             death_told: Mutex::new(false),
             death_told_cv: Condvar::new(),
             segment_pool: Mutex::new(Vec::new()),
+            slabs: slabs::Slabs::default(),
             lanes: Mutex::new(Vec::new()),
             first_poster: AtomicUsize::new(0),
             many_posters: AtomicBool::new(false),
@@ -874,6 +889,41 @@ impl Conn {
         let region = SharedRegion::create("cloister-segment", len).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let id = self.share_region(&region)?;
         Ok(Segment { id, region: Arc::new(region) })
+    }
+
+    /// Memory for a zero-copy buffer of `len` bytes whose devices want it aligned to `align`
+    /// bytes (a power of two; a page at the most, which a segment's start always is): bytes of
+    /// a slab for a small buffer (`slabs`), else a segment of its own. The worker has been sent
+    /// it; hand it back to `buffer_placed` once the `CreateBuffer` naming it is answered.
+    pub fn buffer_memory(&self, len: usize, align: usize) -> Result<BufferPlace, cl_int> {
+        if len <= SLAB_ITEM_MAX && align.is_power_of_two() && align <= 4096 {
+            let carved = self.slabs.carve(len, align, || {
+                let region =
+                    SharedRegion::create("cloister-slab", slabs::SLAB_LEN).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+                Ok::<_, cl_int>((self.share_region(&region)?, region.into_mapping()))
+            })?;
+            if let Some(segment) = carved.retired {
+                let _ = self.call(cloister_ipc::DropSegment { segment });
+            }
+            let memory = BufferMemory::Slab { segment: carved.segment, offset: carved.offset as u64 };
+            return Ok(BufferPlace { mapping: carved.mapping, offset: carved.offset, memory });
+        }
+        let region = SharedRegion::create("cloister-buffer", len).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        let segment = self.share_region(&region)?;
+        Ok(BufferPlace { mapping: Arc::new(region.into_mapping()), offset: 0, memory: BufferMemory::Whole { segment } })
+    }
+
+    /// The `CreateBuffer` naming `place` was answered (`created`: with success). A segment of
+    /// the buffer's own that the worker may not have taken, or a retired slab with nothing in
+    /// flight any more, is dropped in the worker.
+    pub fn buffer_placed(&self, place: &BufferPlace, created: bool) {
+        let unused = match place.memory {
+            BufferMemory::Whole { segment } => (!created).then_some(segment),
+            BufferMemory::Slab { segment, .. } => self.slabs.placed(segment),
+        };
+        if let Some(segment) = unused {
+            let _ = self.call(cloister_ipc::DropSegment { segment });
+        }
     }
 
     /// Sends the worker a region under a fresh segment id (the fd goes with the message, so

@@ -1,7 +1,9 @@
 /* Data integrity of transfers and maps (issue 12): random bytes at odd sizes and offsets, both
  * ways, blocking and not; sub-buffers; overlapping read maps beside a write map; a map's writes
  * seen by a kernel and a kernel's writes seen by a map; COPY_HOST_PTR initial contents;
- * USE_HOST_PTR memory kept in step; thousands of large buffers under a low descriptor limit.
+ * USE_HOST_PTR memory kept in step; hundreds of small buffers side by side (the cage carves them
+ * out of shared slabs), created and released in turns; thousands of large buffers under a low
+ * descriptor limit.
  *
  * Every check compares against a reference copy kept in host memory. A failed check prints FAIL
  * and exits 1; the last line is "data integrity ok". Sizes straddle the cage's thresholds: the
@@ -296,6 +298,57 @@ static void direct_rules(void) {
   printf("direct transfer rules ok\n");
 }
 
+/* Small buffers of odd sizes up to 70 KiB (the cage's slabs take up to 64 KiB each, 1 MiB a
+ * slab), with and without COPY_HOST_PTR contents, kernels and writes into each, a map of each,
+ * and every other one released as the next are made (released neighbours must not disturb the
+ * living, nor the new ones take their bytes while they live). */
+static void small_buffers(void) {
+  enum { COUNT = 400 };
+  static cl_mem ms[COUNT];
+  static unsigned char *refs[COUNT];
+  static size_t ns[COUNT];
+  cl_int err;
+  for (int i = 0; i < COUNT; i++) {
+    size_t n = ns[i] = 1 + next() % (70 << 10);
+    refs[i] = malloc(n);
+    randomize(refs[i], n);
+    int copy = i % 3 != 0;
+    ms[i] = clCreateBuffer(ctx, CL_MEM_READ_WRITE | (copy ? CL_MEM_COPY_HOST_PTR : 0), n, copy ? refs[i] : NULL, &err);
+    CHECK(err);
+    if (!copy) CHECK(clEnqueueWriteBuffer(q, ms[i], CL_TRUE, 0, n, refs[i], 0, NULL, NULL));
+    run_add1(ms[i], n);
+    for (size_t k = 0; k < n; k++) refs[i][k] += 1;
+    /* Every other older buffer goes while newer ones are made beside it. */
+    if (i >= 8 && i % 2 == 0) {
+      int old = i - 8;
+      check_all(ms[old], refs[old], ns[old], "small buffer before its release");
+      CHECK(clReleaseMemObject(ms[old]));
+      ms[old] = NULL;
+    }
+  }
+  for (int i = 0; i < COUNT; i++) {
+    if (!ms[i]) continue;
+    size_t n = ns[i], off, len;
+    range(n, &off, &len);
+    unsigned char *p = clEnqueueMapBuffer(q, ms[i], CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, off, len, 0, NULL, NULL, &err);
+    CHECK(err);
+    same(p, refs[i] + off, len, "small buffer map", n);
+    randomize(p, len);
+    memcpy(refs[i] + off, p, len);
+    CHECK(clEnqueueUnmapMemObject(q, ms[i], p, 0, NULL, NULL));
+    run_add1(ms[i], n);
+    for (size_t k = 0; k < n; k++) refs[i][k] += 1;
+  }
+  for (int i = 0; i < COUNT; i++) {
+    if (ms[i]) {
+      check_all(ms[i], refs[i], ns[i], "small buffer");
+      CHECK(clReleaseMemObject(ms[i]));
+    }
+    free(refs[i]);
+  }
+  printf("%d small buffers ok\n", COUNT);
+}
+
 static void many_buffers(void) {
   enum { COUNT = 3000 };
   struct rlimit lim = { 256, 256 };
@@ -340,6 +393,7 @@ int main(void) {
   direct_rules();
   host_ptr_flags(4096);
   host_ptr_flags((1 << 20) + 3);
+  small_buffers();
   many_buffers();
   CHECK(clReleaseKernel(add1));
   CHECK(clReleaseProgram(prog));

@@ -35,10 +35,16 @@ fn spinners() -> usize {
 fn every_workload_is_measured_both_ways_under_load() {
     let doc = bench(&["--quick", "--json", "--load", "1"]);
     assert_eq!(doc["load"].as_u64(), Some(1), "{doc:#}");
-    let mut expected: Vec<String> =
-        ["platform_init", "info_query", "set_kernel_arg", "enqueue_stream_2000", "enqueue_finish_roundtrip"]
-            .map(String::from)
-            .into();
+    let mut expected: Vec<String> = [
+        "platform_init",
+        "info_query",
+        "create_release_4k",
+        "set_kernel_arg",
+        "enqueue_stream_2000",
+        "enqueue_finish_roundtrip",
+    ]
+    .map(String::from)
+    .into();
     for size in ["4k", "1m", "64m"] {
         for op in ["write", "read"] {
             expected.push(format!("{op}_{size}"));

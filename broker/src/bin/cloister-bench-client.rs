@@ -316,6 +316,13 @@ fn main() {
                 );
             }
         });
+        bench.measure("create_release_4k", Throughput::None, 100, |n| {
+            for _ in 0..n {
+                let b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, null_mut(), &mut err);
+                check("clCreateBuffer", err);
+                check("clReleaseMemObject", clReleaseMemObject(b));
+            }
+        });
         let mut v = 0i32;
         let set_args = |v: i32| {
             check(

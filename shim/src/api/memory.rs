@@ -9,7 +9,6 @@ use std::ffi::c_void;
 use cloister_ipc::cl::*;
 use cloister_ipc::image::{element_size, host_extent};
 use cloister_ipc::lane::BULK_CAP;
-use cloister_ipc::shm::SharedRegion;
 use cloister_ipc::{Call, CreateBuffer, CreateImage, CreatePipe, CreateSubBuffer, DataRef, ImageDesc, InfoTarget};
 
 use super::{create, creation, forward_info, retain_release};
@@ -111,19 +110,22 @@ pub(super) fn every_device(ctx: &Object, param: cl_uint, accept: fn(u64) -> bool
     if let Some(v) = ctx.cached_info(key, |v| v == [1]) {
         return v;
     }
-    let all = (|| {
-        let devices = info::query(ctx, InfoTarget::Context, 0, CL_CONTEXT_DEVICES).ok()?;
-        let mut all = !devices.is_empty();
-        for h in devices.chunks_exact(std::mem::size_of::<usize>()) {
-            let h = usize::from_ne_bytes(h.try_into().ok()?);
-            let dev = lookup(h as *const c_void, Kind::Device).ok()?;
-            all &= accept(device_value(&dev, param)?);
-        }
-        Some(all)
-    })()
-    .unwrap_or(false);
+    let all = device_values(ctx, param).is_some_and(|v| !v.is_empty() && v.into_iter().all(accept));
     ctx.cache_info(key, vec![all as u8]);
     all
+}
+
+/// What each device of `ctx` answers to `param` (a `cl_uint` or `cl_bitfield` query); `None`
+/// when a query fails.
+fn device_values(ctx: &Object, param: cl_uint) -> Option<Vec<u64>> {
+    let devices = info::query(ctx, InfoTarget::Context, 0, CL_CONTEXT_DEVICES).ok()?;
+    devices
+        .chunks_exact(std::mem::size_of::<usize>())
+        .map(|h| {
+            let h = usize::from_ne_bytes(h.try_into().ok()?);
+            device_value(&*lookup(h as *const c_void, Kind::Device).ok()?, param)
+        })
+        .collect()
 }
 
 /// A device's answer to `param`, a `cl_uint` or `cl_bitfield` query.
@@ -182,14 +184,13 @@ fn create_zero_copy_buffer(
     host_ptr: *mut c_void,
 ) -> Result<*mut c_void, cl_int> {
     let conn = &ctx.conn;
-    let region = SharedRegion::create("cloister-buffer", size).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+    let place = conn.buffer_memory(size, base_alignment(ctx))?;
     if !host_ptr.is_null() {
-        // SAFETY: COPY_HOST_PTR: the application's memory holds `size` bytes; so does the region.
-        unsafe { cloister_ipc::copy::copy(region.as_ptr(), host_ptr.cast::<u8>(), size) };
+        // SAFETY: COPY_HOST_PTR: the application's memory holds `size` bytes; so does the
+        // placed memory, at its offset.
+        unsafe { cloister_ipc::copy::copy(place.mapping.as_ptr().add(place.offset), host_ptr.cast::<u8>(), size) };
     }
-    let segment = conn.share_region(&region)?;
-    // The fd travelled with the message: this side needs only the mapping.
-    let view = SharedView { memory: std::sync::Arc::new(region.into_mapping()), offset: 0, len: size };
+    let view = SharedView { memory: place.mapping.clone(), offset: place.offset, len: size };
     let recorded = conn.replays().then(|| view.clone());
     let r = create(conn, Kind::Mem, ObjData::shared_mem(ctx.id, flags, view), |id| {
         let req = CreateBuffer {
@@ -201,15 +202,26 @@ fn create_zero_copy_buffer(
             host_data: None,
             memory: None,
         };
-        let rc = conn.call(CreateBuffer { memory: Some(segment), ..req.clone() });
+        let rc = conn.call(CreateBuffer { memory: Some(place.memory), ..req.clone() });
         record_buffer(conn, req, host_ptr, size, recorded, &rc);
         rc
     });
-    if r.is_err() {
-        // The worker may not have taken the segment (it refused the call before): it forgets it.
-        let _ = conn.call(cloister_ipc::DropSegment { segment });
-    }
+    conn.buffer_placed(&place, r.is_ok());
     r
+}
+
+/// The alignment every device of `ctx` wants of a buffer's memory (`CL_DEVICE_MEM_BASE_ADDR_ALIGN`,
+/// in bits), at least 128 bytes. Kept in the context's info cache, under a key apart from
+/// `every_device`'s.
+fn base_alignment(ctx: &Object) -> usize {
+    let key = (CL_DEVICE_MEM_BASE_ADDR_ALIGN, u64::MAX - 1);
+    if let Some(Ok(v)) = ctx.cached_info(key, |v| v.try_into().map(usize::from_ne_bytes)) {
+        return v;
+    }
+    let bits = device_values(ctx, CL_DEVICE_MEM_BASE_ADDR_ALIGN).unwrap_or_default().into_iter().max().unwrap_or(0);
+    let align = ((bits / 8) as usize).max(128).next_power_of_two();
+    ctx.cache_info(key, align.to_ne_bytes().to_vec());
+    align
 }
 
 /// In replay mode, records a buffer just created, with its initial contents or, for a

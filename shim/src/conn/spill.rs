@@ -41,7 +41,7 @@ pub(crate) fn exchange<R>(
         send(&[spill::inline_header(request.len()).as_bytes(), request], reply)?;
     } else {
         let seg = conn.acquire_segment(request.len())?;
-        let posted = if spill::write_segment(&seg.region, request) {
+        let posted = if spill::write_segment(&*seg.region, request) {
             send(&[&spill::encode(&Frame::InSegment { segment: seg.id, len: request.len() as u64 })], reply)
         } else {
             Err(CL_OUT_OF_HOST_MEMORY)
@@ -71,7 +71,7 @@ fn fetch(
     let mut answer = Vec::new();
     let asked = round_trip(&[&spill::encode(&Frame::Fetch { segment: seg.id })], &mut answer);
     let fetched = match asked.map(|()| spill::decode(&answer)) {
-        Ok(Ok(Frame::Fetched { len: got })) if got == len => spill::read_segment(&seg.region, len),
+        Ok(Ok(Frame::Fetched { len: got })) if got == len => spill::read_segment(&*seg.region, len),
         Ok(_) => None,
         Err(e) => {
             give_back(conn, seg);

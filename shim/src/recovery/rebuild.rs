@@ -633,24 +633,26 @@ pub(super) fn rebuild_buffer(
     let flags = b.flags & !(CL_MEM_COPY_HOST_PTR | CL_MEM_USE_HOST_PTR);
     if let Some(old) = &r.view {
         let size = b.size as usize;
-        let region =
-            cloister_ipc::shm::SharedRegion::create("cloister-buffer", size).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        // The old view's offset in its slab says how it was aligned.
+        let align = 1usize << old.offset.trailing_zeros().min(12);
+        let place = conn.buffer_memory(size, align)?;
+        // SAFETY: the placed memory holds `size` bytes at its offset.
+        let to = unsafe { place.mapping.as_ptr().add(place.offset) };
         if let Some(d) = &data {
-            // SAFETY: the region holds `size` bytes; the checkpoint's bytes are valid for their
-            // length, in another mapping.
-            unsafe { cloister_ipc::copy::copy(region.as_ptr(), d.as_ptr(), d.len().min(size)) };
+            // SAFETY: the checkpoint's bytes are valid for their length, in another mapping.
+            unsafe { cloister_ipc::copy::copy(to, d.as_ptr(), d.len().min(size)) };
         } else if let (Base::InPlace, Some(at)) = (&r.base, old.at(0, old.len.min(size))) {
             // SAFETY: `at` is the old memory's first `min(len, size)` bytes (checked by `at`),
-            // which the dead worker can no longer change; the region holds `size` bytes.
-            unsafe { cloister_ipc::copy::copy(region.as_ptr(), at.cast_const(), old.len.min(size)) };
+            // which the dead worker can no longer change.
+            unsafe { cloister_ipc::copy::copy(to, at.cast_const(), old.len.min(size)) };
         }
-        let segment = conn.share_region(&region)?;
-        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: size };
-        let rc = conn.call(CreateBuffer { flags, host_data: None, memory: Some(segment), ..b.clone() })?;
-        if rc == CL_SUCCESS {
+        let view = SharedView { memory: place.mapping.clone(), offset: place.offset, len: size };
+        let rc = conn.call(CreateBuffer { flags, host_data: None, memory: Some(place.memory), ..b.clone() });
+        conn.buffer_placed(&place, rc == Ok(CL_SUCCESS));
+        if rc? == CL_SUCCESS {
             views.insert(b.id, view);
         }
-        return Ok(rc);
+        return rc;
     }
     match data {
         Some(d) => with_kept(conn, &d, |data| CreateBuffer {

@@ -227,7 +227,7 @@ impl LaneServer<'_> {
     /// are read straight into the segment the application sees (the driver's DMA, at the
     /// link's speed), instead of mapping them into host memory and copying that into the segment.
     /// The event answers `CL_COMMAND_MAP_BUFFER`, as the application asked.
-    fn map_by_reading(&self, r: &EnqueueMapBuffer, q: usize, m: usize, segment: Arc<SharedRegion>) -> cl_int {
+    fn map_by_reading(&self, r: &EnqueueMapBuffer, q: usize, m: usize, segment: Arc<SharedMapping>) -> cl_int {
         let (offset, size) = (r.offset as usize, r.size as usize);
         self.worker.staging.pin(q, segment.as_ptr(), segment.len());
         let rc = if r.flags & CL_MAP_WRITE_INVALIDATE_REGION != 0 {

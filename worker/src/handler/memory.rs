@@ -5,22 +5,23 @@ use super::*;
 impl Serve<CreateBuffer> for LaneServer<'_> {
     fn serve(&self, r: CreateBuffer) -> i32 {
         let ctx = tri!(self.obj(r.context, Kind::Context));
-        // A zero-copy buffer lives in the segment the shim sent: USE_HOST_PTR over it (its
-        // initial contents, if any, are already there).
+        // A zero-copy buffer lives in the segment the shim sent: USE_HOST_PTR over its `size`
+        // bytes there (its initial contents, if any, are already there).
         let memory = match r.memory {
-            Some(id) => {
-                let region = tri!(self.worker.segments.take(id).ok_or(CL_INVALID_VALUE));
-                if (region.len() as u64) < r.size || r.host_data.is_some() {
-                    return CL_INVALID_VALUE;
-                }
-                Some(region)
+            Some(BufferMemory::Whole { segment }) => {
+                Some((tri!(self.worker.segments.take(segment).ok_or(CL_INVALID_VALUE)), 0))
+            }
+            Some(BufferMemory::Slab { segment, offset }) => {
+                Some((tri!(self.worker.segments.get(segment).ok_or(CL_INVALID_VALUE)), offset))
             }
             None => None,
         };
         let (flags, host) = match (&memory, &r.host_data) {
-            (Some(region), _) => {
-                ((r.flags & !(CL_MEM_COPY_HOST_PTR | CL_MEM_ALLOC_HOST_PTR)) | CL_MEM_USE_HOST_PTR, region.as_ptr())
-            }
+            (Some(_), Some(_)) => return CL_INVALID_VALUE,
+            (Some((region, offset)), None) => (
+                (r.flags & !(CL_MEM_COPY_HOST_PTR | CL_MEM_ALLOC_HOST_PTR)) | CL_MEM_USE_HOST_PTR,
+                tri!(region.slice_ptr(*offset, r.size).ok_or(CL_INVALID_VALUE)),
+            ),
             (None, Some(d)) => {
                 if d.len() != r.size {
                     return CL_INVALID_VALUE;
@@ -43,7 +44,7 @@ impl Serve<CreateBuffer> for LaneServer<'_> {
                 unsafe { f(ctx as _, flags, r.size as usize, host.cast(), &mut rc) }
             }
         };
-        if let (Some(region), CL_SUCCESS, false) = (memory, rc, m.is_null()) {
+        if let (Some((region, _)), CL_SUCCESS, false) = (memory, rc, m.is_null()) {
             keep_until_destroyed(m as usize, region);
         }
         self.adopt(r.id, Kind::Mem, m, rc)

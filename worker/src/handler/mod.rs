@@ -33,7 +33,7 @@ use cloister_ipc::cl::*;
 use cloister_ipc::fast_hash::{FastMap, FastSet};
 use cloister_ipc::image::{self, Strided};
 use cloister_ipc::lane::Lane;
-use cloister_ipc::shm::SharedRegion;
+use cloister_ipc::shm::SharedMapping;
 use cloister_ipc::wire::{handle_layout, map_handles, HandleLayout};
 use cloister_ipc::*;
 
@@ -45,7 +45,7 @@ use crate::{driver_fn, ext_fn};
 /// Where the application sees a mapping: a segment holding the mapped rows, packed, or (a
 /// zero-copy buffer) the buffer's own shared memory at the mapped offset.
 enum View {
-    Segment(Arc<SharedRegion>),
+    Segment(Arc<SharedMapping>),
     InPlace(usize),
 }
 
@@ -193,7 +193,7 @@ impl LaneServer<'_> {
     }
 
     /// Resolves bulk data to a pointer into shared memory, bounds-checked.
-    fn data(&self, d: &DataRef) -> Result<(*mut u8, Option<Arc<SharedRegion>>), cl_int> {
+    fn data(&self, d: &DataRef) -> Result<(*mut u8, Option<Arc<SharedMapping>>), cl_int> {
         match *d {
             DataRef::Lane { offset, len } => {
                 self.lane.bulk_range(offset, len).map(|p| (p, None)).ok_or(CL_INVALID_VALUE)
@@ -654,25 +654,16 @@ impl Serve<DropSegment> for LaneServer<'_> {
 }
 
 /// Keeps a zero-copy buffer's memory mapped until the driver destroys the buffer (after its
-/// last release and its last command), then unmaps it. The fd is closed at once (both sides
-/// have mapped it): an application with thousands of buffers must not run out of descriptors.
-fn keep_until_destroyed(m: usize, region: Arc<SharedRegion>) -> cl_int {
+/// last release and its last command), then lets it go: a segment of the buffer's own is
+/// unmapped then, a slab once the segment table and every buffer in it have let it go.
+fn keep_until_destroyed(m: usize, memory: Arc<SharedMapping>) -> cl_int {
     unsafe extern "C" fn destroyed(_m: *mut c_void, user_data: *mut c_void) {
         // SAFETY: user_data is the box leaked below, handed to exactly this one callback.
-        drop(unsafe { Box::from_raw(user_data.cast::<cloister_ipc::shm::SharedMapping>()) });
+        drop(unsafe { Box::from_raw(user_data.cast::<Arc<SharedMapping>>()) });
     }
     // Looked up first: without the callback the memory is never unmapped under the driver.
     let set_destructor = driver_fn!(m, clSetMemObjectDestructorCallback);
-    let region = match Arc::try_unwrap(region) {
-        Ok(region) => region,
-        Err(shared) => {
-            // Another lane still holds it (a shim naming the segment twice): kept mapped for
-            // good, never unmapped under the driver.
-            std::mem::forget(shared);
-            return CL_SUCCESS;
-        }
-    };
-    let user_data = Box::into_raw(Box::new(region.into_mapping()));
+    let user_data = Box::into_raw(Box::new(memory));
     // SAFETY: m is the live buffer just created; the callback has the destructor signature.
     // If the driver refuses, the box stays leaked: mapped for the worker's life, never unmapped
     // under the driver.
@@ -690,7 +681,7 @@ fn notify_pair(token: Option<u64>, cb: *mut c_void) -> (*mut c_void, *mut c_void
 pub(crate) struct Staged {
     pub ptr: *mut u8,
     /// The segment it lies in, kept mapped while the transfer is served.
-    _keep: Option<Arc<SharedRegion>>,
+    _keep: Option<Arc<SharedMapping>>,
     /// In the lane's bulk area (else in a segment).
     in_lane: bool,
     /// Pinned in the queue's context.
