@@ -100,6 +100,7 @@ pub const CL_DEVICE_NAME: cl_uint = 0x102B;
 pub const CL_DRIVER_VERSION: cl_uint = 0x102D;
 pub const CL_DEVICE_HOST_UNIFIED_MEMORY: cl_uint = 0x1035;
 pub const CL_DEVICE_MEM_BASE_ADDR_ALIGN: cl_uint = 0x1019;
+pub const CL_DEVICE_MAX_MEM_ALLOC_SIZE: cl_uint = 0x1010;
 pub const CL_DEVICE_PLATFORM: cl_uint = 0x1031;
 pub const CL_DEVICE_PARENT_DEVICE: cl_uint = 0x1042;
 pub const CL_DEVICE_REFERENCE_COUNT: cl_uint = 0x1047;

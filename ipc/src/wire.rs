@@ -720,6 +720,11 @@ pub enum Posted<'a> {
     /// The release of a memory object, kernel or sampler, which succeeds whatever the driver
     /// says (the shim has forgotten the handle already, as it does when the worker is dead).
     Release,
+    /// A buffer's creation, with no bytes of the application's to carry: a failure leaves the
+    /// id failed with the driver's code, which each later use of it returns (a driver may
+    /// allocate a buffer's memory at its first use, and its enqueues then fail so:
+    /// `CL_MEM_OBJECT_ALLOCATION_FAILURE`), and the context's callback hears it.
+    Create { context: ObjectId, id: ObjectId },
 }
 
 impl Request {
@@ -747,6 +752,8 @@ impl Request {
                 enqueue(r.queue, &r.sync)
             }
             Request::Release(_) => Some(Posted::Release),
+            // Its bytes, if any, would be in the lane or a pooled segment, both reused at once.
+            Request::CreateBuffer(r) if r.host_data.is_none() => Some(Posted::Create { context: r.context, id: r.id }),
             _ => None,
         }
     }
@@ -937,7 +944,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn releases_and_vouched_enqueues_may_be_posted_and_nothing_else() {
+    fn releases_vouched_enqueues_and_creations_may_be_posted_and_nothing_else() {
         assert_eq!(Request::Release(Release { object: 7 }).posted(), Some(Posted::Release));
         let sync = EnqueueSync::default();
         let write = |blocking, data| {
@@ -955,6 +962,22 @@ mod tests {
         assert_eq!(write(true, segment).posted(), None, "a blocking write waits for its reply");
         assert_eq!(write(false, DataRef::Lane { offset: 0, len: 4 }).posted(), None, "the lane is reused");
         assert_eq!(Request::FlushOrFinish(FlushOrFinish { queue: 3, finish: true }).posted(), None);
+        let create = |host_data, memory| {
+            Request::CreateBuffer(CreateBuffer {
+                id: 9,
+                context: 2,
+                properties: None,
+                flags: 0,
+                size: 64,
+                host_data,
+                memory,
+            })
+        };
+        assert_eq!(create(None, None).posted(), Some(Posted::Create { context: 2, id: 9 }));
+        let slab = Some(BufferMemory::Slab { segment: 1, offset: 128 });
+        assert_eq!(create(None, slab).posted(), Some(Posted::Create { context: 2, id: 9 }));
+        assert_eq!(create(Some(DataRef::Lane { offset: 0, len: 64 }), None).posted(), None, "the lane is reused");
+        assert_eq!(create(Some(segment), None).posted(), None, "so is a pooled segment");
     }
 
     #[test]

@@ -179,7 +179,7 @@ impl Drop for LaneSlot {
     }
 }
 
-/// `CLOISTER_SYNC=1`: strict mode, every enqueue waits for its reply (errors come from the call).
+/// `CLOISTER_SYNC=1`: strict mode, every enqueue and buffer creation waits for its reply (errors come from the call).
 pub fn strict() -> bool {
     static STRICT: OnceLock<bool> = OnceLock::new();
     *STRICT.get_or_init(cloister_ipc::settings::sync_mode)
@@ -692,7 +692,7 @@ impl Conn {
         // A release posted from another thread (a language runtime's finalizer) orders nothing
         // of this thread's: it does not make the connection one of many posters, which would cost
         // the eventless writes (`posts_alone`) and every call a look at other lanes.
-        let enqueue = matches!(kind, Some(cloister_ipc::Posted::Enqueue { .. }));
+        let orders = matches!(kind, Some(cloister_ipc::Posted::Enqueue { .. } | cloister_ipc::Posted::Create { .. }));
         let slot = self.open_lane()?;
         self.after_other_lanes(&slot.lane, request.op_name())?;
         let deadline = Deadline::for_op(self, request.op_name());
@@ -704,7 +704,7 @@ impl Conn {
         })?;
         match posted {
             Ok(()) => {
-                if enqueue {
+                if orders {
                     self.note_poster(&slot.lane);
                 }
                 Ok(CL_SUCCESS)
@@ -1261,9 +1261,18 @@ fn late_error_message(op: u32, code: cl_int) -> String {
         Some("EnqueueMarkerOrBarrier") => "clEnqueueMarkerWithWaitList/clEnqueueBarrierWithWaitList",
         Some("EnqueueUnmapMemObject") => "clEnqueueUnmapMemObject",
         Some("EnqueueWriteBuffer") => "clEnqueueWriteBuffer",
+        Some("CreateBuffer") => "clCreateBuffer",
         _ => "an enqueue",
     };
     let name = cloister_ipc::cl::error_name(code).unwrap_or("an unknown error");
+    if call == "clCreateBuffer" {
+        return format!(
+            "cloister: {call} failed in the driver with {name} ({code}) after the call had returned CL_SUCCESS \
+             (cloister creates buffers asynchronously, as a driver may allocate a buffer's memory at its first \
+             use). Every later use of the buffer returns this error; releasing it succeeds. \
+             Set CLOISTER_SYNC=1 to have each creation return its own error."
+        );
+    }
     format!(
         "cloister: {call} failed in the driver with {name} ({code}) after the call had returned CL_SUCCESS \
          (cloister enqueues asynchronously). The command's event, if one was asked for, has this status, \

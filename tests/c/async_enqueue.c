@@ -7,7 +7,10 @@
  *           call, its event, the context's callback, the queue's clFinish and the commands behind
  *           it say.
  *   death   many enqueues queued behind one that crashes the driver (with the fault driver):
- *           every later call returns, none hangs. */
+ *           every later call returns, none hangs.
+ *   alloc   a buffer whose allocation the driver fails (the fault driver fails odd sizes):
+ *           what its creation, setting it as a kernel's argument, a fill of it, a blocking map
+ *           of it, the context's callback and its release say, and that a buffer made after it works. */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <pthread.h>
@@ -36,6 +39,19 @@ static void CL_CALLBACK on_error(const char *info, const void *p, size_t n, void
   pthread_mutex_lock(&heard_lock);
   if (!heard[0]) snprintf(heard, sizeof heard, "%s", info);
   pthread_mutex_unlock(&heard_lock);
+}
+
+/* Prints what the context's callback heard, as "WHO: notify heard: ...". The callback runs on
+ * cloister's own thread: it gets up to 5 s. */
+static void print_heard(const char *who) {
+  for (int i = 0; i < 500; i++) {
+    pthread_mutex_lock(&heard_lock);
+    int got = heard[0] != 0;
+    pthread_mutex_unlock(&heard_lock);
+    if (got) break;
+    usleep(10000);
+  }
+  printf("%s: notify heard: %s\n", who, heard[0] ? heard : "(nothing)");
 }
 
 static const char *SRC =
@@ -190,15 +206,7 @@ static void late(void) {
     printf("late: and the next one -> %d\n", clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof one, &one, 0, NULL, NULL));
     CHECK(clReleaseEvent(after));
     CHECK(clReleaseEvent(ev));
-    /* The context's callback runs on cloister's own thread: give it a moment. */
-    for (int i = 0; i < 500; i++) {
-      pthread_mutex_lock(&heard_lock);
-      int got = heard[0] != 0;
-      pthread_mutex_unlock(&heard_lock);
-      if (got) break;
-      usleep(10000);
-    }
-    printf("late: notify heard: %s\n", heard[0] ? heard : "(nothing)");
+    print_heard("late");
   }
   /* The queue still works, with the kernel's arguments as they were set. */
   size_t g = global;
@@ -240,6 +248,38 @@ static void death(void) {
   printf("death: still running\n");
 }
 
+/* ---- alloc ---- */
+
+static void alloc(void) {
+  cl_int err;
+  cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  cl_kernel inc = clCreateKernel(prog, "inc", &err); CHECK(err);
+  cl_mem bad = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4099, NULL, &err);
+  printf("odd-sized buffer -> %d\n", err);
+  if (err == CL_SUCCESS) {
+    /* Cloister posted its creation: the driver's failure comes at its uses. */
+    printf("alloc: as a kernel's argument -> %d\n", clSetKernelArg(inc, 0, sizeof bad, &bad));
+    int zero = 0;
+    printf("alloc: a fill of it -> %d\n", clEnqueueFillBuffer(q, bad, &zero, sizeof zero, 0, 4, 0, NULL, NULL));
+    printf("alloc: clFinish -> %d\n", clFinish(q));
+    cl_int mrc = 1;
+    void *mp = clEnqueueMapBuffer(q, bad, CL_TRUE, CL_MAP_READ, 0, 4, 0, NULL, NULL, &mrc);
+    printf("alloc: blocking map -> %d (%s)\n", mrc, mp ? "mapped" : "NULL");
+    printf("alloc: release -> %d\n", clReleaseMemObject(bad));
+    print_heard("alloc");
+  }
+  /* The context, the queue and the kernel still work, with a buffer the driver could make. */
+  cl_mem good = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &err); CHECK(err);
+  int zero = 0, got = -1;
+  CHECK(clEnqueueFillBuffer(q, good, &zero, sizeof zero, 0, 4096, 0, NULL, NULL));
+  CHECK(clSetKernelArg(inc, 0, sizeof good, &good));
+  size_t g = 8;
+  CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &g, NULL, 0, NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, good, CL_TRUE, 0, sizeof got, &got, 0, NULL, NULL));
+  printf("afterwards a buffer the driver could make: %d\n", got);
+  CHECK(clReleaseMemObject(good)); CHECK(clReleaseKernel(inc)); CHECK(clReleaseCommandQueue(q));
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *mode = argc > 1 ? argv[1] : "stream";
@@ -247,6 +287,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "stream")) { stream(); cross_thread(); }
   else if (!strcmp(mode, "late")) late();
   else if (!strcmp(mode, "death")) death();
+  else if (!strcmp(mode, "alloc")) alloc();
   else { printf("unknown mode %s\n", mode); return 2; }
   printf("done\n");
   return 0;

@@ -99,4 +99,45 @@ fn a_worker_dying_with_posted_enqueues_queued_leaves_nothing_hanging() {
     assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
 }
 
+/// A buffer whose allocation the driver fails (the fault driver fails odd sizes): in strict mode
+/// the creation says so; posted, the creation succeeds and each use of the buffer that reaches
+/// the driver returns the driver's code (a posted one as the queue's late error), the context's
+/// callback hears it, its release succeeds
+/// and the next buffer works. With zero-copy buffers and without (the staged path).
+#[test]
+fn a_buffer_the_driver_cannot_allocate_fails_at_its_uses() {
+    let exe = c_client("async_enqueue");
+    const FAIL: (&str, &str) = ("CLOISTER_FAULT", "create:fail-odd");
+    let strict = caged_on_faultcl(&exe, &["alloc"], &[FAIL, STRICT]);
+    let t = text(&strict);
+    assert!(strict.status.success(), "{t}");
+    assert_eq!(
+        lines(&strict),
+        ["odd-sized buffer -> -4", "afterwards a buffer the driver could make: 1", "done"],
+        "strict mode must answer as the driver does:\n{t}"
+    );
+    for zero_copy in ["1", "0"] {
+        let c = caged_on_faultcl(&exe, &["alloc"], &[FAIL, ("CLOISTER_ZERO_COPY", zero_copy)]);
+        let t = text(&c);
+        assert!(c.status.success(), "{t}");
+        let out = lines(&c);
+        let expected = [
+            "odd-sized buffer -> 0",
+            "alloc: as a kernel's argument -> -4",
+            // The fill was posted too: its failure is the queue's late error.
+            "alloc: a fill of it -> 0",
+            "alloc: clFinish -> -4",
+            "alloc: blocking map -> -4 (NULL)",
+            "alloc: release -> 0",
+        ];
+        assert_eq!(out[..expected.len()], expected, "zero-copy {zero_copy}:\n{t}");
+        let heard = out.iter().find(|l| l.starts_with("alloc: notify heard: ")).expect("a notify line");
+        assert!(
+            heard.contains("clCreateBuffer") && heard.contains("CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)"),
+            "the context's callback must name the call and the error: {heard}"
+        );
+        assert_eq!(out[out.len() - 2..], ["afterwards a buffer the driver could make: 1", "done"], "{t}");
+    }
+}
+
 const CL_INVALID_WORK_GROUP_SIZE: i32 = -54;

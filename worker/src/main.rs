@@ -436,9 +436,15 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                 if let Ok(req) = cloister_ipc::decode_request(&bytes) {
                     if let Some(posted) = req.posted() {
                         // A posted release's failure goes unreported: releases succeed.
+                        enum Late {
+                            Enqueue(cloister_ipc::ObjectId, cloister_ipc::EnqueueSync),
+                            Create { context: cloister_ipc::ObjectId, id: cloister_ipc::ObjectId },
+                            Unreported,
+                        }
                         let late = match posted {
-                            Posted::Enqueue { queue, sync } => Some((queue, sync.clone())),
-                            Posted::Release => None,
+                            Posted::Enqueue { queue, sync } => Late::Enqueue(queue, sync.clone()),
+                            Posted::Create { context, id } => Late::Create { context, id },
+                            Posted::Release => Late::Unreported,
                         };
                         let op = req.op_index();
                         // Noted before the driver runs it, so a crash or hang inside names the call.
@@ -453,8 +459,11 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                             Ok(()) => cloister_ipc::decode_status(&status).unwrap_or(CL_OUT_OF_RESOURCES),
                             Err(_) => CL_OUT_OF_RESOURCES,
                         };
-                        if let (false, Some((queue, sync))) = (code == CL_SUCCESS, late) {
-                            server.late_failure(queue, &sync, op, code);
+                        match late {
+                            _ if code == CL_SUCCESS => {}
+                            Late::Enqueue(queue, sync) => server.late_failure(queue, &sync, op, code),
+                            Late::Create { context, id } => server.late_creation_failure(context, id, op, code),
+                            Late::Unreported => {}
                         }
                     }
                 }

@@ -166,7 +166,11 @@ fn create_buffer(
             host_data: None,
             memory: None,
         };
-        let rc = with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer { host_data, ..req.clone() });
+        let rc = if host_ptr.is_null() && creation_vouched(&ctx, &req.properties, flags, size) {
+            conn.post(req.clone())
+        } else {
+            with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer { host_data, ..req.clone() })
+        };
         record_buffer(&conn, req, host_ptr, size, None, &rc);
         rc
     })
@@ -202,7 +206,9 @@ fn create_zero_copy_buffer(
             host_data: None,
             memory: None,
         };
-        let rc = conn.call(CreateBuffer { memory: Some(place.memory), ..req.clone() });
+        let create = CreateBuffer { memory: Some(place.memory), ..req.clone() };
+        let rc =
+            if creation_vouched(ctx, &req.properties, flags, size) { conn.post(create) } else { conn.call(create) };
         record_buffer(conn, req, host_ptr, size, recorded, &rc);
         rc
     });
@@ -211,17 +217,40 @@ fn create_zero_copy_buffer(
 }
 
 /// The alignment every device of `ctx` wants of a buffer's memory (`CL_DEVICE_MEM_BASE_ADDR_ALIGN`,
-/// in bits), at least 128 bytes. Kept in the context's info cache, under a key apart from
-/// `every_device`'s.
+/// in bits), at least 128 bytes.
 fn base_alignment(ctx: &Object) -> usize {
-    let key = (CL_DEVICE_MEM_BASE_ADDR_ALIGN, u64::MAX - 1);
-    if let Some(Ok(v)) = ctx.cached_info(key, |v| v.try_into().map(usize::from_ne_bytes)) {
+    let bits = over_devices(ctx, CL_DEVICE_MEM_BASE_ADDR_ALIGN, |v| v.max()).unwrap_or(0);
+    ((bits / 8) as usize).max(128).next_power_of_two()
+}
+
+/// `fold` over what each device of `ctx` answers to `param` (a `cl_uint`, `cl_ulong` or
+/// `cl_bitfield` query); `None` when a query fails or `fold` says so. Kept in the context's
+/// info cache, under a key apart from `every_device`'s.
+fn over_devices(ctx: &Object, param: cl_uint, fold: fn(std::vec::IntoIter<u64>) -> Option<u64>) -> Option<u64> {
+    let key = (param, u64::MAX - 1);
+    if let Some(v) = ctx.cached_info(key, |v| v.try_into().ok().map(u64::from_ne_bytes)) {
         return v;
     }
-    let bits = device_values(ctx, CL_DEVICE_MEM_BASE_ADDR_ALIGN).unwrap_or_default().into_iter().max().unwrap_or(0);
-    let align = ((bits / 8) as usize).max(128).next_power_of_two();
-    ctx.cache_info(key, align.to_ne_bytes().to_vec());
-    align
+    let v = device_values(ctx, param).and_then(|v| fold(v.into_iter()));
+    ctx.cache_info(key, v.map(|v| v.to_ne_bytes().to_vec()).unwrap_or_default());
+    v
+}
+
+/// Whether a buffer's creation may go posted, without waiting for the driver's answer
+/// (`Posted::Create`): the shim has checked everything the driver could refuse but the memory
+/// itself. The spec's buffer flags only, at most one of each exclusive group (host pointer
+/// flags were checked before); no properties; a size every device of the context takes
+/// (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`). A failure to allocate then comes late, as it does from
+/// drivers that allocate at a buffer's first use: each later use of the buffer returns it.
+fn creation_vouched(ctx: &Object, properties: &Option<Vec<u64>>, flags: u64, size: usize) -> bool {
+    const ACCESS: u64 = CL_MEM_READ_WRITE | CL_MEM_WRITE_ONLY | CL_MEM_READ_ONLY;
+    const HOST: u64 = CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS;
+    const KNOWN: u64 = ACCESS | HOST | CL_MEM_USE_HOST_PTR | CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR;
+    properties.as_ref().is_none_or(|p| p.is_empty())
+        && flags & !KNOWN == 0
+        && (flags & ACCESS).count_ones() <= 1
+        && (flags & HOST).count_ones() <= 1
+        && over_devices(ctx, CL_DEVICE_MAX_MEM_ALLOC_SIZE, |v| v.min()).is_some_and(|max| size as u64 <= max)
 }
 
 /// In replay mode, records a buffer just created, with its initial contents or, for a

@@ -12,7 +12,9 @@
 //! `sigqueue-parent`, `ioctl-tiocsti`, `vfork-chain` (65 vfork-style children alive at once),
 //! `broker` (asks the broker socket named by CLOISTER_FAULT_FILE for workers). Point `read`
 //! (clEnqueueReadBuffer) takes `late-no-event`: a non-blocking read with no wait list that asks
-//! for an event returns success without one and completes 300 ms later. Each attack prints
+//! for an event returns success without one and completes 300 ms later. Point `create`
+//! (clCreateBuffer) takes `fail-odd`: a buffer of an odd size fails with
+//! `CL_MEM_OBJECT_ALLOCATION_FAILURE`, as a driver out of memory would. Each attack prints
 //! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
 //!
 //! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
@@ -578,6 +580,7 @@ fn patch(table: &mut IcdDispatch) {
     table.clEnqueueNDRangeKernel = Some(enqueue_nd_range);
     table.clFinish = Some(finish);
     table.clEnqueueReadBuffer = Some(read_buffer);
+    table.clCreateBuffer = Some(create_buffer);
 }
 
 fn orig() -> &'static IcdDispatch {
@@ -677,6 +680,27 @@ unsafe extern "C" fn read_buffer(
         *e = std::ptr::null_mut();
         rc
     }
+}
+
+/// `create:fail-odd`: an allocation that fails, for buffers of odd sizes only (the client picks
+/// which of its buffers the driver cannot make).
+unsafe extern "C" fn create_buffer(
+    c: cl_context,
+    flags: cl_bitfield,
+    size: usize,
+    host: *mut c_void,
+    err: *mut cl_int,
+) -> cl_mem {
+    if size % 2 == 1 && fault_for("create").as_deref() == Some("fail-odd") {
+        eprintln!("faultcl: create fail-odd ({size} bytes)");
+        if !err.is_null() {
+            // SAFETY: the caller's errcode_ret, non-NULL.
+            unsafe { *err = CL_MEM_OBJECT_ALLOCATION_FAILURE };
+        }
+        return std::ptr::null_mut();
+    }
+    // SAFETY: forwarding the caller's arguments unchanged.
+    unsafe { orig().clCreateBuffer.expect("pocl has clCreateBuffer")(c, flags, size, host, err) }
 }
 
 unsafe extern "C" fn finish(q: cl_command_queue) -> cl_int {

@@ -124,6 +124,9 @@ pub struct Worker {
     /// once with `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`: drivers (pocl 3.1) leave a
     /// command behind an event that failed before it was enqueued queued for ever.
     failed_events: Mutex<FastSet<usize>>,
+    /// Buffers whose posted creation failed (`Posted::Create`), by id: the driver's code, which
+    /// every later use of the id returns in place of an unknown object's, until its release.
+    failed_creations: Mutex<FastMap<ObjectId, cl_int>>,
     /// Shared regions pinned in the driver's contexts for fast transfers (discrete GPUs).
     pub staging: crate::staging::Staging,
     /// Events of commands the worker ran in place of the application's (a map served by a
@@ -181,11 +184,19 @@ const HANDLE: usize = std::mem::size_of::<usize>();
 
 impl LaneServer<'_> {
     pub(crate) fn obj(&self, id: ObjectId, kind: Kind) -> Result<usize, cl_int> {
-        self.worker.objects.get(id, kind).ok_or(kind.invalid())
+        self.worker.objects.get(id, kind).ok_or_else(|| self.missing(id, kind.invalid()))
     }
 
     pub(crate) fn objs(&self, ids: &[ObjectId], kind: Kind, err: cl_int) -> Result<Vec<*mut c_void>, cl_int> {
-        ids.iter().map(|&id| self.worker.objects.get(id, kind).map(|h| h as *mut c_void).ok_or(err)).collect()
+        ids.iter()
+            .map(|&id| self.worker.objects.get(id, kind).map(|h| h as *mut c_void).ok_or_else(|| self.missing(id, err)))
+            .collect()
+    }
+
+    /// What a use of `id`, which the table lacks, fails with: the code its posted creation
+    /// failed with, if it did, else `err`.
+    fn missing(&self, id: ObjectId, err: cl_int) -> cl_int {
+        self.worker.failed_creations.lock().unwrap_or_else(|e| e.into_inner()).get(&id).copied().unwrap_or(err)
     }
 
     fn wait_list(&self, sync: &EnqueueSync) -> Result<Vec<*mut c_void>, cl_int> {
@@ -399,7 +410,7 @@ impl LaneServer<'_> {
                         Some((Kind::Mem | Kind::Sampler, h)) => {
                             set_arg(k as _, *index, HANDLE, (&h as *const usize).cast())
                         }
-                        _ => CL_INVALID_ARG_VALUE,
+                        _ => self.missing(*id, CL_INVALID_ARG_VALUE),
                     },
                 }
             };
@@ -439,6 +450,20 @@ impl LaneServer<'_> {
                 }
             }
         }
+        self.tell_context(ctx, op, code);
+    }
+
+    /// A posted buffer creation (`Posted::Create`) failed with `code` after the application's
+    /// call returned success: the id keeps the code for every later use (`missing`), and the
+    /// context's callback hears it.
+    pub(crate) fn late_creation_failure(&self, context: ObjectId, id: ObjectId, op: u32, code: cl_int) {
+        let code = if code < 0 { code } else { CL_OUT_OF_RESOURCES };
+        self.worker.failed_creations.lock().unwrap_or_else(|e| e.into_inner()).insert(id, code);
+        self.tell_context(self.obj(context, Kind::Context).ok(), op, code);
+    }
+
+    /// Tells context `ctx`'s callback, if it has one, of a late error.
+    fn tell_context(&self, ctx: Option<usize>, op: u32, code: cl_int) {
         let token =
             ctx.and_then(|c| self.worker.context_tokens.lock().unwrap_or_else(|e| e.into_inner()).get(&c).copied());
         if let Some(token) = token {
@@ -604,7 +629,9 @@ impl Serve<GetInfo> for LaneServer<'_> {
 impl Serve<Release> for LaneServer<'_> {
     fn serve(&self, r: Release) -> i32 {
         let Some((kind, h)) = self.worker.objects.remove(r.object) else {
-            return CL_INVALID_VALUE;
+            // A buffer whose posted creation failed goes with its release.
+            let failed = self.worker.failed_creations.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.object);
+            return if failed.is_some() { CL_SUCCESS } else { CL_INVALID_VALUE };
         };
         let hp = h as *mut c_void;
         // What the worker kept about the object goes with it (the driver may reuse a handle).
