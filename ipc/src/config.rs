@@ -209,7 +209,7 @@ pub const SETTINGS: &[Setting] = &[
         env: "CLOISTER_SYNC",
         kind: Kind::Switch,
         default: DefaultValue::Value("0"),
-        doc: "`1`: strict mode, every enqueue waits for the driver's answer and returns its error itself (see \"Asynchronous enqueues\")",
+        doc: "`1`: strict mode, every enqueue and buffer creation waits for the driver's answer and returns its error itself (see \"Asynchronous enqueues\")",
         per_driver: false,
         in_file: true,
         worker: false,

@@ -105,7 +105,7 @@ pub fn staging() -> String {
     get("staging", None).unwrap_or_default()
 }
 
-/// `sync = 1`: strict mode, every enqueue waits for its reply (see the shim's `Conn::post`).
+/// `sync = 1`: strict mode, every enqueue and buffer creation waits for its reply (see the shim's `Conn::post`).
 pub fn sync_mode() -> bool {
     switch("sync")
 }
