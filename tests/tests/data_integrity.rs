@@ -10,8 +10,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 /// Runs the client directly and caged (with `env`, and the shim's log of direct transfers on)
-/// and returns how many transfers the shim made without the worker (`shim/src/direct.rs`).
-fn passes(env: &[(&str, &str)]) -> usize {
+/// and returns how many transfers, and how many `clFinish` calls, the shim answered without the
+/// worker (`shim/src/direct.rs`).
+fn passes(env: &[(&str, &str)]) -> (usize, usize) {
     let exe = c_client("data_integrity");
     let d = direct(&exe, &[], &[]);
     assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
@@ -22,7 +23,9 @@ fn passes(env: &[(&str, &str)]) -> usize {
     assert!(c.status.success() && out.contains("data integrity ok"), "caged run failed:\n{out}");
     // The same findings directly and caged, line for line (the refusals' codes included).
     assert_eq!(String::from_utf8_lossy(&d.stdout), String::from_utf8_lossy(&c.stdout));
-    String::from_utf8_lossy(&c.stderr).lines().filter(|l| l.contains("direct transfer")).count()
+    let log = String::from_utf8_lossy(&c.stderr);
+    let count = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+    (count("direct transfer"), count("direct finish of an idle queue"))
 }
 
 /// pocl is a host-unified CPU device: its buffers are zero-copy, and transfers on an idle
@@ -30,13 +33,14 @@ fn passes(env: &[(&str, &str)]) -> usize {
 /// every refusal the driver makes is made.
 #[test]
 fn zero_copy_buffers_keep_every_byte() {
-    let direct_transfers = passes(&[]);
+    let (direct_transfers, idle_finishes) = passes(&[]);
     assert!(direct_transfers >= 100, "only {direct_transfers} transfers went the direct way");
+    assert!(idle_finishes >= 1, "no clFinish of an idle queue was answered without the worker");
 }
 
 #[test]
 fn staged_buffers_keep_every_byte() {
-    assert_eq!(passes(&[("CLOISTER_ZERO_COPY", "0")]), 0, "a staged buffer was copied directly");
+    assert_eq!(passes(&[("CLOISTER_ZERO_COPY", "0")]), (0, 0), "a staged buffer was copied directly");
 }
 
 /// Staged transfers with the shim's copies split across threads (`ipc::copy`; the default on

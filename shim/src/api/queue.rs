@@ -107,10 +107,14 @@ fn flush_or_finish(queue: cl_command_queue, finish: bool) -> cl_int {
 }
 
 /// `clFlush` or `clFinish` on a queue already looked up (a direct transfer on a busy queue
-/// finishes it first).
+/// finishes it first). A `clFinish` of an idle queue of CPU devices is answered here
+/// (`direct::finish_is_idle`).
 pub(super) fn flush_or_finish_queue(q: &Object, finish: bool) -> cl_int {
     let settled = finish.then(|| super::enqueue::SettleAfter::new(q));
-    let rc = q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e);
+    let rc = match finish && crate::direct::finish_is_idle(q) {
+        true => CL_SUCCESS,
+        false => q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e),
+    };
     let finished = finish && rc == CL_SUCCESS;
     if finished {
         if let Some(state) = q.data.queue_state() {
