@@ -414,7 +414,7 @@ impl Cmd {
     }
 
     /// What the application would call it (for `pfn_notify`).
-    pub(super) fn describe(&self, recipes: &BTreeMap<ObjectId, Recipe>) -> String {
+    pub(super) fn describe(&self, recipes: &BTreeMap<ObjectId, Box<Recipe>>) -> String {
         match self {
             Cmd::Write { mem, .. } => format!("clEnqueueWriteBuffer of buffer #{mem}"),
             Cmd::Region { req, .. } => format!("a rectangular or image write of #{}", req.mem),
@@ -456,7 +456,7 @@ impl std::fmt::Display for Step {
 pub struct State {
     /// A recipe's `base` changes to or from `Base::Lost` only through `insert_recipe`,
     /// `remove_recipe`, `set_base`, `superseded_by` and `checkpoint`, which keep `lost` in step.
-    pub(super) recipes: BTreeMap<ObjectId, Recipe>,
+    pub(super) recipes: BTreeMap<ObjectId, Box<Recipe>>,
     /// The recipes whose contents are lost (`Base::Lost`), kept beside `recipes` so that what
     /// `clFinish` and every blocking read ask (`settled`, `dirty_in_place_or`) does not walk
     /// every recipe: with 3 000 buffers that walk was about 90 000 instructions per `clFinish`.
@@ -814,7 +814,7 @@ impl Journal {
     /// it is cheap (see the module's doc).
     pub fn read(&self, conn: &Conn, queue: ObjectId, mem: ObjectId, offset: u64, data: &[u8]) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let whole = offset == 0 && s.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
+        let whole = offset == 0 && s.recipes.get(&mem).and_then(|r| r.buffer_size()) == Some(data.len() as u64);
         // Nothing to learn from a read of contents the journal holds already (in place, or
         // known with nothing journaled since), nor, with nothing journaled and nothing to drop,
         // from a read of part of a buffer: no checkpoint's bookkeeping on every read.
@@ -956,7 +956,7 @@ impl State {
     /// read-back, which finishes the queues, would wait for ever (the application sets it
     /// later on this thread).
     fn held_by_user_event(&self) -> bool {
-        let unset = |id: &ObjectId| self.recipes.get(id).is_some_and(Recipe::is_unset_user_event);
+        let unset = |id: &ObjectId| self.recipes.get(id).is_some_and(|r| r.is_unset_user_event());
         self.cmds.iter().any(|c| c.sync().is_some_and(|s| s.wait.iter().any(unset)))
     }
 
@@ -1049,7 +1049,7 @@ impl State {
     ) -> Result<(), Option<KeptBytes>> {
         let whole = offset == 0
             && self.storage(mem) == mem
-            && self.recipes.get(&mem).and_then(Recipe::buffer_size) == Some(data.len() as u64);
+            && self.recipes.get(&mem).and_then(|r| r.buffer_size()) == Some(data.len() as u64);
         let only_written = |c: &Cmd| match c {
             Cmd::Write { mem: m, .. } => self.storage(*m) == mem,
             Cmd::Enqueue(Request::EnqueueFillBuffer(f)) => self.storage(f.mem) == mem,
@@ -1063,7 +1063,7 @@ impl State {
             Cmd::Write { data, .. } | Cmd::Region { data, .. } => data.footprint() as u64,
             Cmd::Read { .. } | Cmd::Enqueue(_) | Cmd::Batch { .. } => 0,
         };
-        let before = self.recipes.get(&mem).map_or(0, Recipe::base_bytes);
+        let before = self.recipes.get(&mem).map_or(0, |r| r.base_bytes());
         let freed: u64 = self.cmds.iter().filter(|c| only_written(c)).map(kept_bytes).sum();
         let after = self.bytes.saturating_sub(before + freed) + Bytes::footprint_of(data, &staged) as u64;
         if after > budget() {
@@ -1108,7 +1108,7 @@ impl State {
         }
         self.cmds.clear();
         self.commands_dropped();
-        self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
+        self.bytes = self.recipes.values().map(|r| r.base_bytes()).sum();
     }
 
     /// The recipes a rebuild needs once the journal is empty: the objects the application has
@@ -1118,7 +1118,7 @@ impl State {
             self.recipes.iter().filter(|(_, r)| !r.released || r.kept_released()).map(|(id, _)| *id).collect();
         let mut todo: Vec<ObjectId> = keep.iter().copied().collect();
         while let Some(id) = todo.pop() {
-            for n in self.recipes.get(&id).map(Recipe::needs).unwrap_or_default() {
+            for n in self.recipes.get(&id).map(|r| r.needs()).unwrap_or_default() {
                 if self.recipes.contains_key(&n) && keep.insert(n) {
                     todo.push(n);
                 }
@@ -1155,7 +1155,7 @@ impl State {
             Base::Lost => self.lost.insert(id),
             _ => self.lost.remove(&id),
         };
-        self.recipes.insert(id, r);
+        self.recipes.insert(id, Box::new(r));
     }
 
     fn remove_recipe(&mut self, id: ObjectId) {
@@ -1420,7 +1420,7 @@ impl State {
             self.released_kept = self.recipes.values().filter(|r| r.released).count();
             // Only here can it shrink: the recipes' needs are gathered again (allocating per
             // recipe: not at every checkpoint).
-            self.needed = self.recipes.values().flat_map(Recipe::needs).collect();
+            self.needed = self.recipes.values().flat_map(|r| r.needs()).collect();
         }
         for (m, d) in fresh {
             if let Some(r) = self.recipes.get_mut(&m) {
@@ -1433,7 +1433,7 @@ impl State {
         if let Some(r) = have.and_then(|(m, _)| self.recipes.get_mut(&m)) {
             r.base.set(have.map_or(&[][..], |(_, d)| d), None);
         }
-        self.bytes = self.recipes.values().map(Recipe::base_bytes).sum();
+        self.bytes = self.recipes.values().map(|r| r.base_bytes()).sum();
         self.gather_lost();
     }
 }
