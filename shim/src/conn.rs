@@ -179,7 +179,8 @@ impl Drop for LaneSlot {
     }
 }
 
-/// `CLOISTER_SYNC=1`: strict mode, every enqueue and buffer creation waits for its reply (errors come from the call).
+/// `CLOISTER_SYNC=1`: strict mode, every enqueue and buffer creation waits for its reply
+/// (errors come from the call).
 pub fn strict() -> bool {
     static STRICT: OnceLock<bool> = OnceLock::new();
     *STRICT.get_or_init(cloister_ipc::settings::sync_mode)
@@ -313,9 +314,6 @@ pub trait DeathWatcher: Send + Sync {
     fn died(&self, dead: &Arc<Conn>);
 }
 
-/// A shared-memory segment for bulk data, mapped here and in the worker under `id`. The
-/// region is shared with replay's journal when it keeps a write's data where the write staged
-/// it (`Segment::kept`): the pool does not hand it out again while the journal holds it.
 /// A zero-copy buffer's memory (`Conn::buffer_memory`): `offset` bytes into `mapping`, which
 /// the worker knows as `memory`.
 pub struct BufferPlace {
@@ -324,6 +322,9 @@ pub struct BufferPlace {
     pub memory: BufferMemory,
 }
 
+/// A shared-memory segment for bulk data, mapped here and in the worker under `id`. The
+/// region is shared with replay's journal when it keeps a write's data where the write staged
+/// it (`Segment::kept`): the pool does not hand it out again while the journal holds it.
 pub struct Segment {
     pub id: u64,
     pub region: Arc<SharedRegion>,
