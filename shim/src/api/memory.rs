@@ -157,15 +157,7 @@ fn create_buffer(
     }
     let mirror = if flags & CL_MEM_USE_HOST_PTR != 0 { host_ptr as usize } else { 0 };
     create(&conn, Kind::Mem, ObjData::mem(ctx.id, flags, mirror, size, None), |id| {
-        let req = CreateBuffer {
-            id,
-            context: ctx.id,
-            properties,
-            flags: wire_flags,
-            size: size as u64,
-            host_data: None,
-            memory: None,
-        };
+        let req = buffer_request(id, &ctx, properties, wire_flags, size);
         let rc = if host_ptr.is_null() && creation_vouched(&ctx, &req.properties, flags, size) {
             conn.post(req.clone())
         } else {
@@ -174,6 +166,18 @@ fn create_buffer(
         record_buffer(&conn, req, host_ptr, size, None, &rc);
         rc
     })
+}
+
+/// Buffer `id`'s creation as the journal records it: without the bytes or the memory the call
+/// itself carries (`host_data`, `memory`), which the caller adds.
+fn buffer_request(
+    id: cloister_ipc::ObjectId,
+    ctx: &Object,
+    properties: Option<Vec<u64>>,
+    flags: u64,
+    size: usize,
+) -> CreateBuffer {
+    CreateBuffer { id, context: ctx.id, properties, flags, size: size as u64, host_data: None, memory: None }
 }
 
 /// A buffer whose memory is a sealed segment mapped here and in the worker, where the driver
@@ -197,15 +201,7 @@ fn create_zero_copy_buffer(
     let view = SharedView { memory: place.mapping.clone(), offset: place.offset, len: size };
     let recorded = conn.replays().then(|| view.clone());
     let r = create(conn, Kind::Mem, ObjData::shared_mem(ctx.id, flags, view), |id| {
-        let req = CreateBuffer {
-            id,
-            context: ctx.id,
-            properties,
-            flags: wire_flags,
-            size: size as u64,
-            host_data: None,
-            memory: None,
-        };
+        let req = buffer_request(id, ctx, properties, wire_flags, size);
         let create = CreateBuffer { memory: Some(place.memory), ..req.clone() };
         let rc =
             if creation_vouched(ctx, &req.properties, flags, size) { conn.post(create) } else { conn.call(create) };
