@@ -103,16 +103,35 @@ pub(super) fn cpu_context(ctx: &Object) -> bool {
 }
 
 /// Whether every device of `ctx` answers `param` (a `cl_uint` or `cl_bitfield` query) with a
-/// value `accept` takes; `false` for a context without devices or a failing query. Kept in the
-/// context's own info cache under a device parameter no context query uses.
+/// value `accept` takes; `false` for a context without devices or a failing query.
 pub(super) fn every_device(ctx: &Object, param: cl_uint, accept: fn(u64) -> bool) -> bool {
+    over_devices(ctx, param, |mut values| values.len() > 0 && values.all(accept)).unwrap_or(false)
+}
+
+/// Each device's answer, read out of the context's info cache (`over_devices`).
+type DeviceValues<'a> = std::iter::Map<std::slice::ChunksExact<'a, u8>, fn(&[u8]) -> u64>;
+
+/// `fold` over what each device of `ctx` answers to `param` (a `cl_uint`, `cl_ulong` or
+/// `cl_bitfield` query); `None` when a query fails. The answers are asked of the worker once
+/// per context and kept in its info cache, under a device parameter no context query uses: a
+/// byte saying whether every query answered, then each device's value.
+fn over_devices<R>(ctx: &Object, param: cl_uint, fold: impl Fn(DeviceValues<'_>) -> R) -> Option<R> {
+    let value: fn(&[u8]) -> u64 = |v| v.try_into().map_or(0, u64::from_ne_bytes);
+    let read = |kept: &[u8]| match kept.split_first() {
+        Some((1, values)) => Some(fold(values.chunks_exact(8).map(value))),
+        _ => None,
+    };
     let key = (param, u64::MAX);
-    if let Some(v) = ctx.cached_info(key, |v| v == [1]) {
-        return v;
+    if let Some(r) = ctx.cached_info(key, read) {
+        return r;
     }
-    let all = device_values(ctx, param).is_some_and(|v| !v.is_empty() && v.into_iter().all(accept));
-    ctx.cache_info(key, vec![all as u8]);
-    all
+    let kept: Vec<u8> = match device_values(ctx, param) {
+        Some(values) => std::iter::once(1).chain(values.iter().flat_map(|v| v.to_ne_bytes())).collect(),
+        None => vec![0],
+    };
+    let r = read(&kept);
+    ctx.cache_info(key, kept);
+    r
 }
 
 /// What each device of `ctx` answers to `param` (a `cl_uint` or `cl_bitfield` query); `None`
@@ -215,21 +234,8 @@ fn create_zero_copy_buffer(
 /// The alignment every device of `ctx` wants of a buffer's memory (`CL_DEVICE_MEM_BASE_ADDR_ALIGN`,
 /// in bits), at least 128 bytes.
 fn base_alignment(ctx: &Object) -> usize {
-    let bits = over_devices(ctx, CL_DEVICE_MEM_BASE_ADDR_ALIGN, |v| v.max()).unwrap_or(0);
+    let bits = over_devices(ctx, CL_DEVICE_MEM_BASE_ADDR_ALIGN, |v| v.max()).flatten().unwrap_or(0);
     ((bits / 8) as usize).max(128).next_power_of_two()
-}
-
-/// `fold` over what each device of `ctx` answers to `param` (a `cl_uint`, `cl_ulong` or
-/// `cl_bitfield` query); `None` when a query fails or `fold` says so. Kept in the context's
-/// info cache, under a key apart from `every_device`'s.
-fn over_devices(ctx: &Object, param: cl_uint, fold: fn(std::vec::IntoIter<u64>) -> Option<u64>) -> Option<u64> {
-    let key = (param, u64::MAX - 1);
-    if let Some(v) = ctx.cached_info(key, |v| v.try_into().ok().map(u64::from_ne_bytes)) {
-        return v;
-    }
-    let v = device_values(ctx, param).and_then(|v| fold(v.into_iter()));
-    ctx.cache_info(key, v.map(|v| v.to_ne_bytes().to_vec()).unwrap_or_default());
-    v
 }
 
 /// Whether a buffer's creation may go posted, without waiting for the driver's answer
@@ -246,7 +252,7 @@ fn creation_vouched(ctx: &Object, properties: &Option<Vec<u64>>, flags: u64, siz
         && flags & !KNOWN == 0
         && (flags & ACCESS).count_ones() <= 1
         && (flags & HOST).count_ones() <= 1
-        && over_devices(ctx, CL_DEVICE_MAX_MEM_ALLOC_SIZE, |v| v.min()).is_some_and(|max| size as u64 <= max)
+        && over_devices(ctx, CL_DEVICE_MAX_MEM_ALLOC_SIZE, |v| v.min()).flatten().is_some_and(|max| size as u64 <= max)
 }
 
 /// In replay mode, records a buffer just created, with its initial contents or, for a
