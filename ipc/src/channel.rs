@@ -185,16 +185,58 @@ pub fn connect_seqpacket(path: &std::path::Path) -> std::io::Result<OwnedFd> {
 }
 
 /// A listening `SOCK_SEQPACKET` socket on `path`.
+///
+/// `bind` makes the path before `listen` lets anyone connect, and a client that saw the path in
+/// between was refused (`ECONNREFUSED`): the socket is bound under a private name beside `path`,
+/// made to listen, and only then linked to `path`, which appears ready or not at all. As with
+/// `bind`, an existing `path` is an error (`AddrInUse`), never replaced.
 pub fn listen_seqpacket(path: &std::path::Path) -> std::io::Result<OwnedFd> {
     let fd = seqpacket_socket()?;
-    let addr = unix_addr(path)?;
+    static STAGED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nth = STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let staging = path.with_file_name(format!(".{}.{nth}.listening", std::process::id()));
+    // A path too long to stage beside (its name shorter than the staging name) binds in place.
+    let bound_at = if unix_addr(&staging).is_ok() { staging.as_path() } else { path };
+    let _ = std::fs::remove_file(&staging);
+    let addr = unix_addr(bound_at)?;
     // SAFETY: addr is a valid sockaddr_un of ADDR_LEN bytes; fd is a socket.
     if unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), ADDR_LEN) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: fd is a bound socket.
-    if unsafe { libc::listen(fd.as_raw_fd(), 64) } != 0 {
-        return Err(std::io::Error::last_os_error());
+    let listening = if unsafe { libc::listen(fd.as_raw_fd(), 64) } != 0 {
+        Err(std::io::Error::last_os_error())
+    } else if bound_at == path {
+        Ok(())
+    } else {
+        std::fs::hard_link(&staging, path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => std::io::Error::from(std::io::ErrorKind::AddrInUse),
+            _ => e,
+        })
+    };
+    if bound_at != path {
+        let _ = std::fs::remove_file(&staging);
     }
-    Ok(fd)
+    listening.map(|()| fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listening_path_appears_ready_and_alone_and_is_never_replaced() {
+        let dir = std::env::temp_dir().join(format!("cloister-listen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("broker.sock");
+        let _listener = listen_seqpacket(&path).unwrap();
+        connect_seqpacket(&path).expect("the path accepts connections as soon as it is there");
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("broker.sock")], "the staging name is gone");
+        let again = listen_seqpacket(&path).expect_err("a second listener on a taken path");
+        assert_eq!(again.kind(), std::io::ErrorKind::AddrInUse);
+        connect_seqpacket(&path).expect("the first listener still holds the path");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
