@@ -189,35 +189,40 @@ pub fn connect_seqpacket(path: &std::path::Path) -> std::io::Result<OwnedFd> {
 /// `bind` makes the path before `listen` lets anyone connect, and a client that saw the path in
 /// between was refused (`ECONNREFUSED`): the socket is bound under a private name beside `path`,
 /// made to listen, and only then linked to `path`, which appears ready or not at all. As with
-/// `bind`, an existing `path` is an error (`AddrInUse`), never replaced.
+/// `bind`, an existing `path` is an error (`AddrInUse`), never replaced. Where that cannot be
+/// done (a path too long for the staging name beside it, a file system without hard links), the
+/// socket is bound in place.
 pub fn listen_seqpacket(path: &std::path::Path) -> std::io::Result<OwnedFd> {
-    let fd = seqpacket_socket()?;
     static STAGED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let nth = STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let staging = path.with_file_name(format!(".{}.{nth}.listening", std::process::id()));
-    // A path too long to stage beside (its name shorter than the staging name) binds in place.
-    let bound_at = if unix_addr(&staging).is_ok() { staging.as_path() } else { path };
+    if unix_addr(&staging).is_err() {
+        return bind_and_listen(path);
+    }
     let _ = std::fs::remove_file(&staging);
-    let addr = unix_addr(bound_at)?;
+    let fd = bind_and_listen(&staging)?;
+    let linked = std::fs::hard_link(&staging, path);
+    let _ = std::fs::remove_file(&staging);
+    match linked {
+        Ok(()) => Ok(fd),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(std::io::ErrorKind::AddrInUse.into()),
+        Err(_) => bind_and_listen(path),
+    }
+}
+
+/// A `SOCK_SEQPACKET` socket bound to `path` and listening.
+fn bind_and_listen(path: &std::path::Path) -> std::io::Result<OwnedFd> {
+    let fd = seqpacket_socket()?;
+    let addr = unix_addr(path)?;
     // SAFETY: addr is a valid sockaddr_un of ADDR_LEN bytes; fd is a socket.
     if unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), ADDR_LEN) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: fd is a bound socket.
-    let listening = if unsafe { libc::listen(fd.as_raw_fd(), 64) } != 0 {
-        Err(std::io::Error::last_os_error())
-    } else if bound_at == path {
-        Ok(())
-    } else {
-        std::fs::hard_link(&staging, path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => std::io::Error::from(std::io::ErrorKind::AddrInUse),
-            _ => e,
-        })
-    };
-    if bound_at != path {
-        let _ = std::fs::remove_file(&staging);
+    if unsafe { libc::listen(fd.as_raw_fd(), 64) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
-    listening.map(|()| fd)
+    Ok(fd)
 }
 
 #[cfg(test)]
@@ -238,5 +243,20 @@ mod tests {
         connect_seqpacket(&path).expect("the first listener still holds the path");
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_path_too_long_to_stage_beside_binds_in_place() {
+        let base = std::env::temp_dir().join(format!("cloister-listen-long-{}", std::process::id()));
+        // 105 bytes with "/s": fits a sockaddr_un; the staging name beside it does not.
+        let pad = 105 - base.as_os_str().len() - "/s".len() - 1;
+        let dir = base.join("d".repeat(pad));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        assert!(unix_addr(&path).is_ok());
+        let _listener = listen_seqpacket(&path).unwrap();
+        connect_seqpacket(&path).expect("bound in place");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let _ = std::fs::remove_dir_all(&base);
     }
 }
