@@ -227,6 +227,7 @@ mod tests {
             ("SetEventCallback", Other),
             ("GetTimers", Info),
             ("DropSegment", Other),
+            ("RetireSlab", Other),
             ("ReadBack", Wait),
             ("SetKernelArg", Other),
             ("ProbeProgramReleaseCallback", Other),

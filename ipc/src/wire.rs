@@ -618,6 +618,10 @@ wire_calls! {
     GetTimers { device: ObjectId, with_device: bool } -> TimersReply;
     /// The shim no longer uses this shared segment.
     DropSegment { segment: u64 } -> i32;
+    /// The shim carves nothing more out of this slab (`CreateBuffer`'s `BufferMemory::Slab`)
+    /// until the worker says it holds no buffer in it (`Notification::SlabIdle`): the shim then
+    /// carves it again from its start, its pages warm on both sides.
+    RetireSlab { segment: u64 } -> i32;
     /// A replay checkpoint's read-back of many small buffers in one call: each of `reads` (a
     /// buffer and its size, as the shim recorded it) is read whole into `segment`, one after
     /// the other from its start (`read_back_offsets`), and the queue is finished. The shim
@@ -718,7 +722,8 @@ pub enum Posted<'a> {
     /// An enqueue: a failure is reported later (its event fails, the queue remembers the code).
     Enqueue { queue: ObjectId, sync: &'a EnqueueSync },
     /// The release of a memory object, kernel or sampler, which succeeds whatever the driver
-    /// says (the shim has forgotten the handle already, as it does when the worker is dead).
+    /// says (the shim has forgotten the handle already, as it does when the worker is dead);
+    /// or a slab's retirement, whose failure only keeps the slab from coming back.
     Release,
     /// A buffer's creation, with no bytes of the application's to carry: a failure leaves the
     /// id failed with the driver's code, which each later use of it returns (a driver may
@@ -751,7 +756,7 @@ impl Request {
             Request::EnqueueReadBuffer(r) if !r.blocking && matches!(r.into, DataRef::Segment { .. }) => {
                 enqueue(r.queue, &r.sync)
             }
-            Request::Release(_) => Some(Posted::Release),
+            Request::Release(_) | Request::RetireSlab(_) => Some(Posted::Release),
             // Its bytes, if any, would be in the lane or a pooled segment, both reused at once.
             Request::CreateBuffer(r) if r.host_data.is_none() => Some(Posted::Create { context: r.context, id: r.id }),
             _ => None,
@@ -820,6 +825,11 @@ pub enum Notification {
         token: u64,
         op: u32,
         code: i32,
+    },
+    /// The retired slab `segment` (`Request::RetireSlab`) holds no buffer the driver has not
+    /// destroyed: the shim may carve it again once its own views of it are gone.
+    SlabIdle {
+        segment: u64,
     },
 }
 

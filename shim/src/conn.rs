@@ -30,7 +30,7 @@ use cloister_ipc::{
 mod slabs;
 mod spill;
 
-pub use slabs::SLAB_ITEM_MAX;
+pub use slabs::{SlabLease, SLAB_ITEM_MAX};
 
 pub type ContextNotifyFn = unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void);
 pub type BuildNotifyFn = unsafe extern "C" fn(cl_program, *mut c_void);
@@ -320,6 +320,15 @@ pub struct BufferPlace {
     pub mapping: Arc<cloister_ipc::shm::SharedMapping>,
     pub offset: usize,
     pub memory: BufferMemory,
+    /// Its share of a slab (`slabs::SlabLease`), which its views hold.
+    lease: Option<Arc<slabs::SlabLease>>,
+}
+
+impl BufferPlace {
+    /// The view of the buffer's `len` bytes that its object (and the journal) keep.
+    pub fn view(&self, len: usize) -> crate::handle::SharedView {
+        crate::handle::SharedView { memory: self.mapping.clone(), offset: self.offset, len, lease: self.lease.clone() }
+    }
 }
 
 /// A shared-memory segment for bulk data, mapped here and in the worker under `id`. The
@@ -898,32 +907,43 @@ impl Conn {
     /// it; hand it back to `buffer_placed` once the `CreateBuffer` naming it is answered.
     pub fn buffer_memory(&self, len: usize, align: usize) -> Result<BufferPlace, cl_int> {
         if len <= SLAB_ITEM_MAX && align.is_power_of_two() && align <= 4096 {
-            let carved = self.slabs.carve(len, align, || {
+            let placed = self.slabs.carve(len, align, || {
                 let region =
                     SharedRegion::create("cloister-slab", slabs::SLAB_LEN).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
                 Ok::<_, cl_int>((self.share_region(&region)?, region.into_mapping()))
             })?;
-            if let Some(segment) = carved.retired {
+            if let Some(segment) = placed.retired {
+                let _ = self.post(cloister_ipc::RetireSlab { segment });
+            }
+            for segment in placed.dropped {
                 let _ = self.call(cloister_ipc::DropSegment { segment });
             }
-            let memory = BufferMemory::Slab { segment: carved.segment, offset: carved.offset as u64 };
-            return Ok(BufferPlace { mapping: carved.mapping, offset: carved.offset, memory });
+            if let Some(carved) = placed.carved {
+                let memory = BufferMemory::Slab { segment: carved.segment, offset: carved.offset as u64 };
+                let (mapping, offset, lease) = (carved.mapping, carved.offset, Some(carved.lease));
+                return Ok(BufferPlace { mapping, offset, memory, lease });
+            }
         }
         let region = SharedRegion::create("cloister-buffer", len).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let segment = self.share_region(&region)?;
-        Ok(BufferPlace { mapping: Arc::new(region.into_mapping()), offset: 0, memory: BufferMemory::Whole { segment } })
+        let mapping = Arc::new(region.into_mapping());
+        Ok(BufferPlace { mapping, offset: 0, memory: BufferMemory::Whole { segment }, lease: None })
     }
 
     /// The `CreateBuffer` naming `place` was answered (`created`: with success). A segment of
     /// the buffer's own that the worker may not have taken, or a retired slab with nothing in
     /// flight any more, is dropped in the worker.
     pub fn buffer_placed(&self, place: &BufferPlace, created: bool) {
-        let unused = match place.memory {
-            BufferMemory::Whole { segment } => (!created).then_some(segment),
-            BufferMemory::Slab { segment, .. } => self.slabs.placed(segment),
-        };
-        if let Some(segment) = unused {
-            let _ = self.call(cloister_ipc::DropSegment { segment });
+        match place.memory {
+            BufferMemory::Whole { segment } if !created => {
+                let _ = self.call(cloister_ipc::DropSegment { segment });
+            }
+            BufferMemory::Whole { .. } => {}
+            BufferMemory::Slab { segment, .. } => {
+                if let Some(segment) = self.slabs.placed(segment) {
+                    let _ = self.post(cloister_ipc::RetireSlab { segment });
+                }
+            }
         }
     }
 
@@ -1211,6 +1231,10 @@ impl Conn {
                         pfn(msg.as_ptr(), private_info.as_ptr().cast(), private_info.len(), user_data as *mut c_void)
                     };
                 });
+            }
+            Notification::SlabIdle { segment } => {
+                drop(cbs);
+                self.slabs.idle(segment);
             }
             Notification::BuildDone { token } => {
                 let Some(&Callback::Build { pfn, user_data, program }) = cbs.get(&token) else {

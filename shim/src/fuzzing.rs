@@ -158,8 +158,9 @@ fn serve(lane: &Lane, script: &std::sync::Mutex<Script>, sock: &OwnedFd, stop: &
         }
         // Notifications the driver sends on its own time, before this reply.
         while !s.done() && s.byte().is_multiple_of(4) {
-            let n = match s.byte() % 4 {
+            let n = match s.byte() % 5 {
                 0 => Notification::EventStatus { token: u64::from(s.byte() % 32), status: s.status() },
+                4 => Notification::SlabIdle { segment: u64::from(s.byte()) },
                 3 => Notification::LateError {
                     token: u64::from(s.byte() % 32),
                     op: u32::from(s.byte()),

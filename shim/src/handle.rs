@@ -279,6 +279,8 @@ pub struct SharedView {
     pub memory: Arc<cloister_ipc::shm::SharedMapping>,
     pub offset: usize,
     pub len: usize,
+    /// A slab buffer's share of its slab, held while the buffer or a window of it is seen.
+    pub lease: Option<Arc<crate::conn::SlabLease>>,
 }
 
 impl SharedView {
@@ -296,7 +298,12 @@ impl SharedView {
     /// The window `[origin, origin + size)` of this view, for a sub-buffer.
     pub fn window(&self, origin: usize, size: usize) -> Option<SharedView> {
         self.at(origin, size)?;
-        Some(SharedView { memory: self.memory.clone(), offset: self.offset + origin, len: size })
+        Some(SharedView {
+            memory: self.memory.clone(),
+            offset: self.offset + origin,
+            len: size,
+            lease: self.lease.clone(),
+        })
     }
 }
 
@@ -891,7 +898,7 @@ mod tests {
     #[test]
     fn shared_views_never_reach_outside_their_buffer() {
         let region = cloister_ipc::shm::SharedRegion::create("test", 1 << 16).unwrap();
-        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: 1 << 16 };
+        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: 1 << 16, lease: None };
         assert!(view.at(0, 1 << 16).is_some());
         assert!(view.at(1, 1 << 16).is_none());
         assert!(view.at(usize::MAX, 2).is_none());

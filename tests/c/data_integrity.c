@@ -302,6 +302,22 @@ static void direct_rules(void) {
  * slab), with and without COPY_HOST_PTR contents, kernels and writes into each, a map of each,
  * and every other one released as the next are made (released neighbours must not disturb the
  * living, nor the new ones take their bytes while they live). */
+/* A buffer of 1 to `max` random bytes, given them at creation (two in three) or by a blocking
+ * write, then one added to each by a kernel; `*ref` holds what it must hold then. */
+static cl_mem small_buffer(int i, size_t max, unsigned char **ref, size_t *size) {
+  cl_int err;
+  size_t n = *size = 1 + next() % max;
+  unsigned char *r = *ref = malloc(n);
+  randomize(r, n);
+  int copy = i % 3 != 0;
+  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | (copy ? CL_MEM_COPY_HOST_PTR : 0), n, copy ? r : NULL, &err);
+  CHECK(err);
+  if (!copy) CHECK(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, n, r, 0, NULL, NULL));
+  run_add1(m, n);
+  for (size_t k = 0; k < n; k++) r[k] += 1;
+  return m;
+}
+
 static void small_buffers(void) {
   enum { COUNT = 400 };
   static cl_mem ms[COUNT];
@@ -309,15 +325,7 @@ static void small_buffers(void) {
   static size_t ns[COUNT];
   cl_int err;
   for (int i = 0; i < COUNT; i++) {
-    size_t n = ns[i] = 1 + next() % (70 << 10);
-    refs[i] = malloc(n);
-    randomize(refs[i], n);
-    int copy = i % 3 != 0;
-    ms[i] = clCreateBuffer(ctx, CL_MEM_READ_WRITE | (copy ? CL_MEM_COPY_HOST_PTR : 0), n, copy ? refs[i] : NULL, &err);
-    CHECK(err);
-    if (!copy) CHECK(clEnqueueWriteBuffer(q, ms[i], CL_TRUE, 0, n, refs[i], 0, NULL, NULL));
-    run_add1(ms[i], n);
-    for (size_t k = 0; k < n; k++) refs[i][k] += 1;
+    ms[i] = small_buffer(i, 70 << 10, &refs[i], &ns[i]);
     /* Every other older buffer goes while newer ones are made beside it. */
     if (i >= 8 && i % 2 == 0) {
       int old = i - 8;
@@ -347,6 +355,77 @@ static void small_buffers(void) {
     free(refs[i]);
   }
   printf("%d small buffers ok\n", COUNT);
+}
+
+/* Rounds of small buffers made, used and all released but one, so that the slabs they were
+ * carved from come back empty and are carved again (caged, zero-copy): each round's bytes must
+ * be its own, and the buffer each round keeps must hold its bytes to the end. */
+static void recycled_buffers(void) {
+  enum { ROUNDS = 6, PER_ROUND = 48 };
+  static cl_mem kept[ROUNDS];
+  static unsigned char *kept_refs[ROUNDS];
+  static size_t kept_ns[ROUNDS];
+  for (int r = 0; r < ROUNDS; r++) {
+    cl_mem ms[PER_ROUND];
+    unsigned char *refs[PER_ROUND];
+    size_t ns[PER_ROUND];
+    for (int i = 0; i < PER_ROUND; i++) ms[i] = small_buffer(i, 64 << 10, &refs[i], &ns[i]);
+    for (int i = 0; i < PER_ROUND; i++) {
+      check_all(ms[i], refs[i], ns[i], "recycled buffer");
+      if (i == r % PER_ROUND) {
+        kept[r] = ms[i], kept_refs[r] = refs[i], kept_ns[r] = ns[i];
+        continue;
+      }
+      CHECK(clReleaseMemObject(ms[i]));
+      free(refs[i]);
+    }
+    CHECK(clFinish(q));
+  }
+  for (int r = 0; r < ROUNDS; r++) {
+    check_all(kept[r], kept_refs[r], kept_ns[r], "buffer kept among recycled ones");
+    CHECK(clReleaseMemObject(kept[r]));
+    free(kept_refs[r]);
+  }
+  printf("%d rounds of recycled buffers ok\n", ROUNDS);
+}
+
+/* Small buffers released while a kernel on each still waits (on another queue, behind a user
+ * event): their memory must not be carved again for newer buffers before the driver is done
+ * with them, or those kernels would add to the newer buffers' bytes once the event is set. */
+static void no_early_recycling(void) {
+  enum { COUNT = 48 };
+  cl_int err;
+  cl_command_queue q2 = clCreateCommandQueue(ctx, dev, 0, &err);
+  CHECK(err);
+  cl_event gate = clCreateUserEvent(ctx, &err);
+  CHECK(err);
+  static unsigned char data[64 << 10];
+  randomize(data, sizeof data);
+  for (int i = 0; i < COUNT; i++) {
+    size_t n = 1 + next() % sizeof data;
+    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, data, &err);
+    CHECK(err);
+    CHECK(clSetKernelArg(add1, 0, sizeof m, &m));
+    CHECK(clEnqueueNDRangeKernel(q2, add1, 1, NULL, &n, NULL, 1, &gate, NULL));
+    CHECK(clReleaseMemObject(m));
+  }
+  /* More than the spare slabs earlier phases left can hold. */
+  static cl_mem ms[4 * COUNT];
+  static size_t ns[4 * COUNT];
+  for (int i = 0; i < 4 * COUNT; i++) {
+    ns[i] = 1 + next() % sizeof data;
+    ms[i] = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ns[i], data, &err);
+    CHECK(err);
+  }
+  CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+  CHECK(clFinish(q2));
+  for (int i = 0; i < 4 * COUNT; i++) {
+    check_all(ms[i], data, ns[i], "buffer made while released ones were still in use");
+    CHECK(clReleaseMemObject(ms[i]));
+  }
+  CHECK(clReleaseEvent(gate));
+  CHECK(clReleaseCommandQueue(q2));
+  printf("no memory of a buffer still in use was carved again\n");
 }
 
 static void many_buffers(void) {
@@ -394,6 +473,8 @@ int main(void) {
   host_ptr_flags(4096);
   host_ptr_flags((1 << 20) + 3);
   small_buffers();
+  recycled_buffers();
+  no_early_recycling();
   many_buffers();
   CHECK(clReleaseKernel(add1));
   CHECK(clReleaseProgram(prog));

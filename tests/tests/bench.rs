@@ -39,6 +39,7 @@ fn every_workload_is_measured_both_ways_under_load() {
         "platform_init",
         "info_query",
         "create_release_4k",
+        "create_release_64k_data",
         "set_kernel_arg",
         "enqueue_stream_2000",
         "enqueue_finish_roundtrip",

@@ -12,12 +12,12 @@ use std::process::{Command, Stdio};
 /// Runs the client directly and caged (with `env`, and the shim's log of direct transfers on)
 /// and returns how many transfers, and how many `clFinish` calls, the shim answered without the
 /// worker (`shim/src/direct.rs`).
-fn passes(env: &[(&str, &str)]) -> (usize, usize) {
+fn passes(env: &[(&str, &str)]) -> (usize, usize, usize) {
     let exe = c_client("data_integrity");
     let d = direct(&exe, &[], &[]);
     assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
     let mut env = env.to_vec();
-    env.push(("CLOISTER_LOG", "cloister::direct=trace"));
+    env.push(("CLOISTER_LOG", "cloister::direct=trace,cloister::conn::slabs=trace"));
     let c = caged(&[], &exe, &[], &env);
     let out = text(&c);
     assert!(c.status.success() && out.contains("data integrity ok"), "caged run failed:\n{out}");
@@ -25,7 +25,7 @@ fn passes(env: &[(&str, &str)]) -> (usize, usize) {
     assert_eq!(String::from_utf8_lossy(&d.stdout), String::from_utf8_lossy(&c.stdout));
     let log = String::from_utf8_lossy(&c.stderr);
     let count = |what: &str| log.lines().filter(|l| l.contains(what)).count();
-    (count("direct transfer"), count("direct finish of an idle queue"))
+    (count("direct transfer"), count("direct finish of an idle queue"), count("slab carved again"))
 }
 
 /// pocl is a host-unified CPU device: its buffers are zero-copy, and transfers on an idle
@@ -33,14 +33,24 @@ fn passes(env: &[(&str, &str)]) -> (usize, usize) {
 /// every refusal the driver makes is made.
 #[test]
 fn zero_copy_buffers_keep_every_byte() {
-    let (direct_transfers, idle_finishes) = passes(&[]);
+    let (direct_transfers, idle_finishes, slabs_again) = passes(&[]);
     assert!(direct_transfers >= 100, "only {direct_transfers} transfers went the direct way");
     assert!(idle_finishes >= 1, "no clFinish of an idle queue was answered without the worker");
+    assert!(slabs_again >= 2, "{slabs_again} slabs of small buffers were carved again");
+}
+
+/// The same without replay's journal, whose views of released buffers also keep their slab
+/// from being carved again: here only the worker's word that the driver destroyed every buffer
+/// in a slab lets it come back (`no_early_recycling` in the client fails if it comes back early).
+#[test]
+fn zero_copy_buffers_keep_every_byte_in_report_mode() {
+    let (_, _, slabs_again) = passes(&[("CLOISTER_RECOVERY", "report")]);
+    assert!(slabs_again >= 2, "{slabs_again} slabs of small buffers were carved again");
 }
 
 #[test]
 fn staged_buffers_keep_every_byte() {
-    assert_eq!(passes(&[("CLOISTER_ZERO_COPY", "0")]), (0, 0), "a staged buffer was copied directly");
+    assert_eq!(passes(&[("CLOISTER_ZERO_COPY", "0")]), (0, 0, 0), "a staged buffer was copied directly");
 }
 
 /// Staged transfers with the shim's copies split across threads (`ipc::copy`; the default on

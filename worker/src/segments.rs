@@ -57,3 +57,98 @@ impl Segments {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(&id)
     }
 }
+
+/// Which slabs hold buffers the driver has not destroyed yet, and which the shim retired
+/// (`RetireSlab`): when a retired slab's last buffer is destroyed, the shim hears
+/// `Notification::SlabIdle` and may carve the slab again. The driver's destructor callbacks
+/// run on its own threads, hence one table for the process.
+pub mod slab_use {
+    use std::sync::Mutex;
+
+    use cloister_ipc::fast_hash::FastMap;
+    use cloister_ipc::Notification;
+
+    #[derive(Default, Debug, PartialEq, Eq)]
+    struct Use {
+        /// Buffers in the slab the driver holds.
+        live: usize,
+        retired: bool,
+    }
+
+    static SLABS: Mutex<Option<FastMap<u64, Use>>> = Mutex::new(None);
+
+    fn with<T>(f: impl FnOnce(&mut FastMap<u64, Use>) -> T) -> T {
+        f(SLABS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(FastMap::default))
+    }
+
+    /// A buffer was made in `segment`: the slab is in use again (after a retirement, the shim
+    /// carves it again only once it heard it idle).
+    pub fn hold(segment: u64) {
+        with(|slabs| {
+            let u = slabs.entry(segment).or_default();
+            u.live += 1;
+            u.retired = false;
+        });
+    }
+
+    /// The driver destroyed a buffer in `segment`. Returns whether the slab was said idle.
+    pub fn let_go(segment: u64) -> bool {
+        let idle = with(|slabs| {
+            slabs.get_mut(&segment).is_some_and(|u| {
+                let was = u.live;
+                u.live = was.saturating_sub(1);
+                was == 1 && u.retired
+            })
+        });
+        say_idle(segment, idle)
+    }
+
+    /// The shim carves nothing more out of `segment` until it hears it idle. Returns whether
+    /// it was said idle at once.
+    pub fn retire(segment: u64) -> bool {
+        let idle = with(|slabs| {
+            let u = slabs.entry(segment).or_default();
+            u.retired = true;
+            u.live == 0
+        });
+        say_idle(segment, idle)
+    }
+
+    fn say_idle(segment: u64, idle: bool) -> bool {
+        if idle {
+            crate::notify::send(Notification::SlabIdle { segment });
+        }
+        idle
+    }
+
+    /// `segment` left the worker's table (`DropSegment`): nothing more is said of it.
+    pub fn forget(segment: u64) {
+        with(|slabs| slabs.remove(&segment));
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_retired_slab_is_said_idle_once_its_last_buffer_is_destroyed_and_only_then() {
+            // Segment ids of their own: the table is the process's.
+            let (a, b) = (u64::MAX - 1, u64::MAX - 2);
+            hold(a);
+            hold(a);
+            assert!(!let_go(a), "not retired: nothing said");
+            assert!(!retire(a), "a buffer is still in it");
+            assert!(let_go(a), "its last buffer");
+            assert!(!let_go(a), "said once");
+            // Carved again: in use, no longer retired.
+            hold(a);
+            assert!(!let_go(a));
+            assert!(retire(a), "empty as it is retired: said at once");
+            // A slab in which no buffer was ever made, and one the shim dropped.
+            assert!(retire(b));
+            hold(b);
+            forget(b);
+            assert!(!let_go(b), "forgotten: nothing said");
+        }
+    }
+}

@@ -217,7 +217,7 @@ fn create_zero_copy_buffer(
         // placed memory, at its offset.
         unsafe { cloister_ipc::copy::copy(place.mapping.as_ptr().add(place.offset), host_ptr.cast::<u8>(), size) };
     }
-    let view = SharedView { memory: place.mapping.clone(), offset: place.offset, len: size };
+    let view = place.view(size);
     let recorded = conn.replays().then(|| view.clone());
     let r = create(conn, Kind::Mem, ObjData::shared_mem(ctx.id, flags, view), |id| {
         let req = buffer_request(id, ctx, properties, wire_flags, size);

@@ -6,17 +6,27 @@
 //! Buffers up to `SLAB_ITEM_MAX` bytes instead take the next aligned bytes of an open slab, so
 //! their creation costs the `CreateBuffer` round trip alone.
 //!
-//! A slab is never reused in part: bytes of a released buffer may still be in the driver's
-//! hands (its last commands), so they come back only with the whole slab, once every buffer in
-//! it is destroyed (the worker keeps the slab mapped for each buffer it holds, the shim for
-//! each view). A long-lived small buffer thus keeps its slab's `SLAB_LEN` bytes of address space
-//! and the pages its neighbours touched.
+//! A slab's bytes are never handed out twice while it is in use: bytes of a released buffer
+//! may still be in the driver's hands (its last commands). A full slab is retired instead
+//! (`RetireSlab`, posted once no `CreateBuffer` naming it is unanswered: threads create buffers
+//! on lanes of their own, so a retirement sent earlier could overtake one), and the worker says
+//! when the driver has destroyed every buffer in it (`Notification::SlabIdle`). Once this
+//! side's views of it are gone too (each buffer's `SlabLease`), the slab is carved again from
+//! its start: its pages are warm on both sides, where fresh memory costs a page fault and a
+//! zeroed page per 4 KiB touched (56 us to make a 64 KiB buffer with contents on 2 pocl cores,
+//! against 0.7 us directly). Up to `SPARE_SLABS` idle slabs wait to be carved again; more are
+//! dropped (`DropSegment`).
 //!
-//! A full slab is retired: the worker is told to drop it from its segment table once no
-//! `CreateBuffer` naming it is still unanswered (threads create buffers on lanes of their own,
-//! so a drop sent earlier could overtake one).
+//! A long-lived small buffer keeps its slab from coming back. So that an application whose
+//! long-lived small buffers sit among short-lived ones cannot keep a slab per buffer without
+//! bound, no fresh slab is made while the slabs still mapped here hold `SLAB_WASTE_FLOOR`
+//! bytes or more and their live buffers fill under a quarter of them: small buffers then get
+//! segments of their own, freed with them, until slabs empty out. A worker that never says a
+//! slab is idle (a driver without destructor callbacks, a hostile one) keeps at most
+//! `WAITING_SLABS` slabs without live buffers here; older ones are dropped.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use cloister_ipc::shm::SharedMapping;
 
@@ -27,6 +37,47 @@ pub const SLAB_ITEM_MAX: usize = 64 << 10;
 /// A slab's size: sixteen of the largest buffers it takes, 256 of 4 KiB.
 pub const SLAB_LEN: usize = 1 << 20;
 
+/// Slab memory mapped here beyond which a fresh slab is made only while live buffers fill at
+/// least a quarter of what is mapped.
+pub const SLAB_WASTE_FLOOR: usize = 64 * SLAB_LEN;
+
+/// Idle slabs with nothing live kept to be carved again.
+pub const SPARE_SLABS: usize = 4;
+
+/// Retired slabs with nothing live here kept waiting for the worker's `SlabIdle`.
+pub const WAITING_SLABS: usize = 16;
+
+/// Bytes of a slab that a live buffer holds: counted in its slab's live bytes until the last
+/// view of the buffer (its object's, a sub-buffer's, the replay journal's) is gone.
+pub struct SlabLease {
+    bytes: usize,
+    live: Arc<AtomicUsize>,
+}
+
+impl Drop for SlabLease {
+    fn drop(&mut self) {
+        self.live.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// A slab as long as this side maps it: the mapping (gone once every view is), and the bytes
+/// its live buffers hold.
+struct Mapped {
+    mapping: Weak<SharedMapping>,
+    live: Arc<AtomicUsize>,
+}
+
+/// Where a full slab is on its way back to being carved again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Creations naming it are still unanswered: retired once they are.
+    Retiring,
+    /// The worker was told (`RetireSlab`) and has not said it idle yet.
+    Retired,
+    /// The driver holds no buffer in it: carved again once nothing here is live in it.
+    Idle,
+}
+
 struct Slab {
     segment: u64,
     mapping: Arc<SharedMapping>,
@@ -34,14 +85,65 @@ struct Slab {
     used: usize,
     /// Buffers placed in it whose `CreateBuffer` is not answered yet.
     creating: usize,
+    /// Bytes its live buffers hold (`SlabLease`).
+    live: Arc<AtomicUsize>,
+    /// Once full.
+    phase: Phase,
+}
+
+impl Slab {
+    fn empty_here(&self) -> bool {
+        self.live.load(Ordering::Relaxed) == 0
+    }
 }
 
 #[derive(Default)]
 struct State {
     /// The slab new buffers go into.
     open: Option<Slab>,
-    /// Full slabs with creations still unanswered: dropped in the worker once they are.
-    retired: Vec<Slab>,
+    /// Full slabs, oldest first, until they are carved again or dropped.
+    full: Vec<Slab>,
+    /// Every slab made, until this side unmaps it.
+    mapped: Vec<Mapped>,
+}
+
+impl State {
+    /// Whether the slabs mapped here are large and mostly empty (see the module's doc): slabs
+    /// unmapped since are forgotten first.
+    fn too_sparse(&mut self) -> bool {
+        self.mapped.retain(|m| m.mapping.strong_count() > 0);
+        let mapped = self.mapped.len() * SLAB_LEN;
+        let live: usize = self.mapped.iter().map(|m| m.live.load(Ordering::Relaxed)).sum();
+        mapped >= SLAB_WASTE_FLOOR && live < mapped / 4
+    }
+
+    /// An idle slab with nothing live here, ready to be carved again from its start.
+    fn take_spare(&mut self) -> Option<Slab> {
+        let i = self.full.iter().position(|s| s.phase == Phase::Idle && s.empty_here())?;
+        let mut slab = self.full.remove(i);
+        (slab.used, slab.creating) = (0, 0);
+        cloister_ipc::log::in_shim(|| tracing::trace!(segment = slab.segment, "slab carved again"));
+        Some(slab)
+    }
+
+    /// Drops the spare slabs beyond `SPARE_SLABS` and the oldest retired ones with nothing
+    /// live here beyond `WAITING_SLABS`; returns their segments, for the worker to drop too.
+    fn shed(&mut self) -> Vec<u64> {
+        let mut dropped = Vec::new();
+        for (phase, keep) in [(Phase::Idle, SPARE_SLABS), (Phase::Retired, WAITING_SLABS)] {
+            let unused = |s: &Slab| s.phase == phase && s.empty_here();
+            let mut excess = self.full.iter().filter(|s| unused(s)).count().saturating_sub(keep);
+            self.full.retain(|s| {
+                let shed = excess > 0 && unused(s);
+                if shed {
+                    excess -= 1;
+                    dropped.push(s.segment);
+                }
+                !shed
+            });
+        }
+        dropped
+    }
 }
 
 /// Bytes placed in a slab for one buffer.
@@ -49,8 +151,18 @@ pub struct Carved {
     pub mapping: Arc<SharedMapping>,
     pub segment: u64,
     pub offset: usize,
-    /// A slab retired to make room, with nothing in flight: the worker may drop it now.
+    /// The buffer's share of the slab, for its views to hold.
+    pub lease: Arc<SlabLease>,
+}
+
+/// What `Slabs::carve` did: the bytes (`None`: the buffer takes memory of its own), and what
+/// the worker must be told first.
+pub struct Placed {
+    pub carved: Option<Carved>,
+    /// A slab retired to make room, with nothing in flight: send `RetireSlab`.
     pub retired: Option<u64>,
+    /// Slabs shed (`State::shed`): send `DropSegment`.
+    pub dropped: Vec<u64>,
 }
 
 /// The slabs of one connection.
@@ -61,46 +173,81 @@ pub struct Slabs {
 
 impl Slabs {
     /// Places `len` bytes (at most `SLAB_ITEM_MAX`) at a multiple of `align` (a power of two,
-    /// at most a page) in the open slab, or in a fresh one from `fresh` (a segment the worker
-    /// was sent and this side's mapping of it) when they do not fit.
+    /// at most a page) in the open slab, or, when they do not fit, in a spare one carved again
+    /// or a fresh one from `fresh` (a segment the worker was sent and this side's mapping of
+    /// it). No bytes while slabs are too sparse (`State::too_sparse`).
     pub fn carve<E>(
         &self,
         len: usize,
         align: usize,
         fresh: impl FnOnce() -> Result<(u64, SharedMapping), E>,
-    ) -> Result<Carved, E> {
+    ) -> Result<Placed, E> {
         debug_assert!(len <= SLAB_ITEM_MAX && align.is_power_of_two() && align <= 4096);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let fits = |s: &Slab| s.used.next_multiple_of(align) + len <= s.mapping.len();
-        let mut retired = None;
+        let mut placed = Placed { carved: None, retired: None, dropped: Vec::new() };
         if !state.open.as_ref().is_some_and(fits) {
-            let (segment, mapping) = fresh()?;
-            let slab = Slab { segment, mapping: Arc::new(mapping), used: 0, creating: 0 };
-            if let Some(full) = state.open.replace(slab) {
-                match full.creating {
-                    0 => retired = Some(full.segment),
-                    _ => state.retired.push(full),
+            let next = match state.take_spare() {
+                Some(spare) => spare,
+                None if {
+                    placed.dropped = state.shed();
+                    state.too_sparse()
+                } =>
+                {
+                    return Ok(placed);
                 }
+                None => {
+                    let (segment, mapping) = fresh()?;
+                    let (mapping, live) = (Arc::new(mapping), Arc::new(AtomicUsize::new(0)));
+                    state.mapped.push(Mapped { mapping: Arc::downgrade(&mapping), live: live.clone() });
+                    Slab { segment, mapping, used: 0, creating: 0, live, phase: Phase::Retiring }
+                }
+            };
+            if let Some(mut full) = state.open.replace(next) {
+                full.phase = match full.creating {
+                    0 => {
+                        placed.retired = Some(full.segment);
+                        Phase::Retired
+                    }
+                    _ => Phase::Retiring,
+                };
+                state.full.push(full);
             }
+            placed.dropped.extend(state.shed());
         }
         let slab = state.open.as_mut().expect("an open slab was just ensured");
         let offset = slab.used.next_multiple_of(align);
         slab.used = offset + len;
         slab.creating += 1;
-        Ok(Carved { mapping: slab.mapping.clone(), segment: slab.segment, offset, retired })
+        slab.live.fetch_add(len, Ordering::Relaxed);
+        let lease = Arc::new(SlabLease { bytes: len, live: slab.live.clone() });
+        placed.carved = Some(Carved { mapping: slab.mapping.clone(), segment: slab.segment, offset, lease });
+        Ok(placed)
     }
 
     /// The `CreateBuffer` naming bytes of slab `segment` was answered; returns the slab when it
-    /// is retired and nothing in it is in flight any more (the worker may drop it now).
+    /// is full and nothing in it is in flight any more (send `RetireSlab` now).
     pub fn placed(&self, segment: u64) -> Option<u64> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(open) = state.open.as_mut().filter(|s| s.segment == segment) {
-            open.creating -= 1;
+            open.creating = open.creating.saturating_sub(1);
             return None;
         }
-        let i = state.retired.iter().position(|s| s.segment == segment)?;
-        state.retired[i].creating -= 1;
-        (state.retired[i].creating == 0).then(|| state.retired.swap_remove(i).segment)
+        let slab = state.full.iter_mut().find(|s| s.segment == segment)?;
+        slab.creating = slab.creating.saturating_sub(1);
+        (slab.phase == Phase::Retiring && slab.creating == 0).then(|| {
+            slab.phase = Phase::Retired;
+            segment
+        })
+    }
+
+    /// The worker says retired slab `segment` holds no buffer any more
+    /// (`Notification::SlabIdle`). Anything else it says of a slab is ignored.
+    pub fn idle(&self, segment: u64) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slab) = state.full.iter_mut().find(|s| s.segment == segment && s.phase == Phase::Retired) {
+            slab.phase = Phase::Idle;
+        }
     }
 }
 
@@ -114,12 +261,18 @@ mod tests {
         Ok((*next, SharedRegion::create("slab-test", SLAB_LEN).map_err(|_| ())?.into_mapping()))
     }
 
+    /// `len` bytes at 128, which must be carved.
+    fn carve(slabs: &Slabs, next: &mut u64, len: usize) -> (Carved, Option<u64>, Vec<u64>) {
+        let p = slabs.carve(len, 128, || slab(next)).unwrap();
+        (p.carved.expect("carved"), p.retired, p.dropped)
+    }
+
     #[test]
     fn buffers_are_placed_aligned_one_after_the_other() {
         let (slabs, mut next) = (Slabs::default(), 0);
-        let a = slabs.carve(100, 128, || slab(&mut next)).unwrap();
-        let b = slabs.carve(4096, 128, || slab(&mut next)).unwrap();
-        let c = slabs.carve(1, 4096, || slab(&mut next)).unwrap();
+        let (a, ..) = carve(&slabs, &mut next, 100);
+        let (b, ..) = carve(&slabs, &mut next, 4096);
+        let c = slabs.carve(1, 4096, || slab(&mut next)).unwrap().carved.unwrap();
         assert_eq!((a.segment, a.offset), (1, 0));
         assert_eq!((b.segment, b.offset), (1, 128));
         assert_eq!((c.segment, c.offset), (1, 8192));
@@ -127,46 +280,141 @@ mod tests {
         assert_eq!(next, 1, "one slab for all three");
     }
 
-    /// Fills the open slab (from `from` bytes used) with buffers of the largest size.
-    fn fill(slabs: &Slabs, next: &mut u64, from: usize) -> Vec<Carved> {
+    /// Fills the open slab (from `from` bytes used) with buffers of the largest size, each
+    /// answered at once if `answered`.
+    fn fill(slabs: &Slabs, next: &mut u64, from: usize, answered: bool) -> Vec<Carved> {
         (0..(SLAB_LEN - from) / SLAB_ITEM_MAX)
-            .map(|_| slabs.carve(SLAB_ITEM_MAX, 128, || slab(next)).unwrap())
+            .map(|_| {
+                let (c, ..) = carve(slabs, next, SLAB_ITEM_MAX);
+                if answered {
+                    assert_eq!(slabs.placed(c.segment), None);
+                }
+                c
+            })
             .collect()
     }
 
     #[test]
-    fn a_full_slab_is_dropped_once_nothing_in_it_is_in_flight() {
+    fn a_full_slab_is_retired_once_nothing_in_it_is_in_flight() {
         let (slabs, mut next) = (Slabs::default(), 0);
-        let first = fill(&slabs, &mut next, 0);
-        assert!(first.iter().all(|c| c.segment == 1 && c.retired.is_none()));
+        let first = fill(&slabs, &mut next, 0, false);
+        assert!(first.iter().all(|c| c.segment == 1));
         assert_eq!(first.last().unwrap().offset + SLAB_ITEM_MAX, SLAB_LEN, "filled to the byte");
-        // Answers for all but one: the slab is still open, nothing to drop.
+        // Answers for all but one: the slab is still open, nothing to retire.
         for c in &first[1..] {
             assert_eq!(slabs.placed(c.segment), None);
         }
         // One byte more opens a second slab; the first waits for its last answer.
-        let second = slabs.carve(1, 128, || slab(&mut next)).unwrap();
-        assert_eq!((second.segment, second.offset, second.retired), (2, 0, None));
-        assert_eq!(slabs.placed(1), Some(1), "its last answer lets the worker drop it");
+        let (second, retired, _) = carve(&slabs, &mut next, 1);
+        assert_eq!((second.segment, second.offset, retired), (2, 0, None));
+        assert_eq!(slabs.placed(1), Some(1), "its last answer retires it");
         assert_eq!(slabs.placed(1), None, "and only once");
-        // A slab with nothing in flight is dropped as it is retired.
+        // A slab with nothing in flight is retired as it fills.
         assert_eq!(slabs.placed(2), None);
-        for c in fill(&slabs, &mut next, 128) {
-            assert_eq!((c.segment, slabs.placed(c.segment)), (2, None));
+        for c in fill(&slabs, &mut next, 128, true) {
+            assert_eq!(c.segment, 2);
         }
-        let third = slabs.carve(SLAB_ITEM_MAX, 64, || slab(&mut next)).unwrap();
-        assert_eq!((third.segment, third.offset, third.retired), (3, 0, Some(2)));
+        let (third, retired, _) = carve(&slabs, &mut next, SLAB_ITEM_MAX);
+        assert_eq!((third.segment, third.offset, retired), (3, 0, Some(2)));
     }
 
     #[test]
     fn a_failed_fresh_slab_leaves_the_open_one() {
         let (slabs, mut next) = (Slabs::default(), 0);
-        let first = fill(&slabs, &mut next, 0);
+        let first = fill(&slabs, &mut next, 0, false);
         assert!(slabs.carve(1, 128, || Err::<(u64, SharedMapping), ()>(())).is_err());
         for _ in &first {
             assert_eq!(slabs.placed(1), None, "still the open slab");
         }
-        let b = slabs.carve(8, 128, || slab(&mut next)).unwrap();
-        assert_eq!((b.segment, b.offset, b.retired), (2, 0, Some(1)));
+        let (b, retired, _) = carve(&slabs, &mut next, 8);
+        assert_eq!((b.segment, b.offset, retired), (2, 0, Some(1)));
+    }
+
+    #[test]
+    fn an_idle_slab_is_carved_again_once_nothing_here_is_live_in_it() {
+        let (slabs, mut next) = (Slabs::default(), 0);
+        let mut first = fill(&slabs, &mut next, 0, true);
+        let (second, retired, _) = carve(&slabs, &mut next, SLAB_ITEM_MAX);
+        assert_eq!((second.segment, retired, slabs.placed(2)), (2, Some(1), None));
+        slabs.idle(2);
+        slabs.idle(7);
+        // The worker holds nothing in slab 1, but a buffer here still does: not carved yet.
+        slabs.idle(1);
+        let kept = first.pop().unwrap();
+        first.clear();
+        fill(&slabs, &mut next, SLAB_ITEM_MAX, true);
+        let (third, retired, _) = carve(&slabs, &mut next, SLAB_ITEM_MAX);
+        assert_eq!((third.segment, retired), (3, Some(2)), "a fresh slab; the open one (idle said early) retired");
+        assert_eq!(slabs.placed(3), None);
+        drop(kept);
+        fill(&slabs, &mut next, SLAB_ITEM_MAX, true);
+        let (again, retired, _) = carve(&slabs, &mut next, 100);
+        assert_eq!((again.segment, again.offset, retired), (1, 0, Some(3)), "slab 1 from its start");
+        assert!(Arc::ptr_eq(&again.mapping, &first_mapping(&slabs, 1)));
+        assert_eq!(next, 3, "no fresh slab for it");
+        // Slab 2 was idle too early (before its retirement): it waits for a real idle.
+        slabs.idle(2);
+        let (b, ..) = carve(&slabs, &mut next, 200);
+        assert_eq!((b.segment, b.offset), (1, 128));
+    }
+
+    fn first_mapping(slabs: &Slabs, segment: u64) -> Arc<SharedMapping> {
+        let state = slabs.state.lock().unwrap();
+        let open = state.open.as_ref().filter(|s| s.segment == segment);
+        open.or_else(|| state.full.iter().find(|s| s.segment == segment)).unwrap().mapping.clone()
+    }
+
+    #[test]
+    fn idle_slabs_beyond_the_spares_are_dropped() {
+        let (slabs, mut next) = (Slabs::default(), 0);
+        let slabs_made = SPARE_SLABS + 3;
+        for _ in 0..slabs_made {
+            fill(&slabs, &mut next, 0, true);
+        }
+        // Slabs 1..slabs_made are full and retired (the last is still open).
+        let (_, retired, dropped) = carve(&slabs, &mut next, SLAB_ITEM_MAX);
+        assert_eq!((retired, dropped), (Some(slabs_made as u64), vec![]));
+        for segment in 1..=slabs_made as u64 {
+            slabs.idle(segment);
+        }
+        fill(&slabs, &mut next, SLAB_ITEM_MAX, true);
+        let (c, _, dropped) = carve(&slabs, &mut next, SLAB_ITEM_MAX);
+        assert_eq!(c.segment, 1, "the oldest spare is carved again");
+        assert_eq!(dropped, vec![2, 3], "and the spares beyond {SPARE_SLABS} are dropped, oldest first");
+    }
+
+    #[test]
+    fn slabs_held_mostly_empty_by_long_lived_buffers_stop_being_made_until_they_empty_out() {
+        let (slabs, mut next) = (Slabs::default(), 0);
+        let slabs_at_floor = SLAB_WASTE_FLOOR / SLAB_LEN;
+        // Per slab, one buffer lives on (with its view of the slab) and fifteen are released:
+        // a sixteenth of the slabs' memory is live.
+        let mut kept = Vec::new();
+        for _ in 0..slabs_at_floor {
+            kept.push(fill(&slabs, &mut next, 0, true).pop().unwrap());
+        }
+        assert_eq!(next as usize, slabs_at_floor);
+        let at_floor = slabs.carve(SLAB_ITEM_MAX, 128, || slab(&mut next)).unwrap();
+        assert!(at_floor.carved.is_none(), "no fresh slab while mapped slabs are under a quarter live");
+        assert_eq!(next as usize, slabs_at_floor, "and none was made");
+        // Once the long-lived buffers go, and with them the slabs the worker never said idle
+        // beyond the few kept waiting, slabs are made again.
+        kept.clear();
+        let again = slabs.carve(SLAB_ITEM_MAX, 128, || slab(&mut next)).unwrap();
+        assert_eq!(again.dropped.len(), slabs_at_floor - WAITING_SLABS, "shed, the oldest first");
+        assert_eq!(again.dropped[0], 1);
+        assert_eq!(again.carved.expect("a fresh slab").segment as usize, slabs_at_floor + 1);
+    }
+
+    #[test]
+    fn slabs_full_of_live_buffers_are_made_past_the_floor() {
+        let (slabs, mut next) = (Slabs::default(), 0);
+        let live: Vec<Carved> =
+            (0..SLAB_WASTE_FLOOR / SLAB_LEN + 2).flat_map(|_| fill(&slabs, &mut next, 0, true)).collect();
+        assert_eq!(next as usize, SLAB_WASTE_FLOOR / SLAB_LEN + 2);
+        // A quarter live is enough: leases of three buffers in four go.
+        let quarter: Vec<Carved> = live.into_iter().step_by(4).collect();
+        assert!(slabs.carve(SLAB_ITEM_MAX, 128, || slab(&mut next)).unwrap().carved.is_some());
+        drop(quarter);
     }
 }

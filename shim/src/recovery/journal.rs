@@ -1779,7 +1779,7 @@ mod tests {
     /// A zero-copy buffer (id 13, 4 bytes) whose contents are in place, and its memory.
     fn zero_copy(st: &mut State) -> *mut u8 {
         let region = cloister_ipc::shm::SharedRegion::create("journal-test", 4).unwrap();
-        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: 4 };
+        let view = SharedView { memory: Arc::new(region.into_mapping()), offset: 0, len: 4, lease: None };
         let at = view.at(0, 4).unwrap();
         let mut r = Recipe::new(buffer(13, 4, 0));
         r.base = Base::InPlace;

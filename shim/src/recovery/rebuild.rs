@@ -646,7 +646,7 @@ pub(super) fn rebuild_buffer(
             // which the dead worker can no longer change.
             unsafe { cloister_ipc::copy::copy(to, at.cast_const(), old.len.min(size)) };
         }
-        let view = SharedView { memory: place.mapping.clone(), offset: place.offset, len: size };
+        let view = place.view(size);
         let rc = conn.call(CreateBuffer { flags, host_data: None, memory: Some(place.memory), ..b.clone() });
         conn.buffer_placed(&place, rc == Ok(CL_SUCCESS));
         if rc? == CL_SUCCESS {

@@ -16,6 +16,10 @@ impl Serve<CreateBuffer> for LaneServer<'_> {
             }
             None => None,
         };
+        let slab = match r.memory {
+            Some(BufferMemory::Slab { segment, .. }) => Some(segment),
+            _ => None,
+        };
         let (flags, host) = match (&memory, &r.host_data) {
             (Some(_), Some(_)) => return CL_INVALID_VALUE,
             (Some((region, offset)), None) => (
@@ -45,7 +49,7 @@ impl Serve<CreateBuffer> for LaneServer<'_> {
             }
         };
         if let (Some((region, _)), CL_SUCCESS, false) = (memory, rc, m.is_null()) {
-            keep_until_destroyed(m as usize, region);
+            keep_until_destroyed(m as usize, region, slab);
         }
         self.adopt(r.id, Kind::Mem, m, rc)
     }

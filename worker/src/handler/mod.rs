@@ -673,6 +673,7 @@ impl Serve<DropSegment> for LaneServer<'_> {
         match self.worker.segments.remove(r.segment) {
             Some(region) => {
                 self.worker.staging.forget_region(region.as_ptr());
+                crate::segments::slab_use::forget(r.segment);
                 CL_SUCCESS
             }
             None => CL_INVALID_VALUE,
@@ -680,17 +681,37 @@ impl Serve<DropSegment> for LaneServer<'_> {
     }
 }
 
+impl Serve<RetireSlab> for LaneServer<'_> {
+    fn serve(&self, r: RetireSlab) -> i32 {
+        if self.worker.segments.get(r.segment).is_none() {
+            return CL_INVALID_VALUE;
+        }
+        crate::segments::slab_use::retire(r.segment);
+        CL_SUCCESS
+    }
+}
+
 /// Keeps a zero-copy buffer's memory mapped until the driver destroys the buffer (after its
 /// last release and its last command), then lets it go: a segment of the buffer's own is
-/// unmapped then, a slab once the segment table and every buffer in it have let it go.
-fn keep_until_destroyed(m: usize, memory: Arc<SharedMapping>) -> cl_int {
+/// unmapped then, a slab once the segment table and every buffer in it have let it go. A slab's
+/// buffer (`slab`: its segment) counts in `slab_use` until then.
+fn keep_until_destroyed(m: usize, memory: Arc<SharedMapping>, slab: Option<u64>) -> cl_int {
     unsafe extern "C" fn destroyed(_m: *mut c_void, user_data: *mut c_void) {
         // SAFETY: user_data is the box leaked below, handed to exactly this one callback.
-        drop(unsafe { Box::from_raw(user_data.cast::<Arc<SharedMapping>>()) });
+        let (memory, slab) = *unsafe { Box::from_raw(user_data.cast::<(Arc<SharedMapping>, Option<u64>)>()) };
+        drop(memory);
+        if let Some(segment) = slab {
+            crate::segments::slab_use::let_go(segment);
+        }
     }
     // Looked up first: without the callback the memory is never unmapped under the driver.
     let set_destructor = driver_fn!(m, clSetMemObjectDestructorCallback);
-    let user_data = Box::into_raw(Box::new(memory));
+    if let Some(segment) = slab {
+        // Counted before the callback can run; a refused callback leaves it counted for good
+        // (the slab then never comes back, which is safe).
+        crate::segments::slab_use::hold(segment);
+    }
+    let user_data = Box::into_raw(Box::new((memory, slab)));
     // SAFETY: m is the live buffer just created; the callback has the destructor signature.
     // If the driver refuses, the box stays leaked: mapped for the worker's life, never unmapped
     // under the driver.
