@@ -266,8 +266,8 @@ impl Lane {
     }
 
     /// Application side: appends a posted request to the ring, waiting (`alive` polled while
-    /// asleep) while the ring is full.
-    pub fn post(&self, bytes: &[u8], alive: &dyn Fn() -> bool) -> Result<(), PostError> {
+    /// asleep) while the ring is full. Returns its mark: `has_run` says when it has run.
+    pub fn post(&self, bytes: &[u8], alive: &dyn Fn() -> bool) -> Result<u32, PostError> {
         let need = align(4 + bytes.len() as u32);
         if bytes.len() + 4 > MAX_POSTED {
             return Err(PostError::TooLarge);
@@ -305,9 +305,18 @@ impl Lane {
             (ring.add(pos) as *mut u32).write(bytes.len() as u32);
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), ring.add(pos + 4), bytes.len());
         }
-        h.ring_head.store(head.wrapping_add(need), Ordering::Release);
+        let mark = head.wrapping_add(need);
+        h.ring_head.store(mark, Ordering::Release);
         self.ring_doorbell();
-        Ok(())
+        Ok(mark)
+    }
+
+    /// Application side: whether the request posted with `mark` (and every one before it) has
+    /// run in the worker. The worker's counter is taken at its word: one that claims more than
+    /// it ran only hurts what it was sent.
+    pub fn has_run(&self, mark: u32) -> bool {
+        let behind = mark.wrapping_sub(self.header().ring_done.load(Ordering::Acquire));
+        behind == 0 || behind as usize > RING_CAP
     }
 
     /// Application side: whether every posted request has run.
@@ -613,6 +622,20 @@ mod tests {
     }
 
     #[test]
+    fn a_posts_mark_has_run_once_the_worker_has_run_it_and_not_before() {
+        let (client, server) = pair();
+        let marks: Vec<u32> = (0..3u8).map(|i| client.post(&[i; 8], &|| true).unwrap()).collect();
+        assert!(marks.iter().all(|&m| !client.has_run(m)));
+        for (i, &mark) in marks.iter().enumerate() {
+            assert!(matches!(server.next(&|| true), Ok(Work::Posted(_))));
+            assert!(!client.has_run(mark), "taken is not run");
+            server.posted_done();
+            assert!(client.has_run(mark));
+            assert!(marks[i + 1..].iter().all(|&m| !client.has_run(m)), "later ones have not run");
+        }
+    }
+
+    #[test]
     fn a_hostile_tail_is_a_protocol_error_not_a_write_out_of_bounds() {
         let (client, server) = pair();
         server.header().ring_tail.store(0x8000_0000, Ordering::SeqCst);
@@ -636,7 +659,7 @@ mod tests {
         let mut posted = 0;
         let r = loop {
             match client.post(&frame, &|| false) {
-                Ok(()) => posted += 1,
+                Ok(_) => posted += 1,
                 Err(e) => break e,
             }
         };

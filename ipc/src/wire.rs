@@ -757,8 +757,11 @@ impl Request {
                 enqueue(r.queue, &r.sync)
             }
             Request::Release(_) | Request::RetireSlab(_) => Some(Posted::Release),
-            // Its bytes, if any, would be in the lane or a pooled segment, both reused at once.
-            Request::CreateBuffer(r) if r.host_data.is_none() => Some(Posted::Create { context: r.context, id: r.id }),
+            // Not with bytes in the lane's bulk area, which the next call reuses; a segment's
+            // bytes stay until the shim sees the post has run (`Lane::has_run`).
+            Request::CreateBuffer(r) if !matches!(r.host_data, Some(DataRef::Lane { .. })) => {
+                Some(Posted::Create { context: r.context, id: r.id })
+            }
             _ => None,
         }
     }
@@ -987,7 +990,8 @@ mod tests {
         let slab = Some(BufferMemory::Slab { segment: 1, offset: 128 });
         assert_eq!(create(None, slab).posted(), Some(Posted::Create { context: 2, id: 9 }));
         assert_eq!(create(Some(DataRef::Lane { offset: 0, len: 64 }), None).posted(), None, "the lane is reused");
-        assert_eq!(create(Some(segment), None).posted(), None, "so is a pooled segment");
+        let held = Some(Posted::Create { context: 2, id: 9 });
+        assert_eq!(create(Some(segment), None).posted(), held, "a segment the shim holds until it ran");
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct Conn {
     death_told_cv: Condvar,
     /// Shared segments not in use, kept mapped on both sides for the next transfer or map.
     segment_pool: Mutex<Vec<Segment>>,
+    /// Pooled segments whose contents a posted request still has to read (`post_with_segment`),
+    /// with the lane and mark of the post: back to the pool once it has run.
+    held_segments: Mutex<Vec<(Arc<Lane>, u32, Segment)>>,
     /// Slabs that small zero-copy buffers are carved out of (`buffer_memory`).
     slabs: slabs::Slabs,
     /// Told when the worker dies (the runtime starts a replacement).
@@ -386,6 +389,17 @@ const SEGMENT_MIN: usize = 64 << 10;
 /// How much unused segment memory a connection keeps for reuse.
 const SEGMENT_POOL_BYTES: usize = 256 << 20;
 
+/// Pooled segments posted requests may hold at once (`Conn::spare_segment`).
+const MAX_HELD_SEGMENTS: usize = 8;
+
+/// How `Conn::post_marked` sent a request.
+enum Sent {
+    /// Posted on this lane, with its mark (`Lane::has_run`).
+    Posted(Arc<Lane>, u32),
+    /// As a call (strict mode, not postable, too large for the ring), with its answer.
+    Called(cl_int),
+}
+
 /// The error every call on a dead or misbehaving worker gets.
 pub const FAULT: cl_int = CL_DEVICE_NOT_AVAILABLE;
 
@@ -480,6 +494,7 @@ impl Conn {
             death_told: Mutex::new(false),
             death_told_cv: Condvar::new(),
             segment_pool: Mutex::new(Vec::new()),
+            held_segments: Mutex::new(Vec::new()),
             slabs: slabs::Slabs::default(),
             lanes: Mutex::new(Vec::new()),
             first_poster: AtomicUsize::new(0),
@@ -695,9 +710,55 @@ impl Conn {
 
     /// `post` for a request built already (which the caller keeps: replay journals it).
     pub fn post_request(&self, request: &Request) -> Result<cl_int, cl_int> {
+        self.post_marked(request).map(|sent| match sent {
+            Sent::Posted(..) => CL_SUCCESS,
+            Sent::Called(rc) => rc,
+        })
+    }
+
+    /// `post` of a request whose data lies in `seg`, a pooled segment (`spare_segment`): the
+    /// segment goes back to the pool once the worker has run the request, or at once when it
+    /// went as a call.
+    pub fn post_with_segment<C: Call<Reply = cl_int>>(&self, req: C, seg: Segment) -> Result<cl_int, cl_int> {
+        match self.post_marked(&req.into_request()) {
+            Ok(Sent::Posted(lane, mark)) => {
+                self.held_segments.lock().unwrap_or_else(|e| e.into_inner()).push((lane, mark, seg));
+                Ok(CL_SUCCESS)
+            }
+            Ok(Sent::Called(rc)) => {
+                self.release_segment(seg);
+                Ok(rc)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A pooled segment of at least `len` bytes for a posted request's data, unless
+    /// `MAX_HELD_SEGMENTS` are still held by posts the worker has not run (the caller then
+    /// makes a call instead: an application far ahead of its worker gains nothing from more).
+    pub fn spare_segment(&self, len: usize) -> Option<Result<Segment, cl_int>> {
+        let ran: Vec<Segment> = {
+            let mut held = self.held_segments.lock().unwrap_or_else(|e| e.into_inner());
+            let (ran, waiting) =
+                std::mem::take(&mut *held).into_iter().partition(|(lane, mark, _)| lane.has_run(*mark));
+            *held = waiting;
+            if held.len() >= MAX_HELD_SEGMENTS {
+                None
+            } else {
+                Some(ran.into_iter().map(|(_, _, seg)| seg).collect())
+            }
+        }?;
+        for seg in ran {
+            self.release_segment(seg);
+        }
+        Some(self.acquire_segment(len))
+    }
+
+    /// Posts `request` if it may be posted, else calls it.
+    fn post_marked(&self, request: &Request) -> Result<Sent, cl_int> {
         let kind = request.posted();
         if strict() || kind.is_none() || self.contexts_made.load(Ordering::Acquire) > 1 {
-            return self.call_request(request);
+            return self.call_request(request).map(Sent::Called);
         }
         // A release posted from another thread (a language runtime's finalizer) orders nothing
         // of this thread's: it does not make the connection one of many posters, which would cost
@@ -713,14 +774,14 @@ impl Conn {
             }
         })?;
         match posted {
-            Ok(()) => {
+            Ok(mark) => {
                 if orders {
                     self.note_poster(&slot.lane);
                 }
-                Ok(CL_SUCCESS)
+                Ok(Sent::Posted(slot.lane.clone(), mark))
             }
             // Too large for the ring (a kernel with kilobytes of arguments): a call.
-            Err(PostError::TooLarge) => self.call_request(request),
+            Err(PostError::TooLarge) => self.call_request(request).map(Sent::Called),
             // The worker wrote a ring counter that cannot be: a misbehaving worker, cut off.
             Err(PostError::Ended(WaitEnd::Protocol)) => Err(self.reject(request.op_name(), "a ring tail out of range")),
             Err(PostError::Ended(_)) => Err(self.gave_up(&deadline)),

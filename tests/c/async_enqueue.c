@@ -268,6 +268,14 @@ static void alloc(void) {
     printf("alloc: release -> %d\n", clReleaseMemObject(bad));
     print_heard("alloc");
   }
+  /* The same with contents (posted with them in a pooled segment when not zero-copy). */
+  static char contents[4099];
+  cl_mem bad2 = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof contents, contents, &err);
+  printf("odd-sized buffer with contents -> %d\n", err);
+  if (err == CL_SUCCESS) {
+    printf("alloc: with contents, as a kernel's argument -> %d\n", clSetKernelArg(inc, 0, sizeof bad2, &bad2));
+    printf("alloc: with contents, release -> %d\n", clReleaseMemObject(bad2));
+  }
   /* The context, the queue and the kernel still work, with a buffer the driver could make. */
   cl_mem good = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &err); CHECK(err);
   int zero = 0, got = -1;

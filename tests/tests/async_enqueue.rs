@@ -113,7 +113,12 @@ fn a_buffer_the_driver_cannot_allocate_fails_at_its_uses() {
     assert!(strict.status.success(), "{t}");
     assert_eq!(
         lines(&strict),
-        ["odd-sized buffer -> -4", "afterwards a buffer the driver could make: 1", "done"],
+        [
+            "odd-sized buffer -> -4",
+            "odd-sized buffer with contents -> -4",
+            "afterwards a buffer the driver could make: 1",
+            "done"
+        ],
         "strict mode must answer as the driver does:\n{t}"
     );
     for zero_copy in ["1", "0"] {
@@ -136,6 +141,12 @@ fn a_buffer_the_driver_cannot_allocate_fails_at_its_uses() {
             heard.contains("clCreateBuffer") && heard.contains("CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)"),
             "the context's callback must name the call and the error: {heard}"
         );
+        let with_contents = [
+            "odd-sized buffer with contents -> 0",
+            "alloc: with contents, as a kernel's argument -> -4",
+            "alloc: with contents, release -> 0",
+        ];
+        assert_eq!(out[out.len() - 5..out.len() - 2], with_contents, "zero-copy {zero_copy}:\n{t}");
         assert_eq!(out[out.len() - 2..], ["afterwards a buffer the driver could make: 1", "done"], "{t}");
     }
 }
