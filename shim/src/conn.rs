@@ -737,21 +737,25 @@ impl Conn {
     /// `MAX_HELD_SEGMENTS` are still held by posts the worker has not run (the caller then
     /// makes a call instead: an application far ahead of its worker gains nothing from more).
     pub fn spare_segment(&self, len: usize) -> Option<Result<Segment, cl_int>> {
-        let ran: Vec<Segment> = {
+        (self.reclaim_held_segments() < MAX_HELD_SEGMENTS).then(|| self.acquire_segment(len))
+    }
+
+    /// Returns to the pool the held segments whose posts have run; how many are still held.
+    fn reclaim_held_segments(&self) -> usize {
+        let (ran, still_held) = {
             let mut held = self.held_segments.lock().unwrap_or_else(|e| e.into_inner());
-            let (ran, waiting) =
+            if held.is_empty() {
+                return 0;
+            }
+            let (ran, waiting): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut *held).into_iter().partition(|(lane, mark, _)| lane.has_run(*mark));
             *held = waiting;
-            if held.len() >= MAX_HELD_SEGMENTS {
-                None
-            } else {
-                Some(ran.into_iter().map(|(_, _, seg)| seg).collect())
-            }
-        }?;
-        for seg in ran {
+            (ran, held.len())
+        };
+        for (_, _, seg) in ran {
             self.release_segment(seg);
         }
-        Some(self.acquire_segment(len))
+        still_held
     }
 
     /// Posts `request` if it may be posted, else calls it.
@@ -948,6 +952,7 @@ impl Conn {
         // Small transfers share one size, so the pool serves them and its byte limit bounds
         // how many segments (and descriptors) it keeps.
         let len = len.max(SEGMENT_MIN);
+        self.reclaim_held_segments();
         {
             let mut pool = self.segment_pool.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(i) = pool
