@@ -720,16 +720,15 @@ impl Conn {
     /// segment goes back to the pool once the worker has run the request, or at once when it
     /// went as a call.
     pub fn post_with_segment<C: Call<Reply = cl_int>>(&self, req: C, seg: Segment) -> Result<cl_int, cl_int> {
-        match self.post_marked(&req.into_request()) {
-            Ok(Sent::Posted(lane, mark)) => {
+        match self.post_marked(&req.into_request())? {
+            Sent::Posted(lane, mark) => {
                 self.held_segments.lock().unwrap_or_else(|e| e.into_inner()).push((lane, mark, seg));
                 Ok(CL_SUCCESS)
             }
-            Ok(Sent::Called(rc)) => {
+            Sent::Called(rc) => {
                 self.release_segment(seg);
                 Ok(rc)
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -737,7 +736,7 @@ impl Conn {
     /// `MAX_HELD_SEGMENTS` are still held by posts the worker has not run (the caller then
     /// makes a call instead: an application far ahead of its worker gains nothing from more).
     pub fn spare_segment(&self, len: usize) -> Option<Result<Segment, cl_int>> {
-        (self.reclaim_held_segments() < MAX_HELD_SEGMENTS).then(|| self.acquire_segment(len))
+        (self.reclaim_held_segments() < MAX_HELD_SEGMENTS).then(|| self.pooled_or_new_segment(len))
     }
 
     /// Returns to the pool the held segments whose posts have run; how many are still held.
@@ -949,10 +948,15 @@ impl Conn {
     /// A shared segment of at least `len` bytes, known to the worker: a pooled one when one
     /// fits (its pages are already faulted in on both sides), else a fresh one.
     pub fn acquire_segment(&self, len: usize) -> Result<Segment, cl_int> {
+        self.reclaim_held_segments();
+        self.pooled_or_new_segment(len)
+    }
+
+    /// `acquire_segment` once held segments are reclaimed.
+    fn pooled_or_new_segment(&self, len: usize) -> Result<Segment, cl_int> {
         // Small transfers share one size, so the pool serves them and its byte limit bounds
         // how many segments (and descriptors) it keeps.
         let len = len.max(SEGMENT_MIN);
-        self.reclaim_held_segments();
         {
             let mut pool = self.segment_pool.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(i) = pool

@@ -183,10 +183,9 @@ fn create_buffer(
         // H100 was a round trip beside the copies). Larger ones go through the lane's bulk area
         // in a call, whose pages are in memory already.
         let posts_contents = vouched && !host_ptr.is_null() && size <= POSTED_CONTENTS_MAX;
-        let spare = posts_contents.then(|| conn.spare_segment(size)).flatten();
-        let rc = match (vouched, spare) {
-            (true, None) if host_ptr.is_null() => conn.post(req.clone()),
-            (true, Some(seg)) => {
+        let spare = if posts_contents { conn.spare_segment(size) } else { None };
+        let rc = match spare {
+            Some(seg) => {
                 let seg = seg?;
                 // SAFETY: COPY_HOST_PTR: the application's memory holds `size` bytes, and the
                 // segment at least as many.
@@ -194,7 +193,8 @@ fn create_buffer(
                 let data = DataRef::Segment { id: seg.id, offset: 0, len: size as u64 };
                 conn.post_with_segment(CreateBuffer { host_data: Some(data), ..req.clone() }, seg)
             }
-            _ => with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer { host_data, ..req.clone() }),
+            None if vouched && host_ptr.is_null() => conn.post(req.clone()),
+            None => with_host_data(&conn, host_ptr, size, |host_data| CreateBuffer { host_data, ..req.clone() }),
         };
         record_buffer(&conn, req, host_ptr, size, None, &rc);
         rc

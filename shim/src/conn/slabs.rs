@@ -189,14 +189,11 @@ impl Slabs {
         if !state.open.as_ref().is_some_and(fits) {
             let next = match state.take_spare() {
                 Some(spare) => spare,
-                None if {
-                    placed.dropped = state.shed();
-                    state.too_sparse()
-                } =>
-                {
-                    return Ok(placed);
-                }
                 None => {
+                    placed.dropped = state.shed();
+                    if state.too_sparse() {
+                        return Ok(placed);
+                    }
                     let (segment, mapping) = fresh()?;
                     let (mapping, live) = (Arc::new(mapping), Arc::new(AtomicUsize::new(0)));
                     state.mapped.push(Mapped { mapping: Arc::downgrade(&mapping), live: live.clone() });

@@ -7,18 +7,15 @@ impl Serve<CreateBuffer> for LaneServer<'_> {
         let ctx = tri!(self.obj(r.context, Kind::Context));
         // A zero-copy buffer lives in the segment the shim sent: USE_HOST_PTR over its `size`
         // bytes there (its initial contents, if any, are already there).
-        let memory = match r.memory {
+        // `slab`: the slab's segment, whose buffers `slab_use` counts.
+        let (memory, slab) = match r.memory {
             Some(BufferMemory::Whole { segment }) => {
-                Some((tri!(self.worker.segments.take(segment).ok_or(CL_INVALID_VALUE)), 0))
+                (Some((tri!(self.worker.segments.take(segment).ok_or(CL_INVALID_VALUE)), 0)), None)
             }
             Some(BufferMemory::Slab { segment, offset }) => {
-                Some((tri!(self.worker.segments.get(segment).ok_or(CL_INVALID_VALUE)), offset))
+                (Some((tri!(self.worker.segments.get(segment).ok_or(CL_INVALID_VALUE)), offset)), Some(segment))
             }
-            None => None,
-        };
-        let slab = match r.memory {
-            Some(BufferMemory::Slab { segment, .. }) => Some(segment),
-            _ => None,
+            None => (None, None),
         };
         let (flags, host) = match (&memory, &r.host_data) {
             (Some(_), Some(_)) => return CL_INVALID_VALUE,
