@@ -633,6 +633,11 @@ mod tests {
             assert!(client.has_run(mark));
             assert!(marks[i + 1..].iter().all(|&m| !client.has_run(m)), "later ones have not run");
         }
+        // A worker's count from beyond the ring (hostile) is taken as run, never as a wait for
+        // ever: it only hands back memory the worker itself was to read.
+        let next = client.post(&[9; 8], &|| true).unwrap();
+        server.header().ring_done.store(next.wrapping_add(RING_CAP as u32 * 2), Ordering::SeqCst);
+        assert!(client.has_run(next));
     }
 
     #[test]
