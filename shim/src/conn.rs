@@ -27,10 +27,12 @@ use cloister_ipc::{
     WorkerMessage,
 };
 
+mod shared_view;
 mod slabs;
 mod spill;
 
-pub use slabs::{SlabLease, SLAB_ITEM_MAX};
+pub use shared_view::{BufferPlace, SharedView};
+pub use slabs::SLAB_ITEM_MAX;
 
 pub type ContextNotifyFn = unsafe extern "C" fn(*const c_char, *const c_void, usize, *mut c_void);
 pub type BuildNotifyFn = unsafe extern "C" fn(cl_program, *mut c_void);
@@ -315,23 +317,6 @@ pub trait DeathWatcher: Send + Sync {
     fn account(&self) -> Option<String>;
     /// Starts the replacement (or not, for a crash loop).
     fn died(&self, dead: &Arc<Conn>);
-}
-
-/// A zero-copy buffer's memory (`Conn::buffer_memory`): `offset` bytes into `mapping`, which
-/// the worker knows as `memory`.
-pub struct BufferPlace {
-    pub mapping: Arc<cloister_ipc::shm::SharedMapping>,
-    pub offset: usize,
-    pub memory: BufferMemory,
-    /// Its share of a slab (`slabs::SlabLease`), which its views hold.
-    lease: Option<Arc<slabs::SlabLease>>,
-}
-
-impl BufferPlace {
-    /// The view of the buffer's `len` bytes that its object (and the journal) keep.
-    pub fn view(&self, len: usize) -> crate::handle::SharedView {
-        crate::handle::SharedView { memory: self.mapping.clone(), offset: self.offset, len, lease: self.lease.clone() }
-    }
 }
 
 /// A shared-memory segment for bulk data, mapped here and in the worker under `id`. The

@@ -21,7 +21,8 @@
 //! Everything else, a failing case included, takes the worker's path, which reports the
 //! driver's own error. `CLOISTER_ZERO_COPY=0` turns zero-copy buffers, and so this, off.
 
-use crate::handle::{Object, SharedView};
+use crate::conn::SharedView;
+use crate::handle::Object;
 
 /// Called before a command buffer is enqueued on `queues` (empty: the queues it was recorded
 /// for).

@@ -18,7 +18,7 @@ use cloister_ipc::dispatch::IcdDispatch;
 use cloister_ipc::fast_hash::{FastHasher, FastMap};
 use cloister_ipc::ObjectId;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, SharedView};
 use crate::kernel_args::KernelArgs;
 
 pub use cloister_ipc::ObjectKind as Kind;
@@ -267,43 +267,6 @@ impl ObjData {
             ObjData::Mem { shared, .. } => shared.as_ref(),
             _ => None,
         }
-    }
-}
-
-/// A zero-copy buffer's memory as this process sees it: `len` bytes at `offset` of a mapping
-/// shared with the worker, where the driver keeps the buffer (`CL_MEM_USE_HOST_PTR` there). A
-/// sub-buffer's view is a window of its parent's. The worker may write it at any time: it is
-/// data, never a length or pointer the shim trusts.
-#[derive(Clone)]
-pub struct SharedView {
-    pub memory: Arc<cloister_ipc::shm::SharedMapping>,
-    pub offset: usize,
-    pub len: usize,
-    /// A slab buffer's share of its slab, held while the buffer or a window of it is seen.
-    pub lease: Option<Arc<crate::conn::SlabLease>>,
-}
-
-impl SharedView {
-    /// The address of bytes `[offset, offset + size)` of the buffer, if they lie within it
-    /// (checked here, whatever the driver would say: the shim hands out or copies through it).
-    pub fn at(&self, offset: usize, size: usize) -> Option<*mut u8> {
-        let end = offset.checked_add(size)?;
-        if end > self.len || self.offset.checked_add(self.len)? > self.memory.len() {
-            return None;
-        }
-        // SAFETY: offset + self.offset is within the mapping, checked above.
-        Some(unsafe { self.memory.as_ptr().add(self.offset + offset) })
-    }
-
-    /// The window `[origin, origin + size)` of this view, for a sub-buffer.
-    pub fn window(&self, origin: usize, size: usize) -> Option<SharedView> {
-        self.at(origin, size)?;
-        Some(SharedView {
-            memory: self.memory.clone(),
-            offset: self.offset + origin,
-            len: size,
-            lease: self.lease.clone(),
-        })
     }
 }
 

@@ -5,6 +5,11 @@
 //! guarded twin that catches panics (the ICD dispatch table points at the twins, so the symbols
 //! the ICD loader exports can never be interposed over ours), and for entry points cloister
 //! does not forward, a stub that returns `CL_INVALID_OPERATION`.
+//!
+//! The core modules depend one way: `runtime` (the process-wide state: workers, dispatch,
+//! restarts) on `pending` (calls whose replies come later) on `handle` (the objects behind the
+//! application's handles) on `conn` (one connection to a worker: socket, lanes, shared memory).
+//! A module never names one before it in that line (`core_modules_depend_one_way` checks).
 // The entry points keep the OpenCL C signatures, argument counts included.
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
@@ -257,4 +262,49 @@ pub unsafe extern "C" fn clIcdGetPlatformIDsKHR(
         unsafe { api::platform::icd_get_platform_ids(num_entries, platforms, num_platforms) }
     })
     .unwrap_or(CL_OUT_OF_HOST_MEMORY)
+}
+
+#[cfg(test)]
+mod layering {
+    use std::path::Path;
+
+    /// The core modules in the order they may depend on each other: each may use those after it.
+    const CORE: [&str; 4] = ["runtime", "pending", "handle", "conn"];
+
+    /// The text of a module: its file and the files of its submodules.
+    fn module_text(name: &str) -> String {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut text = std::fs::read_to_string(src.join(format!("{name}.rs"))).unwrap();
+        if let Ok(entries) = std::fs::read_dir(src.join(name)) {
+            for entry in entries {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "rs") {
+                    text += &std::fs::read_to_string(path).unwrap();
+                }
+            }
+        }
+        text
+    }
+
+    /// Whether `text` names module `name` of this crate (`crate::name::` or `crate::{.. name`).
+    fn names(text: &str, name: &str) -> bool {
+        text.contains(&format!("crate::{name}::"))
+            || text.split("crate::{").skip(1).any(|group| {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                group.split(|c: char| !c.is_alphanumeric() && c != '_').any(|word| word == name)
+            })
+    }
+
+    #[test]
+    fn core_modules_depend_one_way() {
+        for (i, module) in CORE.iter().enumerate() {
+            let text = module_text(module);
+            for earlier in &CORE[..i] {
+                assert!(!names(&text, earlier), "`{module}` names `{earlier}`, which depends on it");
+            }
+        }
+        // The check itself sees a dependency where there is one.
+        assert!(names(&module_text("runtime"), "conn"));
+        assert!(names("use crate::{base, handle::Object};", "handle"));
+    }
 }

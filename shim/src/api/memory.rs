@@ -13,7 +13,8 @@ use cloister_ipc::{Call, CreateBuffer, CreateImage, CreatePipe, CreateSubBuffer,
 
 use super::{create, creation, forward_info, retain_release};
 use crate::conn::Conn;
-use crate::handle::{lookup, DestructorFn, HostImage, ImageMeta, Kind, ObjData, Object, SharedView};
+use crate::conn::SharedView;
+use crate::handle::{lookup, DestructorFn, HostImage, ImageMeta, Kind, ObjData, Object};
 use crate::info;
 
 /// A zero-terminated list of 64-bit property words (`cl_mem_properties`,

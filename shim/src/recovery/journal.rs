@@ -14,8 +14,9 @@ use cloister_ipc::*;
 
 use super::budget;
 use super::rebuild::{read_back_items, ReadBackItem};
+use crate::conn::SharedView;
 use crate::conn::{Conn, ContextNotifyFn};
-use crate::handle::{MapArea, SharedView};
+use crate::handle::MapArea;
 use crate::mirror::Mirror;
 
 /// A journal this long (or one command per `RECIPES_PER_CHECKPOINT_COMMAND` recipes, if that

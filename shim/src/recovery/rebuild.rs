@@ -11,8 +11,9 @@ use cloister_ipc::*;
 use super::gated::Gates;
 use super::journal::{depends_on, Base, Bytes, Cmd, Recipe, State, Step};
 use super::{concluded, on, RETRIES};
+use crate::conn::SharedView;
 use crate::conn::{Callback, Conn, ContextNotifyFn, EventNotifyFn};
-use crate::handle::{Kind, SharedView};
+use crate::handle::Kind;
 use crate::mirror::Mirror;
 
 /// Reads the `size` bytes of buffer `mem`, or of image `mem` of `image` pixels, rows and slices
