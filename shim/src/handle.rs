@@ -132,6 +132,17 @@ pub struct MapRecord {
 }
 
 impl MapRecord {
+    /// A mapping made in the live worker.
+    pub fn new(
+        id: ObjectId,
+        segment: Option<crate::conn::Segment>,
+        flags: u64,
+        mirror: Option<crate::mirror::Mirror>,
+        range: MapArea,
+    ) -> Self {
+        MapRecord { id, segment, flags, mirror, range, carried: false, keep: None }
+    }
+
     /// Whether the mapping is for writing: its unmap writes it back.
     pub fn writes_back(&self) -> bool {
         map_writes(self.flags)

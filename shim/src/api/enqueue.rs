@@ -637,17 +637,22 @@ pub unsafe fn clEnqueueMapBuffer(
         }
         let ptr = mirror.map_or(view as usize, |m| m.at);
         let range = MapArea::Buffer { offset: offset as u64, size: size as u64 };
-        if q.conn.replays() {
-            crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, range);
-        }
-        if let ObjData::Mem { maps, .. } = &m.data {
-            let record = MapRecord { id, segment, flags: map_flags, mirror, range, carried: false, keep: None };
-            maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
-        }
+        remember_map(&q, &m, ptr, MapRecord::new(id, segment, map_flags, mirror, range));
         Ok(ptr as *mut c_void)
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { super::creation(r, errcode_ret) }
+}
+
+/// Keeps a mapping the application now holds at `ptr` with its memory object (and in replay's
+/// journal), for the unmap to find.
+pub(super) fn remember_map(q: &Object, m: &Object, ptr: usize, record: MapRecord) {
+    if q.conn.replays() {
+        crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, record.range);
+    }
+    if let ObjData::Mem { maps, .. } = &m.data {
+        maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
+    }
 }
 
 pub unsafe fn clEnqueueUnmapMemObject(

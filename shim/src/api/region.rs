@@ -10,7 +10,9 @@ use cloister_ipc::image::Strided;
 use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::*;
 
-use super::enqueue::{enqueue_pending, journal_map_in_flight, map_done, queue_and_mem, with_own_event, SettleAfter};
+use super::enqueue::{
+    enqueue_pending, journal_map_in_flight, map_done, queue_and_mem, remember_map, with_own_event, SettleAfter,
+};
 use super::{enqueue_call, enqueue_sync, finish_enqueue};
 use crate::handle::{ImageMeta, Kind, MapArea, MapRecord, ObjData, Object};
 use crate::mirror::Mirror;
@@ -687,14 +689,7 @@ pub unsafe fn clEnqueueMapImage(
             }
         }
         let area = MapArea::Image { origin: wide(origin), region: wide(region) };
-        if q.conn.replays() {
-            crate::recovery::journal_of(&q.conn).mapped(m.id, ptr, area);
-        }
-        if let ObjData::Mem { maps, .. } = &m.data {
-            let (id, segment, flags) = (segment.id, Some(segment), map_flags);
-            let record = MapRecord { id, segment, flags, mirror, range: area, carried: false, keep: None };
-            maps.lock().unwrap_or_else(|e| e.into_inner()).entry(ptr).or_default().push(record);
-        }
+        remember_map(&q, &m, ptr, MapRecord::new(segment.id, Some(segment), map_flags, mirror, area));
         Ok(ptr as *mut c_void)
     })();
     // SAFETY: errcode_ret per API contract.
