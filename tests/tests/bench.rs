@@ -1,6 +1,7 @@
 //! `cloister bench` measures every workload of its table directly and caged, with min / median /
-//! max per run, the ratio, and the busy processes of `--load` gone when it ends. Figures are
-//! not checked: speed targets live in the benchmark, not in tests.
+//! max per run, the ratio, each target of issue 12 judged, and the busy processes of `--load`
+//! gone when it ends. Figures are not checked: speed targets live in the benchmark, not in
+//! tests.
 
 use cloister_tests::*;
 use serde_json::Value;
@@ -74,6 +75,18 @@ fn every_workload_is_measured_both_ways_under_load() {
     for name in &expected {
         assert!(doc["ratios"][name].as_f64().is_some_and(|x| x > 0.0), "no ratio for {name}: {doc:#}");
     }
+    // Issue 12's targets, judged for every workload that has one; pocl shares the host's memory,
+    // so its maps have the tighter one.
+    assert_eq!(doc["direct"]["host_unified"].as_bool(), Some(true), "{doc:#}");
+    let untargeted = ["platform_init", "create_release_4k", "create_release_64k_data", "kernel_finish_64m"];
+    for name in expected.iter().filter(|n| !untargeted.contains(&n.as_str()) && *n != "roundtrip_64m_arg") {
+        assert!(doc["targets"][name]["met"].is_boolean(), "no target for {name}: {doc:#}");
+    }
+    for name in untargeted {
+        assert!(doc["targets"].get(name).is_none(), "{name} has a target: {doc:#}");
+    }
+    assert_eq!(doc["targets"]["map_read_64m"]["limit"].as_f64(), Some(1.5), "{doc:#}");
+    assert_eq!(doc["targets"]["enqueue_stream_2000"]["limit"].as_f64(), Some(2.0), "under load: {doc:#}");
     assert_eq!(spinners(), 0, "a busy process outlived cloister bench");
 }
 
@@ -88,4 +101,6 @@ fn only_runs_the_named_workloads() {
     assert!(out.status.success(), "{table}");
     let line = table.lines().find(|l| l.starts_with("set_kernel_arg ")).unwrap_or_else(|| panic!("{table}"));
     assert!(line.contains(" ns (") && line.split_whitespace().count() >= 7, "{line}");
+    assert!(line.contains("<= 2.00 met") || line.contains("<= 2.00 OVER"), "{line}");
+    assert!(table.contains("\ntargets (issue 12): "), "{table}");
 }

@@ -106,6 +106,7 @@ extern "C" {
 
 const CL_DEVICE_TYPE_ALL: u64 = 0xFFFF_FFFF;
 const CL_DEVICE_NAME: u32 = 0x102B;
+const CL_DEVICE_HOST_UNIFIED_MEMORY: u32 = 0x1035;
 const CL_PLATFORM_NAME: u32 = 0x0902;
 const CL_MEM_READ_WRITE: u64 = 1;
 const CL_MEM_COPY_HOST_PTR: u64 = 1 << 5;
@@ -291,6 +292,16 @@ fn main() {
         }
         let device_name = info_string(|s, v, r| clGetDeviceInfo(device, CL_DEVICE_NAME, s, v, r));
         let platform_name = info_string(|s, v, r| clGetPlatformInfo(platform, CL_PLATFORM_NAME, s, v, r));
+        // Whether host and device share memory (pocl): the map targets differ (see `bench.rs`).
+        let mut unified: u32 = 0;
+        let host_unified = clGetDeviceInfo(
+            device,
+            CL_DEVICE_HOST_UNIFIED_MEMORY,
+            std::mem::size_of::<u32>(),
+            (&mut unified as *mut u32).cast(),
+            null_mut(),
+        ) == 0
+            && unified != 0;
 
         let mut err = 0;
         let ctx = clCreateContext(null(), 1, &device, null_mut(), null_mut(), &mut err);
@@ -496,6 +507,7 @@ fn main() {
         let out = serde_json::json!({
             "device": device_name,
             "platform": platform_name,
+            "host_unified": host_unified,
             "quick": bench.plan.quick,
             "rounds": bench.plan.rounds,
             "results": bench.results,
