@@ -19,38 +19,49 @@ impl Serve<EnqueueNdRange> for LaneServer<'_> {
 
 impl Serve<EnqueueWriteBuffer> for LaneServer<'_> {
     fn serve(&self, r: EnqueueWriteBuffer) -> i32 {
-        let q = tri!(self.obj(r.queue, Kind::Queue));
-        let m = tri!(self.obj(r.mem, Kind::Mem));
-        let staged = tri!(self.staged(q, &r.data));
-        let f = driver_fn!(q, clEnqueueWriteBuffer);
-        let (offset, len, src) = (r.offset as usize, r.data.len() as usize, staged.ptr);
-        // SAFETY: src holds `len` bytes of shared memory that outlives the write (lane: complete
-        // on return; segment: the shim drops it only after the event completes).
-        let rc = self.transfer(&r.sync, &staged, r.blocking, |blocking, n, w, e| unsafe {
-            f(q as _, m as _, blocking, offset, len, src.cast(), n, w, e)
-        });
-        if r.blocking {
-            self.late_status(r.queue, rc)
-        } else {
-            rc
-        }
+        let (sync, data, offset) = (&r.sync, &r.data, r.offset as usize);
+        self.buffer_transfer(r.queue, r.mem, sync, data, r.blocking, |q, m, b, len, src, n, w, e| {
+            // SAFETY: live queue and buffer; src holds `len` bytes of shared memory that outlives
+            // the write (lane: complete on return; segment: the shim drops it only after the
+            // event completes).
+            unsafe { driver_fn!(q, clEnqueueWriteBuffer)(q as _, m as _, b, offset, len, src.cast(), n, w, e) }
+        })
     }
 }
 
 impl Serve<EnqueueReadBuffer> for LaneServer<'_> {
     fn serve(&self, r: EnqueueReadBuffer) -> i32 {
-        let q = tri!(self.obj(r.queue, Kind::Queue));
-        let m = tri!(self.obj(r.mem, Kind::Mem));
-        let staged = tri!(self.staged(q, &r.into));
-        let f = driver_fn!(q, clEnqueueReadBuffer);
-        let (offset, len, dst) = (r.offset as usize, r.into.len() as usize, staged.ptr);
-        // SAFETY: dst holds `len` writable bytes of shared memory that outlives the read (lane:
-        // complete on return; segment: the shim drops it only after the event completes).
-        let rc = self.transfer(&r.sync, &staged, r.blocking, |blocking, n, w, e| unsafe {
-            f(q as _, m as _, blocking, offset, len, dst.cast(), n, w, e)
-        });
-        if r.blocking {
-            self.late_status(r.queue, rc)
+        let (sync, into, offset) = (&r.sync, &r.into, r.offset as usize);
+        self.buffer_transfer(r.queue, r.mem, sync, into, r.blocking, |q, m, b, len, dst, n, w, e| {
+            // SAFETY: live queue and buffer; dst holds `len` writable bytes of shared memory that
+            // outlives the read (lane: complete on return; segment: the shim drops it only after
+            // the event completes).
+            unsafe { driver_fn!(q, clEnqueueReadBuffer)(q as _, m as _, b, offset, len, dst.cast(), n, w, e) }
+        })
+    }
+}
+
+impl LaneServer<'_> {
+    /// A `clEnqueueWriteBuffer` or `clEnqueueReadBuffer` of `data`'s bulk bytes, staged
+    /// (`staged`) and run as `transfer` runs it; a blocking one also answers an earlier command's
+    /// late error on the queue. `call(queue, mem, blocking, len, bulk, count, wait_list,
+    /// event_out)` makes the driver's call.
+    fn buffer_transfer(
+        &self,
+        queue: ObjectId,
+        mem: ObjectId,
+        sync: &EnqueueSync,
+        data: &DataRef,
+        blocking: bool,
+        call: impl FnOnce(usize, usize, cl_bool, usize, *mut u8, u32, *const *mut c_void, *mut *mut c_void) -> cl_int,
+    ) -> i32 {
+        let q = tri!(self.obj(queue, Kind::Queue));
+        let m = tri!(self.obj(mem, Kind::Mem));
+        let staged = tri!(self.staged(q, data));
+        let (len, bulk) = (data.len() as usize, staged.ptr);
+        let rc = self.transfer(sync, &staged, blocking, |b, n, w, e| call(q, m, b, len, bulk, n, w, e));
+        if blocking {
+            self.late_status(queue, rc)
         } else {
             rc
         }
