@@ -124,8 +124,8 @@ enum Cmd {
         #[arg(long)]
         socket: Option<std::path::PathBuf>,
     },
-    /// Run the same micro-benchmarks directly on the driver and through the cage; print both
-    /// and the ratio.
+    /// Run the same micro-benchmarks directly on the driver and through the cage; print both,
+    /// the ratio, and whether each meets its target.
     Bench {
         /// Benchmark this driver (default: the first registered one).
         #[arg(long)]
