@@ -245,16 +245,32 @@ fn rows<'a>(direct: &'a Value, caged: &'a Value) -> Vec<Row<'a>> {
         .collect()
 }
 
-/// Each row's target and where it stands (`Target::judge`), for the rows that have one.
-fn verdicts(rows: &[Row], load: usize, host_unified: bool) -> Vec<(usize, Target, f64, bool)> {
-    rows.iter()
-        .enumerate()
-        .filter_map(|(i, r)| {
-            let target = Target::of(r.name, load, host_unified)?;
-            let (value, met) = target.judge(r)?;
-            Some((i, target, value, met))
-        })
-        .collect()
+/// Where a row stands against its target.
+#[derive(Clone, Copy)]
+struct Verdict {
+    target: Target,
+    /// The figure compared: the ratio, or the added microseconds.
+    value: f64,
+    met: bool,
+}
+
+impl Verdict {
+    /// The row's target and where it stands (`Target::judge`), if it has one.
+    fn of(row: &Row, load: usize, host_unified: bool) -> Option<Verdict> {
+        let target = Target::of(row.name, load, host_unified)?;
+        let (value, met) = target.judge(row)?;
+        Some(Verdict { target, value, met })
+    }
+
+    /// The table's `target` column: `<= 1.11 met`, `+3 us: +2.5 us OVER` (a ratio is in its
+    /// own column already; an added time is not).
+    fn column(&self) -> String {
+        let figure = match self.target {
+            Target::Ratio(_) => String::new(),
+            Target::AddedMicros(_) => format!(": {}", self.target.figure(self.value)),
+        };
+        format!("{}{figure} {}", self.target.describe(), if self.met { "met" } else { "OVER" })
+    }
 }
 
 /// The report: a table, or with `json` a document holding both runs, the ratios, the targets
@@ -263,19 +279,22 @@ pub fn render(direct: &Value, caged: &Value, load: usize, json: bool) -> String 
     let rows = rows(direct, caged);
     let rounds = direct["rounds"].as_u64().unwrap_or(1);
     let host_unified = direct["host_unified"].as_bool() == Some(true);
-    let verdicts = verdicts(&rows, load, host_unified);
+    // Beside `rows`, one for each.
+    let verdicts: Vec<Option<Verdict>> = rows.iter().map(|r| Verdict::of(r, load, host_unified)).collect();
+    let judged = || rows.iter().zip(&verdicts).filter_map(|(r, v)| Some((r, (*v)?)));
     if json {
         let ratios: serde_json::Map<String, Value> =
             rows.iter().filter_map(|r| Some((r.name.to_string(), Value::from(r.ratio()?)))).collect();
-        let targets: serde_json::Map<String, Value> = verdicts
-            .iter()
-            .map(|&(i, target, value, met)| {
-                let (kind, limit) = match target {
+        let targets: serde_json::Map<String, Value> = judged()
+            .map(|(r, v)| {
+                let (kind, limit) = match v.target {
                     Target::Ratio(l) => ("ratio", l),
                     Target::AddedMicros(l) => ("added_us", l),
                 };
-                let v = serde_json::json!({ "kind": kind, "limit": limit, "value": value, "met": met });
-                (rows[i].name.to_string(), v)
+                (
+                    r.name.to_string(),
+                    serde_json::json!({ "kind": kind, "limit": limit, "value": v.value, "met": v.met }),
+                )
             })
             .collect();
         let doc = serde_json::json!({
@@ -298,21 +317,10 @@ pub fn render(direct: &Value, caged: &Value, load: usize, json: bool) -> String 
         "{:<26} {:>27} {:>27} {:>8}  {:<18} {}\n",
         "workload", "direct", "caged", "ratio", "target", "throughput direct / caged"
     ));
-    for (i, r) in rows.iter().enumerate() {
+    for (r, verdict) in rows.iter().zip(&verdicts) {
         let throughput = match (r.direct["throughput"].as_f64(), r.caged["throughput"].as_f64()) {
             (Some(d), Some(c)) => format!("{d:.2} / {c:.2} {}", r.direct["throughput_unit"].as_str().unwrap_or("")),
             _ => String::new(),
-        };
-        let target = match verdicts.iter().find(|v| v.0 == i) {
-            Some(&(_, target, value, met)) => {
-                // A ratio is in its own column already; an added time is not.
-                let figure = match target {
-                    Target::Ratio(_) => String::new(),
-                    Target::AddedMicros(_) => format!(": {}", target.figure(value)),
-                };
-                format!("{}{figure} {}", target.describe(), if met { "met" } else { "OVER" })
-            }
-            None => String::new(),
         };
         let line = format!(
             "{:<26} {:>27} {:>27} {:>8}  {:<18} {}",
@@ -320,20 +328,20 @@ pub fn render(direct: &Value, caged: &Value, load: usize, json: bool) -> String 
             spread(r.direct).unwrap_or_default(),
             spread(r.caged).unwrap_or_default(),
             r.ratio().map(|x| format!("{x:.2}")).unwrap_or_default(),
-            target,
+            verdict.map(|v| v.column()).unwrap_or_default(),
             throughput
         );
         out.push_str(line.trim_end());
         out.push('\n');
     }
-    if !verdicts.is_empty() {
-        let over: Vec<String> = verdicts
-            .iter()
-            .filter(|v| !v.3)
-            .map(|&(i, target, value, _)| format!("{} {} ({})", rows[i].name, target.figure(value), target.describe()))
+    let judged_count = judged().count();
+    if judged_count > 0 {
+        let over: Vec<String> = judged()
+            .filter(|(_, v)| !v.met)
+            .map(|(r, v)| format!("{} {} ({})", r.name, v.target.figure(v.value), v.target.describe()))
             .collect();
-        let met = verdicts.len() - over.len();
-        out.push_str(&format!("\ntargets: {met} of {} met", verdicts.len()));
+        let met = judged_count - over.len();
+        out.push_str(&format!("\ntargets: {met} of {judged_count} met"));
         if !over.is_empty() {
             out.push_str(&format!("; over: {}", over.join(", ")));
         }

@@ -369,7 +369,7 @@ fn waits_for_completion(req: &cloister_ipc::Request) -> bool {
 }
 
 /// The smallest shared segment made for a transfer.
-const SEGMENT_MIN: usize = 64 << 10;
+pub const SEGMENT_MIN: usize = 64 << 10;
 
 /// How much unused segment memory a connection keeps for reuse.
 const SEGMENT_POOL_BYTES: usize = 256 << 20;

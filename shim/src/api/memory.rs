@@ -12,8 +12,7 @@ use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::{Call, CreateBuffer, CreateImage, CreatePipe, CreateSubBuffer, DataRef, ImageDesc, InfoTarget};
 
 use super::{create, creation, forward_info, retain_release};
-use crate::conn::Conn;
-use crate::conn::SharedView;
+use crate::conn::{Conn, SharedView};
 use crate::handle::{lookup, DestructorFn, HostImage, ImageMeta, Kind, ObjData, Object};
 use crate::info;
 
@@ -204,7 +203,7 @@ fn create_buffer(
 
 /// Contents up to this size are posted with their buffer's creation (`Conn::spare_segment`):
 /// the pool's smallest segments hold them.
-const POSTED_CONTENTS_MAX: usize = 64 << 10;
+const POSTED_CONTENTS_MAX: usize = crate::conn::SEGMENT_MIN;
 
 /// Buffer `id`'s creation as the journal records it: without the bytes or the memory the call
 /// itself carries (`host_data`, `memory`), which the caller adds.

@@ -14,8 +14,7 @@ use cloister_ipc::*;
 
 use super::budget;
 use super::rebuild::{read_back_items, ReadBackItem};
-use crate::conn::SharedView;
-use crate::conn::{Conn, ContextNotifyFn};
+use crate::conn::{Conn, ContextNotifyFn, SharedView};
 use crate::handle::MapArea;
 use crate::mirror::Mirror;
 

@@ -11,8 +11,7 @@ use cloister_ipc::*;
 use super::gated::Gates;
 use super::journal::{depends_on, Base, Bytes, Cmd, Recipe, State, Step};
 use super::{concluded, on, RETRIES};
-use crate::conn::SharedView;
-use crate::conn::{Callback, Conn, ContextNotifyFn, EventNotifyFn};
+use crate::conn::{Callback, Conn, ContextNotifyFn, EventNotifyFn, SharedView};
 use crate::handle::Kind;
 use crate::mirror::Mirror;
 
