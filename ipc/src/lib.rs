@@ -3,6 +3,7 @@
 
 pub mod advertised;
 pub mod api_table;
+pub mod bulk;
 pub mod channel;
 pub mod cl;
 pub mod config;

@@ -151,6 +151,7 @@ pub struct InfoReply {
     /// application must see exactly that.
     pub value_status: i32,
     /// The whole value; the shim applies the `param_value_size` protocol itself.
+    #[serde(with = "crate::bulk")]
     pub value: Vec<u8>,
 }
 
@@ -201,6 +202,7 @@ pub struct BuildReply {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct BinariesReply {
     pub status: i32,
+    #[serde(with = "crate::bulk")]
     pub binaries: Vec<Vec<u8>>,
 }
 
@@ -253,6 +255,7 @@ pub enum RegionTarget {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct AppIncludes {
     pub dirs: Vec<String>,
+    #[serde(with = "crate::bulk")]
     pub files: Vec<(String, Vec<u8>)>,
     pub macro_dirs: Vec<(String, String)>,
 }
@@ -299,12 +302,14 @@ pub enum RecordedCommand {
     },
     FillBuffer {
         mem: ObjectId,
+        #[serde(with = "crate::bulk")]
         pattern: Vec<u8>,
         offset: u64,
         size: u64,
     },
     FillImage {
         mem: ObjectId,
+        #[serde(with = "crate::bulk")]
         color: Vec<u8>,
         origin: [u64; 3],
         region: [u64; 3],
@@ -400,11 +405,11 @@ pub trait Serve<C: Call> {
 }
 
 macro_rules! wire_calls {
-    ($( $(#[$doc:meta])* $name:ident { $($field:ident : $fty:ty),* $(,)? } -> $reply:ty; )*) => {
+    ($( $(#[$doc:meta])* $name:ident { $($(#[$fattr:meta])* $field:ident : $fty:ty),* $(,)? } -> $reply:ty; )*) => {
         $(
             $(#[$doc])*
             #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-            pub struct $name { $(pub $field: $fty),* }
+            pub struct $name { $($(#[$fattr])* pub $field: $fty),* }
 
             impl Call for $name {
                 type Reply = $reply;
@@ -506,35 +511,35 @@ wire_calls! {
     /// (the two calls differ in what `CL_SAMPLER_PROPERTIES` reports).
     CreateSampler { id: ObjectId, context: ObjectId, properties: Option<Vec<u64>>, legacy: bool } -> i32;
     CreateProgramWithSource {
-        id: ObjectId, context: ObjectId, sources: Vec<Vec<u8>>,
+        id: ObjectId, context: ObjectId, #[serde(with = "crate::bulk")] sources: Vec<Vec<u8>>,
     } -> i32;
     /// With `includes`, `options` has lost its `-I` folders: the worker adds its copies.
     BuildProgram {
-        program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
+        program: ObjectId, devices: Option<Vec<ObjectId>>, #[serde(with = "crate::bulk")] options: Option<Vec<u8>>,
         includes: Option<AppIncludes>, notify: Option<u64>,
     } -> BuildReply;
     CreateProgramWithBinary {
-        id: ObjectId, context: ObjectId, devices: Vec<ObjectId>, binaries: Vec<Vec<u8>>,
+        id: ObjectId, context: ObjectId, devices: Vec<ObjectId>, #[serde(with = "crate::bulk")] binaries: Vec<Vec<u8>>,
     } -> StatusesReply;
-    CreateProgramWithIl { id: ObjectId, context: ObjectId, il: Vec<u8> } -> i32;
+    CreateProgramWithIl { id: ObjectId, context: ObjectId, #[serde(with = "crate::bulk")] il: Vec<u8> } -> i32;
     /// `names` is the semicolon-separated list, without its NUL.
     CreateProgramWithBuiltInKernels {
-        id: ObjectId, context: ObjectId, devices: Vec<ObjectId>, names: Vec<u8>,
+        id: ObjectId, context: ObjectId, devices: Vec<ObjectId>, #[serde(with = "crate::bulk")] names: Vec<u8>,
     } -> i32;
     /// `headers` pairs each header program with its include name.
     CompileProgram {
-        program: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
-        headers: Vec<(ObjectId, Vec<u8>)>, includes: Option<AppIncludes>, notify: Option<u64>,
+        program: ObjectId, devices: Option<Vec<ObjectId>>, #[serde(with = "crate::bulk")] options: Option<Vec<u8>>,
+        #[serde(with = "crate::bulk")] headers: Vec<(ObjectId, Vec<u8>)>, includes: Option<AppIncludes>, notify: Option<u64>,
     } -> BuildReply;
     LinkProgram {
-        id: ObjectId, context: ObjectId, devices: Option<Vec<ObjectId>>, options: Option<Vec<u8>>,
+        id: ObjectId, context: ObjectId, devices: Option<Vec<ObjectId>>, #[serde(with = "crate::bulk")] options: Option<Vec<u8>>,
         inputs: Vec<ObjectId>, notify: Option<u64>,
     } -> CreatedReply;
     /// `clGetProgramInfo(CL_PROGRAM_BINARIES)`: the value is an array of application pointers,
     /// so the bytes come back and the shim writes them where those pointers say.
     GetProgramBinaries { program: ObjectId } -> BinariesReply;
     SetProgramSpecializationConstant {
-        program: ObjectId, spec_id: u32, value: Vec<u8>,
+        program: ObjectId, spec_id: u32, #[serde(with = "crate::bulk")] value: Vec<u8>,
     } -> i32;
     UnloadPlatformCompiler { platform: ObjectId } -> i32;
     CreateKernel { id: ObjectId, program: ObjectId, name: Vec<u8> } -> KernelReply;
@@ -542,7 +547,7 @@ wire_calls! {
     CloneKernel { id: ObjectId, source: ObjectId } -> i32;
     /// `device` 0 is NULL.
     GetKernelSubGroupInfo {
-        kernel: ObjectId, device: ObjectId, param: u32, input: Vec<u8>,
+        kernel: ObjectId, device: ObjectId, param: u32, #[serde(with = "crate::bulk")] input: Vec<u8>,
     } -> InfoReply;
     /// `ids` are for the new devices (none: a count query).
     CreateSubDevices { device: ObjectId, properties: Vec<i64>, ids: Vec<ObjectId> } -> CountReply;
@@ -569,7 +574,7 @@ wire_calls! {
         sync: EnqueueSync,
     } -> i32;
     EnqueueFillBuffer {
-        queue: ObjectId, mem: ObjectId, pattern: Vec<u8>, offset: u64, size: u64, sync: EnqueueSync,
+        queue: ObjectId, mem: ObjectId, #[serde(with = "crate::bulk")] pattern: Vec<u8>, offset: u64, size: u64, sync: EnqueueSync,
     } -> i32;
     /// Maps and copies the region into `segment`, which the application sees as the mapping.
     /// A non-blocking map returns at once; `FillMapping` copies once its event is complete.
@@ -597,7 +602,7 @@ wire_calls! {
         region: [u64; 3], src_pitches: (u64, u64), dst_pitches: (u64, u64), sync: EnqueueSync,
     } -> i32;
     EnqueueFillImage {
-        queue: ObjectId, mem: ObjectId, color: Vec<u8>, origin: [u64; 3], region: [u64; 3], sync: EnqueueSync,
+        queue: ObjectId, mem: ObjectId, #[serde(with = "crate::bulk")] color: Vec<u8>, origin: [u64; 3], region: [u64; 3], sync: EnqueueSync,
     } -> i32;
     /// Maps the region and copies it, packed, into `segment`; unmapped by `EnqueueUnmapMemObject`.
     EnqueueMapImage {
@@ -816,6 +821,7 @@ pub enum Notification {
     ContextError {
         token: u64,
         errinfo: String,
+        #[serde(with = "crate::bulk")]
         private_info: Vec<u8>,
     },
     BuildDone {
