@@ -4,8 +4,8 @@
 //! futex pays a wake-up, and on a virtual machine whose idle vCPU halted that is 10-30 µs. A
 //! spin costs nothing while the core would otherwise idle, and a great deal while another
 //! thread wants it (the very thread the wait is for, or the application's other work). So a
-//! wait spins only while the machine has a core to spare (`core_idle`), and only about as long
-//! as recent waits lasted (`Spin`).
+//! wait spins only while the machine has a core to spare (`core_idle`), and about as long as
+//! recent waits lasted, but never less than a sleep would cost (`Spin`).
 //!
 //! "A core to spare" is read from the machine's runnable count, which a call's own threads make
 //! jump by the microsecond: on two cores an enqueue and `clFinish` keep the application's
@@ -73,10 +73,19 @@ pub(super) fn core_idle() -> bool {
     lowest_reading(PACKED.load(Ordering::Relaxed)).is_none_or(|r| r <= cpus())
 }
 
+/// The least a wait spins while a core is idle (unless `CLOISTER_SPIN_US` is lower): about what
+/// sleeping instead costs, a futex wake-up of a halted vCPU (10-30 µs on the VMs measured) plus
+/// the waker's system call. Learning alone went below it: a worker thread waiting for the
+/// application's next request learned a few µs from the usual gap between a reply and the next
+/// post, so each gap a little longer than usual slept. On the H200 host 2.4% of round trips
+/// paid 9 µs for it (the hand-over's p99), 0.6% with this floor; a spin this short on an idle
+/// core costs nobody anything.
+const SPIN_FLOOR: Duration = Duration::from_micros(50);
+
 /// How long one side spins before it sleeps: as long as recent waits lasted (twice that, plus a
-/// little), never more than `CLOISTER_SPIN_US`, halved after every wait that outlasted it, and
-/// not at all while no core is idle (a spinner would take the core from the very thread it
-/// waits for, or from the application's other work).
+/// little) but at least `SPIN_FLOOR`, never more than `CLOISTER_SPIN_US`, learning less after
+/// every wait that outlasted it, and not at all while no core is idle (a spinner would take the
+/// core from the very thread it waits for, or from the application's other work).
 pub struct Spin {
     budget_ns: AtomicU64,
 }
@@ -94,7 +103,7 @@ impl Spin {
         if max.is_zero() || !core_idle() {
             return Duration::ZERO;
         }
-        Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed)).min(max)
+        within_bounds(Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed)), max)
     }
 
     /// Learns from a wait that lasted `waited`.
@@ -104,6 +113,11 @@ impl Spin {
         let next = if w <= max { (2 * w + 1000).min(max) } else { self.budget_ns.load(Ordering::Relaxed) / 2 };
         self.budget_ns.store(next, Ordering::Relaxed);
     }
+}
+
+/// A learned spin between `SPIN_FLOOR` and `max` (`max` wins where it is lower).
+fn within_bounds(learned: Duration, max: Duration) -> Duration {
+    learned.max(SPIN_FLOOR).min(max)
 }
 
 #[cfg(test)]
@@ -129,6 +143,19 @@ mod tests {
         assert_eq!(lowest_reading(read(&[None, Some(3), None, Some(1000)])), Some(3));
         assert_eq!(lowest_reading(read(&[Some(usize::MAX)])), Some(254));
         assert_eq!(lowest_reading(read(&[None, None])), None);
+    }
+
+    #[test]
+    fn a_spin_is_never_shorter_than_a_sleep_costs_nor_longer_than_allowed() {
+        let max = Duration::from_micros(200);
+        // Short recent waits still spin about as long as a wake-up would cost.
+        assert_eq!(within_bounds(Duration::from_micros(3), max), SPIN_FLOOR);
+        assert_eq!(within_bounds(SPIN_FLOOR + Duration::from_nanos(1), max), SPIN_FLOOR + Duration::from_nanos(1));
+        assert_eq!(within_bounds(Duration::from_micros(150), max), Duration::from_micros(150));
+        assert_eq!(within_bounds(Duration::from_micros(900), max), max);
+        // `CLOISTER_SPIN_US` below the floor wins.
+        assert_eq!(within_bounds(Duration::from_micros(3), Duration::from_micros(10)), Duration::from_micros(10));
+        assert_eq!(within_bounds(Duration::ZERO, Duration::from_micros(1)), Duration::from_micros(1));
     }
 
     #[test]
