@@ -83,9 +83,9 @@ pub(super) fn core_idle() -> bool {
 const SPIN_FLOOR: Duration = Duration::from_micros(50);
 
 /// How long one side spins before it sleeps: as long as recent waits lasted (twice that, plus a
-/// little) but at least `SPIN_FLOOR`, never more than `CLOISTER_SPIN_US`, learning less after
-/// every wait that outlasted it, and not at all while no core is idle (a spinner would take the
-/// core from the very thread it waits for, or from the application's other work).
+/// little) but at least `SPIN_FLOOR`, never more than `CLOISTER_SPIN_US`, the learned part halved
+/// after every wait that outlasted it, and not at all while no core is idle (a spinner would take
+/// the core from the very thread it waits for, or from the application's other work).
 pub struct Spin {
     budget_ns: AtomicU64,
 }
