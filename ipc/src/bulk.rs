@@ -188,6 +188,39 @@ mod tests {
         assert!(postcard::from_bytes::<Bulky>(&wire[..10]).is_err());
     }
 
+    /// Every byte-string field of the wire types is marked to travel as bytes: one left unmarked
+    /// would be encoded a byte at a time again, silently (a 100 MB source took 26 s that way).
+    #[test]
+    fn every_byte_string_field_of_the_wire_travels_as_bytes() {
+        const MARK: &str = "#[serde(with = \"crate::bulk\")]";
+        let src = include_str!("wire.rs");
+        let lines: Vec<&str> = src.lines().collect();
+        let mut fields = 0;
+        let mut unmarked = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            // Functions' parameters and results are not fields.
+            if code.contains("fn ") || (code.contains("->") && !code.contains('}')) || code.contains("&mut Vec<u8>") {
+                continue;
+            }
+            for (at, _) in code.match_indices("Vec<u8>") {
+                // The field this type belongs to: the name before the last `: `.
+                let Some(colon) = code[..at].rfind(": ") else { continue };
+                let head = code[..colon].trim_end();
+                let name_start = head.rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |p| p + 1);
+                let before = head[..name_start].trim_end();
+                let before = before.strip_suffix("pub").unwrap_or(before).trim_end();
+                let marked = before.ends_with(MARK) || (before.is_empty() && i > 0 && lines[i - 1].trim() == MARK);
+                fields += 1;
+                if !marked {
+                    unmarked.push(format!("wire.rs:{}: {}", i + 1, line.trim()));
+                }
+            }
+        }
+        assert!(fields >= 19, "the scan found only {fields} byte-string fields: it no longer reads wire.rs right");
+        assert!(unmarked.is_empty(), "byte-string fields without {MARK}:\n{}", unmarked.join("\n"));
+    }
+
     #[test]
     fn a_format_without_bytes_still_gives_its_sequence() {
         // serde's own value-based deserializers hand bytes over as a sequence of numbers.

@@ -542,7 +542,7 @@ wire_calls! {
         program: ObjectId, spec_id: u32, #[serde(with = "crate::bulk")] value: Vec<u8>,
     } -> i32;
     UnloadPlatformCompiler { platform: ObjectId } -> i32;
-    CreateKernel { id: ObjectId, program: ObjectId, name: Vec<u8> } -> KernelReply;
+    CreateKernel { id: ObjectId, program: ObjectId, #[serde(with = "crate::bulk")] name: Vec<u8> } -> KernelReply;
     CreateKernelsInProgram { program: ObjectId, ids: Vec<ObjectId> } -> KernelsReply;
     CloneKernel { id: ObjectId, source: ObjectId } -> i32;
     /// `device` 0 is NULL.
