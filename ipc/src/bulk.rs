@@ -12,6 +12,8 @@
 use serde::de::{DeserializeOwned, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::wire::RawBytes;
+
 /// A field type made of byte strings, which `serialize` and `deserialize` carry as bytes.
 pub trait Bulk: Sized {
     fn write<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error>;
@@ -26,15 +28,6 @@ pub fn serialize<T: Bulk, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Er
 /// `#[serde(with = "crate::bulk")]`'s deserializer.
 pub fn deserialize<'de, T: Bulk, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
     T::read(d)
-}
-
-/// A borrowed byte string, serialized as bytes.
-struct AsBytes<'a>(&'a [u8]);
-
-impl Serialize for AsBytes<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(self.0)
-    }
 }
 
 /// An owned byte string, deserialized from bytes (or from a sequence of numbers).
@@ -85,7 +78,7 @@ impl Bulk for Vec<u8> {
 impl Bulk for Option<Vec<u8>> {
     fn write<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            Some(v) => s.serialize_some(&AsBytes(v)),
+            Some(v) => s.serialize_some(&RawBytes(v)),
             None => s.serialize_none(),
         }
     }
@@ -96,7 +89,7 @@ impl Bulk for Option<Vec<u8>> {
 
 impl Bulk for Vec<Vec<u8>> {
     fn write<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter().map(|v| AsBytes(v)))
+        s.collect_seq(self.iter().map(|v| RawBytes(v)))
     }
     fn read<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Vec::<ByteString>::deserialize(d).map(|v| v.into_iter().map(|b| b.0).collect())
@@ -106,7 +99,7 @@ impl Bulk for Vec<Vec<u8>> {
 /// Named byte strings (include files by path, headers by program).
 impl<K: Serialize + DeserializeOwned> Bulk for Vec<(K, Vec<u8>)> {
     fn write<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter().map(|(k, v)| (k, AsBytes(v))))
+        s.collect_seq(self.iter().map(|(k, v)| (k, RawBytes(v))))
     }
     fn read<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Vec::<(K, ByteString)>::deserialize(d).map(|v| v.into_iter().map(|(k, b)| (k, b.0)).collect())
