@@ -64,6 +64,11 @@ pub struct Conn {
     next_id: AtomicU64,
     ids: RwLock<FastMap<ObjectId, usize>>,
     callbacks: Mutex<FastMap<u64, Callback>>,
+    /// Event callbacks registered in `callbacks` or being run by the notifier: while there are
+    /// none, a wait on the worker has no callback to wait for (`await_completed_callbacks`), and
+    /// it costs a load instead of three locks, a clock read and the thread's name (a
+    /// `clFinish` round trip's own work, after the reply).
+    event_callbacks: AtomicUsize,
     /// Signalled when a build callback has run (its token leaves `callbacks` afterwards).
     build_callback_ran: Condvar,
     /// The context callback the notifier is running now, so a release waits for it to return
@@ -471,6 +476,7 @@ impl Conn {
             next_id: AtomicU64::new(1),
             ids: RwLock::new(FastMap::default()),
             callbacks: Mutex::new(FastMap::default()),
+            event_callbacks: AtomicUsize::new(0),
             build_callback_ran: Condvar::new(),
             running_context: Mutex::new(None),
             context_ran: Condvar::new(),
@@ -1031,19 +1037,32 @@ impl Conn {
 
     pub fn register_callback(&self, cb: Callback) -> u64 {
         let token = self.alloc_id();
-        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).insert(token, cb);
+        self.register_callback_as(token, cb);
         token
     }
 
     /// Registers `cb` under a token of the worker this one replaces (a rebuilt context's
     /// `pfn_notify`, whose token the worker was given again).
     pub fn register_callback_as(&self, token: u64, cb: Callback) {
+        if matches!(cb, Callback::Event { .. }) {
+            // Counted before the worker can hear of it (see `event_callbacks`).
+            self.event_callbacks.fetch_add(1, Ordering::SeqCst);
+        }
         self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).insert(token, cb);
     }
 
     /// Takes a callback out before it ran; the caller drops what it kept alive for it.
     pub fn unregister_callback(&self, token: u64) -> Option<Callback> {
-        self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token)
+        let cb = self.callbacks.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+        if matches!(cb, Some(Callback::Event { .. })) {
+            self.event_callback_done();
+        }
+        cb
+    }
+
+    /// An event callback left `callbacks` and has run, or never will.
+    fn event_callback_done(&self) {
+        self.event_callbacks.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Unregisters a context's callback when the application releases the context: once this
@@ -1141,6 +1160,9 @@ impl Conn {
     /// notifier itself (a wait inside a callback) or while holding the settling lock the
     /// notifier may need.
     fn await_completed_callbacks(&self) {
+        if self.event_callbacks.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         if std::thread::current().name() == Some(NOTIFIER) || holds_notifier_lock() {
             return;
         }
@@ -1265,6 +1287,7 @@ impl Conn {
                         unsafe { pfn(event as cl_event, FAULT, user_data as *mut c_void) };
                         self.above.release(event, ObjectKind::Event);
                     }
+                    self.event_callback_done();
                 }
             }
         }
@@ -1326,6 +1349,7 @@ impl Conn {
                 // taken at registration and dropped right after.
                 unsafe { pfn(event as cl_event, status, user_data as *mut c_void) };
                 self.above.release(event, ObjectKind::Event);
+                self.event_callback_done();
             }
         }
     }
@@ -1436,6 +1460,82 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(300));
         drop(worker);
     }
+
+    /// The count `await_completed_callbacks` skips its waits by: one per event callback until
+    /// it has run (delivered by the worker's notification), been unregistered, or met the
+    /// worker's death; never below zero (checked: without the count at registration, a wait
+    /// would not wait for a callback whose event completed, and the count wraps).
+    #[test]
+    fn event_callbacks_are_counted_until_they_ran_or_went() {
+        let (ours, theirs) = channel::seqpacket_pair().unwrap();
+        let (go, told) = std::sync::mpsc::channel::<u64>();
+        let worker = std::thread::spawn(move || {
+            let _ = channel::recv::<ShimMessage>(&theirs);
+            let welcome = WorkerMessage::Welcome {
+                version: cloister_ipc::handshake::PROTOCOL_VERSION,
+                driver: "counted".into(),
+                profile: "none".into(),
+                layers: vec![],
+                platforms: vec![],
+                devices: vec![],
+            };
+            channel::send(&theirs, &welcome, &[]).unwrap();
+            // Completes the event of each token it is told of; hangs up when told 0.
+            while let Ok(token) = told.recv() {
+                if token == 0 {
+                    return;
+                }
+                let n = WorkerMessage::Notify(Notification::EventStatus { token, status: CL_COMPLETE });
+                channel::send(&theirs, &n, &[]).unwrap();
+            }
+        });
+        let conn = Conn::connect(ours, "counted", None, &Bare).unwrap();
+        static RAN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        unsafe extern "C" fn on_event(_: cl_event, _: cl_int, ran: *mut c_void) {
+            // SAFETY: user_data is &RAN, a static.
+            unsafe { &*(ran as *const std::sync::atomic::AtomicU32) }.fetch_add(1, Ordering::SeqCst);
+        }
+        let event = || Callback::Event { pfn: on_event, user_data: &RAN as *const _ as usize, event: 0 };
+        let count = |conn: &Conn| conn.event_callbacks.load(Ordering::SeqCst);
+        let settles = |conn: &Conn, want: usize| {
+            let end = Instant::now() + Duration::from_secs(5);
+            while count(conn) != want && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            count(conn)
+        };
+        assert_eq!(count(&conn), 0);
+        // A build callback is not counted.
+        let build = conn.register_callback(Callback::Build { pfn: on_built_never, user_data: 0, program: 0 });
+        assert_eq!(count(&conn), 0);
+        assert!(conn.unregister_callback(build).is_some());
+        // Registered, then unregistered before it ran.
+        let gone = conn.register_callback(event());
+        assert_eq!(count(&conn), 1);
+        assert!(conn.unregister_callback(gone).is_some());
+        assert!(conn.unregister_callback(gone).is_none());
+        assert_eq!(count(&conn), 0);
+        // Registered, then delivered: counted until it has run.
+        let delivered = conn.register_callback(event());
+        let kept = conn.register_callback(event());
+        assert_eq!(count(&conn), 2);
+        go.send(delivered).unwrap();
+        assert_eq!(settles(&conn, 1), 1);
+        assert_eq!(RAN.load(Ordering::SeqCst), 1);
+        // A second notification for the same token finds nothing: not counted again.
+        go.send(delivered).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(count(&conn), 1);
+        // The worker's death runs the one left (with its fault status).
+        go.send(0).unwrap();
+        worker.join().unwrap();
+        assert_eq!(settles(&conn, 0), 0);
+        assert_eq!(RAN.load(Ordering::SeqCst), 2);
+        assert!(conn.unregister_callback(kept).is_none());
+        assert_eq!(count(&conn), 0);
+    }
+
+    unsafe extern "C" fn on_built_never(_: cl_program, _: *mut c_void) {}
 
     #[test]
     fn a_build_callback_announced_but_never_sent_is_given_up_on() {

@@ -314,6 +314,22 @@ impl KernelArgs {
         all
     }
 
+    /// Visits the id of every memory object or sampler set as an argument, allocating nothing
+    /// (replay's journal asks before each enqueue which buffers the kernel may write).
+    pub fn each_object(&self, mut f: impl FnMut(ObjectId)) {
+        for cell in self.cells.iter() {
+            if matches!(cell.shape.load(Relaxed), MEM | SAMPLER) {
+                f(cell.value.load(Relaxed));
+            }
+        }
+        let t = self.table.lock();
+        for v in t.values.iter().flatten() {
+            if let ArgValue::Object(id) = v {
+                f(*id);
+            }
+        }
+    }
+
     /// Whether each of the first `num_args` arguments has a value.
     pub fn all_set(&self, num_args: u32) -> bool {
         let t = self.table.lock();

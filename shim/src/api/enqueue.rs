@@ -12,7 +12,7 @@ use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::shm::KeptBytes;
 use cloister_ipc::*;
 
-use super::kernel::{all_args, all_args_set, restore_dirty_args, take_dirty_args};
+use super::kernel::{all_args, all_args_set, each_object_arg, restore_dirty_args, take_dirty_args};
 use super::{enqueue_posted, enqueue_sync, finish_enqueue, slice};
 use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapArea, MapRecord, ObjData, Object};
@@ -1076,11 +1076,12 @@ pub unsafe fn clEnqueueNDRangeKernel(
     // that does not divide the global one, or is too large for the kernel) comes late.
     let nonzero = |v: &Option<Dims>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
     let vouched = all_args_set(&k.data) && nonzero(&global) && (local.is_none() || nonzero(&local));
-    // Replay runs it again with every argument (those of earlier enqueues too); what the
-    // kernel may write is noted before it can run.
-    let replay_args = q.conn.replays().then(|| all_args(&k.data));
-    if let Some(all) = &replay_args {
-        crate::recovery::journal_of(&q.conn).enqueuing_kernel(all);
+    // What the kernel may write is noted before it can run; replay runs it again with every
+    // argument (those of earlier enqueues too), gathered once it is posted (the worker runs it
+    // meanwhile).
+    let replays = q.conn.replays();
+    if replays {
+        crate::recovery::journal_of(&q.conn).enqueuing_kernel(|f| each_object_arg(&k.data, f));
     }
     let req = Request::EnqueueNdRange(EnqueueNdRange {
         queue: q.id,
@@ -1098,8 +1099,8 @@ pub unsafe fn clEnqueueNDRangeKernel(
     let Request::EnqueueNdRange(mut sent) = req else { unreachable!("built as an NDRange above") };
     if rc != Ok(CL_SUCCESS) {
         restore_dirty_args(&k.data, &sent.args);
-    } else if let Some(all) = replay_args {
-        sent.args = all;
+    } else if replays {
+        sent.args = all_args(&k.data);
         crate::recovery::journal_of(&q.conn).enqueued(Request::EnqueueNdRange(sent));
     }
     // SAFETY: event per API contract.

@@ -255,6 +255,13 @@ pub fn all_args(data: &ObjData) -> Vec<(u32, ArgValue)> {
     }
 }
 
+/// Visits the id of every memory object or sampler set as an argument of the kernel.
+pub fn each_object_arg(data: &ObjData, f: impl FnMut(cloister_ipc::ObjectId)) {
+    if let ObjData::Kernel { args, .. } = data {
+        args.each_object(f);
+    }
+}
+
 /// Whether every argument of the kernel has a value (a posted enqueue needs them all: the
 /// driver's `CL_INVALID_KERNEL_ARGS` would otherwise come late).
 pub fn all_args_set(data: &ObjData) -> bool {

@@ -113,7 +113,12 @@ pub(super) fn flush_or_finish_queue(q: &Object, finish: bool) -> cl_int {
     let settled = finish.then(|| super::enqueue::SettleAfter::new(q));
     let rc = match finish && crate::direct::finish_is_idle(q) {
         true => CL_SUCCESS,
-        false => q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e),
+        false => {
+            if finish && q.conn.replays() {
+                crate::recovery::journal_of(&q.conn).finishing();
+            }
+            q.conn.call(FlushOrFinish { queue: q.id, finish }).unwrap_or_else(|e| e)
+        }
     };
     let finished = finish && rc == CL_SUCCESS;
     if finished {

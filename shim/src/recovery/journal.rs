@@ -611,16 +611,11 @@ impl Journal {
         });
     }
 
-    /// As `enqueuing`, for a kernel with arguments `args` (all of them): every memory object
-    /// it may write.
-    pub fn enqueuing_kernel(&self, args: &[(u32, ArgValue)]) {
-        self.with(|s| {
-            for (_, arg) in args {
-                if let Some(m) = s.written_arg(arg) {
-                    s.changing(m, false);
-                }
-            }
-        });
+    /// As `enqueuing`, for a kernel whose arguments name the objects `each_object` visits:
+    /// every memory object it may write. Before the enqueue is posted, so nothing here is
+    /// allocated and each object is looked up once (`changing`).
+    pub fn enqueuing_kernel(&self, each_object: impl FnOnce(&mut dyn FnMut(ObjectId))) {
+        self.with(|s| each_object(&mut |id| s.changing_if_written(id)));
     }
 
     /// A program was compiled (successfully or not: the replacement compiles it the same way).
@@ -824,6 +819,16 @@ impl Journal {
         s.checkpoint_if_due(conn, queue, whole.then_some((mem, data)));
     }
 
+    /// Before `clFinish`'s call goes to the worker: the summary `finished` asks is brought up to
+    /// date while the worker still runs the commands, not after its reply.
+    pub fn finishing(&self) {
+        self.with(|s| {
+            if !s.settled() {
+                s.summarize();
+            }
+        });
+    }
+
     /// After `clFinish` of `queue`: a checkpoint once the journal is long (its read-back then
     /// costs the application one round trip per `LONG_JOURNAL` commands at most, not per
     /// `clFinish`; see `State::read_back_due`).
@@ -989,10 +994,21 @@ impl State {
 
     /// See `Journal::changing`.
     fn changing(&mut self, mem: ObjectId, idempotent: bool) {
-        let mem = self.storage(mem);
-        let in_place = self.recipes.get(&mem).is_some_and(|r| matches!(r.base, Base::InPlace));
+        let Some(r) = self.recipes.get(&mem) else { return };
+        let (mem, in_place) = match storage_of(&r.req) {
+            None => (mem, matches!(r.base, Base::InPlace)),
+            Some(parent) => (parent, self.recipes.get(&parent).is_some_and(|p| matches!(p.base, Base::InPlace))),
+        };
         if in_place && (!idempotent || self.uses(mem)) {
             self.snapshot(mem);
+        }
+    }
+
+    /// `changing` (not idempotent) for a kernel argument naming object `id`, if it is a memory
+    /// object the kernel may write (`written_arg`).
+    fn changing_if_written(&mut self, id: ObjectId) {
+        if self.written_arg(&ArgValue::Object(id)).is_some() {
+            self.changing(id, false);
         }
     }
 
@@ -1280,11 +1296,7 @@ impl State {
 
     /// The buffer whose memory `mem` is: a sub-buffer's parent, else itself.
     pub(super) fn storage(&self, mem: ObjectId) -> ObjectId {
-        match self.recipes.get(&mem).map(|r| &r.req) {
-            Some(Request::CreateSubBuffer(s)) => s.buffer,
-            Some(Request::CreateImage(CreateImage { desc: ImageDesc { buffer: Some(b), .. }, .. })) => *b,
-            _ => mem,
-        }
+        self.recipes.get(&mem).and_then(|r| storage_of(&r.req)).unwrap_or(mem)
     }
 
     /// The buffers whose contents a command may change (a kernel: every buffer argument not
@@ -1525,6 +1537,16 @@ pub(super) fn recorded_uses(r: &RecordCommand) -> Vec<ObjectId> {
         }
     }
     v
+}
+
+/// The memory object whose storage the one `req` created uses: a sub-buffer's buffer, an
+/// image's buffer (`State::storage`); `None`: its own.
+fn storage_of(req: &Request) -> Option<ObjectId> {
+    match req {
+        Request::CreateSubBuffer(s) => Some(s.buffer),
+        Request::CreateImage(CreateImage { desc: ImageDesc { buffer: Some(b), .. }, .. }) => Some(*b),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
