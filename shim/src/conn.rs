@@ -1461,6 +1461,21 @@ mod tests {
         drop(worker);
     }
 
+    /// A stand-in worker's first step: reads the shim's hello and welcomes it as driver `driver`,
+    /// with no platforms.
+    fn welcome(theirs: &OwnedFd, driver: &str) {
+        let _ = channel::recv::<ShimMessage>(theirs);
+        let welcome = WorkerMessage::Welcome {
+            version: cloister_ipc::handshake::PROTOCOL_VERSION,
+            driver: driver.into(),
+            profile: "none".into(),
+            layers: vec![],
+            platforms: vec![],
+            devices: vec![],
+        };
+        channel::send(theirs, &welcome, &[]).unwrap();
+    }
+
     /// The count `await_completed_callbacks` skips its waits by: one per event callback until
     /// it has run (delivered by the worker's notification), been unregistered, or met the
     /// worker's death; never below zero (checked: without the count at registration, a wait
@@ -1470,16 +1485,7 @@ mod tests {
         let (ours, theirs) = channel::seqpacket_pair().unwrap();
         let (go, told) = std::sync::mpsc::channel::<u64>();
         let worker = std::thread::spawn(move || {
-            let _ = channel::recv::<ShimMessage>(&theirs);
-            let welcome = WorkerMessage::Welcome {
-                version: cloister_ipc::handshake::PROTOCOL_VERSION,
-                driver: "counted".into(),
-                profile: "none".into(),
-                layers: vec![],
-                platforms: vec![],
-                devices: vec![],
-            };
-            channel::send(&theirs, &welcome, &[]).unwrap();
+            welcome(&theirs, "counted");
             // Completes the event of each token it is told of; hangs up when told 0.
             while let Ok(token) = told.recv() {
                 if token == 0 {
@@ -1542,16 +1548,7 @@ mod tests {
         short_deadlines();
         let (ours, theirs) = channel::seqpacket_pair().unwrap();
         let worker = std::thread::spawn(move || {
-            let _ = channel::recv::<ShimMessage>(&theirs);
-            let welcome = WorkerMessage::Welcome {
-                version: cloister_ipc::handshake::PROTOCOL_VERSION,
-                driver: "quiet".into(),
-                profile: "none".into(),
-                layers: vec![],
-                platforms: vec![],
-                devices: vec![],
-            };
-            channel::send(&theirs, &welcome, &[]).unwrap();
+            welcome(&theirs, "quiet");
             // Never sends the BuildDone it "announced"; stays connected until the shim hangs up.
             while channel::recv::<ShimMessage>(&theirs).is_ok() {}
         });
