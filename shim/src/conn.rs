@@ -384,8 +384,10 @@ const MAX_HELD_SEGMENTS: usize = 8;
 
 /// How `Conn::post_marked` sent a request.
 enum Sent {
-    /// Posted on this lane, with its mark (`Lane::has_run`).
-    Posted(Arc<Lane>, u32),
+    /// Posted on this thread's lane, with its mark (`Lane::has_run`). The slot, not a new
+    /// reference to the lane: most posts drop it at once, and a reference count is two locked
+    /// instructions on every enqueue.
+    Posted(Rc<LaneSlot>, u32),
     /// As a call (strict mode, not postable, too large for the ring), with its answer.
     Called(cl_int),
 }
@@ -712,8 +714,8 @@ impl Conn {
     /// went as a call.
     pub fn post_with_segment<C: Call<Reply = cl_int>>(&self, req: C, seg: Segment) -> Result<cl_int, cl_int> {
         match self.post_marked(&req.into_request())? {
-            Sent::Posted(lane, mark) => {
-                self.held_segments.lock().unwrap_or_else(|e| e.into_inner()).push((lane, mark, seg));
+            Sent::Posted(slot, mark) => {
+                self.held_segments.lock().unwrap_or_else(|e| e.into_inner()).push((slot.lane.clone(), mark, seg));
                 Ok(CL_SUCCESS)
             }
             Sent::Called(rc) => {
@@ -759,11 +761,15 @@ impl Conn {
         // the eventless writes (`posts_alone`) and every call a look at other lanes.
         let orders = matches!(kind, Some(cloister_ipc::Posted::Enqueue { .. } | cloister_ipc::Posted::Create { .. }));
         let slot = self.open_lane()?;
-        self.after_other_lanes(&slot.lane, request.op_name())?;
-        let deadline = Deadline::for_op(self, request.op_name());
+        let name = request.op_name();
+        self.after_other_lanes(&slot.lane, name)?;
+        // Started by the first wait for ring space, if any (a post that finds room reads no
+        // clock): a post waits for nothing else.
+        let deadline = std::cell::OnceCell::new();
+        let deadline = || deadline.get_or_init(|| Deadline::for_op(self, name));
         let posted = with_scratch(&POST_BUFFER, |bytes: &mut Vec<u8>| {
             match cloister_ipc::encode_request_into(request, bytes) {
-                Ok(()) => Ok(slot.lane.post(bytes, &|| deadline.alive(self))),
+                Ok(()) => Ok(slot.lane.post(bytes, &|| deadline().alive(self))),
                 Err(_) => Err(CL_OUT_OF_HOST_MEMORY),
             }
         })?;
@@ -772,13 +778,13 @@ impl Conn {
                 if orders {
                     self.note_poster(&slot.lane);
                 }
-                Ok(Sent::Posted(slot.lane.clone(), mark))
+                Ok(Sent::Posted(slot, mark))
             }
             // Too large for the ring (a kernel with kilobytes of arguments): a call.
             Err(PostError::TooLarge) => self.call_request(request).map(Sent::Called),
             // The worker wrote a ring counter that cannot be: a misbehaving worker, cut off.
-            Err(PostError::Ended(WaitEnd::Protocol)) => Err(self.reject(request.op_name(), "a ring tail out of range")),
-            Err(PostError::Ended(_)) => Err(self.gave_up(&deadline)),
+            Err(PostError::Ended(WaitEnd::Protocol)) => Err(self.reject(name, "a ring tail out of range")),
+            Err(PostError::Ended(_)) => Err(self.gave_up(deadline())),
         }
     }
 
@@ -897,6 +903,10 @@ impl Conn {
     /// Notes that `lane` has posted (see `first_poster`).
     fn note_poster(&self, lane: &Arc<Lane>) {
         let me = Arc::as_ptr(lane) as usize;
+        // The usual case, one thread posting, is a load: no locked instruction per enqueue.
+        if self.first_poster.load(Ordering::Acquire) == me {
+            return;
+        }
         match self.first_poster.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
             Err(first) if first != me => self.many_posters.store(true, Ordering::Release),
             _ => {}
