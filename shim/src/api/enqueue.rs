@@ -1058,8 +1058,32 @@ pub unsafe fn clEnqueueNDRangeKernel(
     list: *const cl_event,
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
-    let q = lookup(queue, Kind::Queue)?;
-    let k = lookup(kernel, Kind::Kernel)?;
+    // The queue and the kernel are lent (`with_object`): no reference count is touched, four
+    // locked instructions fewer on an application's hottest call.
+    crate::handle::with_object(queue, Kind::Queue, |q| {
+        crate::handle::with_object(kernel, Kind::Kernel, |k| {
+            // SAFETY: forwarded API contract.
+            unsafe { nd_range(q, k, work_dim, global_work_offset, global_work_size, local_work_size, n, list, event) }
+        })
+    })??
+}
+
+/// `clEnqueueNDRangeKernel` on the queue and kernel its handles name.
+///
+/// # Safety
+/// As for `clEnqueueNDRangeKernel`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn nd_range(
+    q: &Object,
+    k: &Object,
+    work_dim: cl_uint,
+    global_work_offset: *const usize,
+    global_work_size: *const usize,
+    local_work_size: *const usize,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+) -> Result<cl_int, cl_int> {
     if !Arc::ptr_eq(&q.conn, &k.conn) {
         return Err(crate::conn::mismatch(&q.conn, &k.conn, CL_INVALID_CONTEXT));
     }
@@ -1069,7 +1093,7 @@ pub unsafe fn clEnqueueNDRangeKernel(
     // SAFETY (dims): non-NULL size arrays hold work_dim entries per the API contract.
     let dims = |p: *const usize| unsafe { work_size(p, work_dim) };
     // SAFETY: API contract.
-    let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+    let sync = unsafe { enqueue_sync(q, n, list, event)? };
     let (global, local) = (dims(global_work_size), dims(local_work_size));
     // What the shim can vouch for is posted: every argument set (with a shape the driver
     // accepted), sizes given and non-zero. Whether the driver takes the sizes (a local size
@@ -1104,7 +1128,7 @@ pub unsafe fn clEnqueueNDRangeKernel(
         crate::recovery::journal_of(&q.conn).enqueued(Request::EnqueueNdRange(sent));
     }
     // SAFETY: event per API contract.
-    Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
+    Ok(unsafe { finish_enqueue(q, &sync, event, rc) })
 }
 
 /// A work size as `clEnqueueNDRangeKernel` takes it (offset, global or local): `None` for NULL.
