@@ -1061,74 +1061,54 @@ pub unsafe fn clEnqueueNDRangeKernel(
     // The queue and the kernel are lent (`with_object`): no reference count is touched, four
     // locked instructions fewer on an application's hottest call.
     crate::handle::with_object(queue, Kind::Queue, |q| {
-        crate::handle::with_object(kernel, Kind::Kernel, |k| {
-            // SAFETY: forwarded API contract.
-            unsafe { nd_range(q, k, work_dim, global_work_offset, global_work_size, local_work_size, n, list, event) }
+        crate::handle::with_object(kernel, Kind::Kernel, |k| -> Result<cl_int, cl_int> {
+            if !Arc::ptr_eq(&q.conn, &k.conn) {
+                return Err(crate::conn::mismatch(&q.conn, &k.conn, CL_INVALID_CONTEXT));
+            }
+            if !(1..=3).contains(&work_dim) {
+                return Err(CL_INVALID_WORK_DIMENSION);
+            }
+            // SAFETY (dims): non-NULL size arrays hold work_dim entries per the API contract.
+            let dims = |p: *const usize| unsafe { work_size(p, work_dim) };
+            // SAFETY: API contract.
+            let sync = unsafe { enqueue_sync(q, n, list, event)? };
+            let (global, local) = (dims(global_work_size), dims(local_work_size));
+            // What the shim can vouch for is posted: every argument set (with a shape the driver
+            // accepted), sizes given and non-zero. Whether the driver takes the sizes (a local size
+            // that does not divide the global one, or is too large for the kernel) comes late.
+            let nonzero = |v: &Option<Dims>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
+            let vouched = all_args_set(&k.data) && nonzero(&global) && (local.is_none() || nonzero(&local));
+            // What the kernel may write is noted before it can run; replay runs it again with every
+            // argument (those of earlier enqueues too), gathered once it is posted (the worker runs it
+            // meanwhile).
+            let replays = q.conn.replays();
+            if replays {
+                crate::recovery::journal_of(&q.conn).enqueuing_kernel(|f| each_object_arg(&k.data, f));
+            }
+            let req = Request::EnqueueNdRange(EnqueueNdRange {
+                queue: q.id,
+                kernel: k.id,
+                args: take_dirty_args(&k.data),
+                work_dim,
+                offset: dims(global_work_offset),
+                global,
+                local,
+                sync: sync.clone(),
+            });
+            let rc = if vouched { q.conn.post_request(&req) } else { q.conn.call_status(&req) };
+            // The request sent is kept, not copied: its arguments go back to the kernel as unsent
+            // after a failure, or it goes to the journal with every argument.
+            let Request::EnqueueNdRange(mut sent) = req else { unreachable!("built as an NDRange above") };
+            if rc != Ok(CL_SUCCESS) {
+                restore_dirty_args(&k.data, &sent.args);
+            } else if replays {
+                sent.args = all_args(&k.data);
+                crate::recovery::journal_of(&q.conn).enqueued(Request::EnqueueNdRange(sent));
+            }
+            // SAFETY: event per API contract.
+            Ok(unsafe { finish_enqueue(q, &sync, event, rc) })
         })
     })??
-}
-
-/// `clEnqueueNDRangeKernel` on the queue and kernel its handles name.
-///
-/// # Safety
-/// As for `clEnqueueNDRangeKernel`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn nd_range(
-    q: &Object,
-    k: &Object,
-    work_dim: cl_uint,
-    global_work_offset: *const usize,
-    global_work_size: *const usize,
-    local_work_size: *const usize,
-    n: cl_uint,
-    list: *const cl_event,
-    event: *mut cl_event,
-) -> Result<cl_int, cl_int> {
-    if !Arc::ptr_eq(&q.conn, &k.conn) {
-        return Err(crate::conn::mismatch(&q.conn, &k.conn, CL_INVALID_CONTEXT));
-    }
-    if !(1..=3).contains(&work_dim) {
-        return Err(CL_INVALID_WORK_DIMENSION);
-    }
-    // SAFETY (dims): non-NULL size arrays hold work_dim entries per the API contract.
-    let dims = |p: *const usize| unsafe { work_size(p, work_dim) };
-    // SAFETY: API contract.
-    let sync = unsafe { enqueue_sync(q, n, list, event)? };
-    let (global, local) = (dims(global_work_size), dims(local_work_size));
-    // What the shim can vouch for is posted: every argument set (with a shape the driver
-    // accepted), sizes given and non-zero. Whether the driver takes the sizes (a local size
-    // that does not divide the global one, or is too large for the kernel) comes late.
-    let nonzero = |v: &Option<Dims>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
-    let vouched = all_args_set(&k.data) && nonzero(&global) && (local.is_none() || nonzero(&local));
-    // What the kernel may write is noted before it can run; replay runs it again with every
-    // argument (those of earlier enqueues too), gathered once it is posted (the worker runs it
-    // meanwhile).
-    let replays = q.conn.replays();
-    if replays {
-        crate::recovery::journal_of(&q.conn).enqueuing_kernel(|f| each_object_arg(&k.data, f));
-    }
-    let req = Request::EnqueueNdRange(EnqueueNdRange {
-        queue: q.id,
-        kernel: k.id,
-        args: take_dirty_args(&k.data),
-        work_dim,
-        offset: dims(global_work_offset),
-        global,
-        local,
-        sync: sync.clone(),
-    });
-    let rc = if vouched { q.conn.post_request(&req) } else { q.conn.call_status(&req) };
-    // The request sent is kept, not copied: its arguments go back to the kernel as unsent
-    // after a failure, or it goes to the journal with every argument.
-    let Request::EnqueueNdRange(mut sent) = req else { unreachable!("built as an NDRange above") };
-    if rc != Ok(CL_SUCCESS) {
-        restore_dirty_args(&k.data, &sent.args);
-    } else if replays {
-        sent.args = all_args(&k.data);
-        crate::recovery::journal_of(&q.conn).enqueued(Request::EnqueueNdRange(sent));
-    }
-    // SAFETY: event per API contract.
-    Ok(unsafe { finish_enqueue(q, &sync, event, rc) })
 }
 
 /// A work size as `clEnqueueNDRangeKernel` takes it (offset, global or local): `None` for NULL.
