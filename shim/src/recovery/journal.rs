@@ -613,7 +613,8 @@ impl Journal {
 
     /// As `enqueuing`, for a kernel whose arguments name the objects `each_object` visits:
     /// every memory object it may write. Before the enqueue is posted, so nothing here is
-    /// allocated and each object is looked up once (`changing`).
+    /// allocated, and an object's recipe is looked up twice (`changing_if_written`), not three
+    /// times.
     pub fn enqueuing_kernel(&self, each_object: impl FnOnce(&mut dyn FnMut(ObjectId))) {
         self.with(|s| each_object(&mut |id| s.changing_if_written(id)));
     }
