@@ -613,8 +613,8 @@ impl Journal {
 
     /// As `enqueuing`, for a kernel whose arguments name the objects `each_object` visits:
     /// every memory object it may write. Before the enqueue is posted, so nothing here is
-    /// allocated, and an object's recipe is looked up twice (`changing_if_written`), not three
-    /// times.
+    /// allocated, and an object's recipe is looked up once (`changing_if_written`; a sub-buffer's
+    /// parent once more, and memory in place once more where it is copied out).
     pub fn enqueuing_kernel(&self, each_object: impl FnOnce(&mut dyn FnMut(ObjectId))) {
         self.with(|s| each_object(&mut |id| s.changing_if_written(id)));
     }
@@ -995,21 +995,33 @@ impl State {
 
     /// See `Journal::changing`.
     fn changing(&mut self, mem: ObjectId, idempotent: bool) {
-        let Some(r) = self.recipes.get(&mem) else { return };
-        let (mem, in_place) = match storage_of(&r.req) {
-            None => (mem, matches!(r.base, Base::InPlace)),
-            Some(parent) => (parent, self.recipes.get(&parent).is_some_and(|p| matches!(p.base, Base::InPlace))),
-        };
-        if in_place && (!idempotent || self.uses(mem)) {
-            self.snapshot(mem);
-        }
+        let storage = self.recipes.get(&mem).map(|r| self.storage_in_place(mem, r));
+        self.snapshot_if_in_place(storage, idempotent);
     }
 
     /// `changing` (not idempotent) for a kernel argument naming object `id`, if it is a memory
-    /// object the kernel may write (`written_arg`).
+    /// object the kernel may write (`kernel_may_write`): its recipe is looked up once.
     fn changing_if_written(&mut self, id: ObjectId) {
-        if self.written_arg(&ArgValue::Object(id)).is_some() {
-            self.changing(id, false);
+        let storage = self.recipes.get(&id).filter(|r| kernel_may_write(&r.req)).map(|r| self.storage_in_place(id, r));
+        self.snapshot_if_in_place(storage, false);
+    }
+
+    /// `storage` of `mem`, whose recipe is `r`, found with no second lookup of `r`, and whether
+    /// that memory holds its contents in place (`Base::InPlace`).
+    fn storage_in_place(&self, mem: ObjectId, r: &Recipe) -> (ObjectId, bool) {
+        match storage_of(&r.req) {
+            None => (mem, matches!(r.base, Base::InPlace)),
+            Some(parent) => (parent, self.recipes.get(&parent).is_some_and(|p| matches!(p.base, Base::InPlace))),
+        }
+    }
+
+    /// The tail of `changing`: a command about to change in-place memory (`storage_in_place`) copies it
+    /// out first, unless it writes idempotently and no journaled command uses it.
+    fn snapshot_if_in_place(&mut self, storage: Option<(ObjectId, bool)>, idempotent: bool) {
+        if let Some((mem, true)) = storage {
+            if !idempotent || self.uses(mem) {
+                self.snapshot(mem);
+            }
         }
     }
 
@@ -1347,13 +1359,7 @@ impl State {
     /// The memory object a kernel argument names, if it is not read-only (so may be written).
     fn written_arg(&self, arg: &ArgValue) -> Option<ObjectId> {
         let ArgValue::Object(id) = arg else { return None };
-        let writable = match self.recipes.get(id).map(|r| &r.req) {
-            Some(Request::CreateBuffer(b)) => b.flags & CL_MEM_READ_ONLY == 0,
-            Some(Request::CreateSubBuffer(s)) => s.flags & CL_MEM_READ_ONLY == 0,
-            Some(Request::CreateImage(i)) => i.flags & CL_MEM_READ_ONLY == 0,
-            _ => false,
-        };
-        writable.then_some(*id)
+        self.recipes.get(id).is_some_and(|r| kernel_may_write(&r.req)).then_some(*id)
     }
 
     /// Makes the contents of every buffer known now and drops the journal: `have` is a whole
@@ -1538,6 +1544,17 @@ pub(super) fn recorded_uses(r: &RecordCommand) -> Vec<ObjectId> {
         }
     }
     v
+}
+
+/// Whether a kernel may write the memory object `req` made: a buffer, sub-buffer or image not
+/// created `CL_MEM_READ_ONLY`.
+fn kernel_may_write(req: &Request) -> bool {
+    match req {
+        Request::CreateBuffer(b) => b.flags & CL_MEM_READ_ONLY == 0,
+        Request::CreateSubBuffer(s) => s.flags & CL_MEM_READ_ONLY == 0,
+        Request::CreateImage(i) => i.flags & CL_MEM_READ_ONLY == 0,
+        _ => false,
+    }
 }
 
 /// The memory object whose storage the one `req` created uses: a sub-buffer's buffer, an
