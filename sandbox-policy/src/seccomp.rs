@@ -185,9 +185,9 @@ pub fn build_with(profile: &Profile, spawning: Spawning) -> Result<Vec<BpfProgra
 /// hot call the kernel cannot answer from its cache (it depends on an argument): NVIDIA's
 /// driver makes resource-manager ioctls on every submission and wait. So the type bytes come
 /// first (NVIDIA's `'F'` requests), and each run of consecutive numbers is one range (NVIDIA's
-/// 127 UVM numbers are four rules, not 127). Measured on 2 cores here, one ioctl on /dev/null
-/// (250 ns unconfined): an `'F'` request +112 ns with the type rule after the numbers, a UVM
-/// one +131 ns as the 75th number; the figures after are in README's "Figures (issue 12)".
+/// 127 UVM numbers are four rules, not 127). `examples/ioctl_cost.rs` on the H200 host: an
+/// `'F'` ioctl on /dev/null took 337-350 ns with the type rule after the numbers, 157-202 now,
+/// 114-127 unconfined (README, "Figures (issue 12)").
 fn ioctl_rules(types: &[u8], requests: &[u32]) -> Result<Vec<SeccompRule>, SandboxError> {
     let mut rules = Vec::new();
     for &t in types {
