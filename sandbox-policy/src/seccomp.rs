@@ -181,11 +181,12 @@ pub fn build_with(profile: &Profile, spawning: Spawning) -> Result<Vec<BpfProgra
 /// The rules that let `ioctl` through: the request's type byte is one of `types`, or its number
 /// is one of `requests` (the kernel reads 32 bits of it; so do the rules). seccompiler tries a
 /// system call's rules one after the other and the first that matches allows it, so every
-/// ioctl the driver makes pays for the rules before the one it matches, and ioctls are the one
-/// hot call the kernel cannot answer from its cache (it depends on an argument): NVIDIA's
-/// driver makes resource-manager ioctls on every submission and wait. So the type bytes come
-/// first (NVIDIA's `'F'` requests), and each run of consecutive numbers is one range (NVIDIA's
-/// 127 UVM numbers are four rules, not 127). `examples/ioctl_cost.rs` on the H200 host: an
+/// ioctl the driver makes pays for the rules before the one it matches, and `ioctl` is the one
+/// call the kernel cannot answer from its cache (the verdict depends on an argument): drivers
+/// that submit through ioctls make one per submission, NVIDIA's makes about 600 starting up
+/// (none per round trip: `perf stat`, README). So the type bytes come first (NVIDIA's `'F'`
+/// requests), and each run of consecutive numbers is one range (NVIDIA's 127 UVM numbers are
+/// four rules, not 127). `examples/ioctl_cost.rs` on the H200 host: an
 /// `'F'` ioctl on /dev/null took 337-350 ns with the type rule after the numbers, 157-202 now,
 /// 114-127 unconfined (README, "Figures (issue 12)").
 fn ioctl_rules(types: &[u8], requests: &[u32]) -> Result<Vec<SeccompRule>, SandboxError> {

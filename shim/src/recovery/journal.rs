@@ -1015,8 +1015,8 @@ impl State {
         }
     }
 
-    /// The tail of `changing`: a command about to change in-place memory (`storage_in_place`) copies it
-    /// out first, unless it writes idempotently and no journaled command uses it.
+    /// The tail of `changing`: a command about to change in-place memory (`storage_in_place`)
+    /// copies it out first, unless it writes idempotently and no journaled command uses it.
     fn snapshot_if_in_place(&mut self, storage: Option<(ObjectId, bool)>, idempotent: bool) {
         if let Some((mem, true)) = storage {
             if !idempotent || self.uses(mem) {
