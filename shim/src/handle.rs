@@ -35,7 +35,7 @@ type InfoSlot = std::sync::OnceLock<((u32, u64), Box<[u8]>)>;
 /// fit (an application asking for device lists of ever new types) goes to `overflow`.
 #[derive(Default)]
 pub struct InfoCache {
-    table: std::sync::OnceLock<Box<[InfoSlot]>>,
+    table: std::sync::OnceLock<Box<[InfoSlot; INFO_SLOTS]>>,
     overflowed: AtomicBool,
     overflow: RwLock<FastMap<(u32, u64), Vec<u8>>>,
 }
@@ -70,7 +70,7 @@ impl InfoCache {
     }
 
     fn insert(&self, key: (u32, u64), value: Vec<u8>) {
-        let table = self.table.get_or_init(|| (0..INFO_SLOTS).map(|_| std::sync::OnceLock::new()).collect());
+        let table = self.table.get_or_init(|| Box::new(std::array::from_fn(|_| std::sync::OnceLock::new())));
         let mut value = value.into_boxed_slice();
         for i in Self::probe(key) {
             match table[i].set((key, value)) {

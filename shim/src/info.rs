@@ -122,9 +122,10 @@ pub unsafe fn get_info(
     // The object is lent from this thread's recent ones (`with_recent`): a repeated query
     // touches no reference count and no lock. A handle not among them is looked up out of line.
     // SAFETY: forwarded from the caller.
-    match crate::handle::with_recent(handle, kind, |obj, _| Some(unsafe { q.first_step(obj, &local) })) {
+    match crate::handle::with_recent(handle, kind, |obj, _| Some(unsafe { q.answer_here(obj, &local) })) {
+        Some(Some(rc)) => rc,
         // SAFETY: forwarded from the caller.
-        Some(first) => unsafe { q.finish(first) },
+        Some(None) => unsafe { q.otherwise() },
         // SAFETY: forwarded from the caller.
         None => unsafe { q.looked_up(&local) },
     }
@@ -132,15 +133,6 @@ pub unsafe fn get_info(
 
 /// A `clGet*Info` entry point's own answers (`get_info`'s `local`): `None` asks further.
 type LocalAnswer<'a> = dyn Fn(&Object) -> Option<Result<Vec<u8>, cl_int>> + 'a;
-
-/// What `get_info`'s first step found.
-enum First {
-    /// Written from the cache, with this outcome.
-    Written(cl_int),
-    /// The shim's own answer (`local`).
-    Local(Result<Vec<u8>, cl_int>),
-    Otherwise,
-}
 
 /// One `clGet*Info` call: what is asked of which handle, and where the answer goes.
 #[derive(Clone, Copy)]
@@ -161,57 +153,43 @@ impl Query {
         ref_count_param(self.kind) == Some(self.param) && self.target != InfoTarget::ProgramBuild
     }
 
-    /// The first step on the object: the shim's own answer, or a cached one written straight
-    /// from the cache to the application (the common repeated query allocates nothing).
+    /// The answer found with the object at hand: the shim's own (`local`), or a cached one,
+    /// written straight from the cache to the application (the common repeated query
+    /// allocates nothing); `None` if neither has it (`otherwise`).
     ///
     /// # Safety
     /// As for `write_value`.
     #[inline(always)]
-    unsafe fn first_step<L: Fn(&Object) -> Option<Result<Vec<u8>, cl_int>> + ?Sized>(
+    unsafe fn answer_here<L: Fn(&Object) -> Option<Result<Vec<u8>, cl_int>> + ?Sized>(
         self,
         obj: &Object,
         local: &L,
-    ) -> First {
+    ) -> Option<cl_int> {
         if self.asks_ref_count() {
-            return First::Otherwise;
+            return None;
         }
         if let Some(v) = local(obj) {
-            return First::Local(v);
+            // SAFETY: forwarded from the caller.
+            return Some(v.map_or_else(|e| e, |b| unsafe { self.out.write(&b) }));
         }
         match cacheable(self.target, self.param) {
             // SAFETY: forwarded from the caller.
             true => obj.cached_info((self.param, self.aux), |b| unsafe { self.out.write(b) }),
             false => None,
         }
-        .map_or(First::Otherwise, First::Written)
     }
 
-    /// The answer after the first step.
-    ///
-    /// # Safety
-    /// As for `write_value`.
-    #[inline(always)]
-    unsafe fn finish(self, first: First) -> cl_int {
-        match first {
-            First::Written(rc) => rc,
-            // SAFETY: forwarded from the caller.
-            First::Local(Ok(b)) => unsafe { self.out.write(&b) },
-            First::Local(Err(e)) => e,
-            // SAFETY: forwarded from the caller.
-            First::Otherwise => unsafe { self.otherwise() },
-        }
-    }
-
-    /// `get_info` for a handle not among this thread's recent objects: looked up in full.
+    /// `get_info` for a handle not among this thread's recent ones: looked up in full.
     ///
     /// # Safety
     /// As for `write_value`.
     #[inline(never)]
     unsafe fn looked_up(self, local: &LocalAnswer<'_>) -> cl_int {
         // SAFETY: forwarded from the caller.
-        match crate::handle::with_object(self.handle, self.kind, |obj| unsafe { self.first_step(obj, local) }) {
+        match crate::handle::with_object(self.handle, self.kind, |obj| unsafe { self.answer_here(obj, local) }) {
+            Ok(Some(rc)) => rc,
             // SAFETY: forwarded from the caller.
-            Ok(first) => unsafe { self.finish(first) },
+            Ok(None) => unsafe { self.otherwise() },
             Err(e) => e,
         }
     }

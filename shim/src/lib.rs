@@ -118,10 +118,11 @@ macro_rules! entry_body {
         if on == 0 {
             entry_body!(@call $status, $name, ($($arg),*), $ret, $err)
         } else {
-            // Out of line, so the common path stays as small as without the hook.
+            // Out of line, so the common path stays as small as without the hook; `on` last,
+            // so the arguments stay in the registers the application passed them in.
             #[cold]
             #[inline(never)]
-            unsafe fn observed(on: u8, $($arg: $ty),*) -> $ret {
+            unsafe fn observed($($arg: $ty,)* on: u8) -> $ret {
                 let on = crate::intercept::settled(on);
                 if on == 0 {
                     return entry_body!(@call $status, $name, ($($arg),*), $ret, $err);
@@ -146,7 +147,7 @@ macro_rules! entry_body {
                 r
             }
             // SAFETY: the same arguments, under the same contract.
-            unsafe { observed(on, $($arg),*) }
+            unsafe { observed($($arg,)* on) }
         }
     }};
     (@own_errcode none, $own:ident) => { let _ = &mut $own; };

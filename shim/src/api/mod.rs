@@ -253,7 +253,7 @@ macro_rules! forward_info {
         ) -> cl_int {
             // SAFETY: forwarded API contract.
             unsafe {
-                info::get_info(handle, $kind, $target, 0, param_name, size, value, size_ret, |obj| {
+                info::get_info(handle, $kind, $target, 0, param_name, size, value, size_ret, move |obj| {
                     ($local)(obj, param_name)
                 })
             }
