@@ -521,13 +521,13 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
 /// How many objects each thread keeps at hand (`RECENT`).
 const RECENT_SLOTS: usize = 8;
 
-/// The objects a thread looked up last, by handle address; the oldest entry makes room. The
-/// addresses are kept apart from the objects so a lookup scans eight plain words.
-struct Recent {
+/// The objects a thread looked up last, by handle address, newest first; the oldest entry
+/// makes room. The addresses are kept apart from the objects so a lookup scans eight plain
+/// words. (Generic only so its order can be tested without objects.)
+struct Recent<T = Arc<Object>> {
     /// Each slot's handle address (0: empty, which no lookup asks for: NULL is never found).
     addrs: [usize; RECENT_SLOTS],
-    objects: [Option<Arc<Object>>; RECENT_SLOTS],
-    next: usize,
+    objects: [Option<T>; RECENT_SLOTS],
 }
 
 impl Recent {
@@ -545,17 +545,20 @@ impl Recent {
         let i = self.addrs.iter().position(|&a| a == h)?;
         self.objects[i].as_ref().filter(|o| kinds.contains(&o.kind) && fresh(o, o.kind))
     }
+}
 
-    fn insert(&mut self, h: usize, obj: Arc<Object>) {
-        let slot = match self.addrs.iter().position(|&a| a == h) {
-            Some(i) => i,
-            None => {
-                self.next = (self.next + 1) % RECENT_SLOTS;
-                self.next
-            }
-        };
-        self.addrs[slot] = h;
-        self.objects[slot] = Some(obj);
+impl<T> Recent<T> {
+    /// Puts `obj` first: the scan (`find_of`) meets the objects looked up last first, which are
+    /// the ones a loop repeats (a kernel and its arguments, after the setup's context and
+    /// queue). It takes its own earlier slot if it has one, else an empty one, else the oldest's.
+    fn insert(&mut self, h: usize, obj: T) {
+        let end = (self.addrs.iter().position(|&a| a == h))
+            .or_else(|| self.addrs.iter().position(|&a| a == 0))
+            .unwrap_or(RECENT_SLOTS - 1);
+        self.addrs[..=end].rotate_right(1);
+        self.objects[..=end].rotate_right(1);
+        self.addrs[0] = h;
+        self.objects[0] = Some(obj);
     }
 }
 
@@ -566,7 +569,7 @@ thread_local! {
     /// not `released` (then the registry has no such handle any more, or another object behind
     /// it).
     static RECENT: std::cell::RefCell<Recent> =
-        const { std::cell::RefCell::new(Recent { addrs: [0; RECENT_SLOTS], objects: [const { None }; RECENT_SLOTS], next: 0 }) };
+        const { std::cell::RefCell::new(Recent { addrs: [0; RECENT_SLOTS], objects: [const { None }; RECENT_SLOTS] }) };
 }
 
 /// Whether `obj`, found under `h`, is what a lookup of `h` as `kind` must answer now. A
@@ -812,6 +815,34 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recent_objects_are_kept_newest_first_and_the_oldest_makes_room() {
+        let mut r: Recent<usize> = Recent { addrs: [0; RECENT_SLOTS], objects: [const { None }; RECENT_SLOTS] };
+        let order = |r: &Recent<usize>| r.addrs;
+        for h in 1..=3 {
+            r.insert(h, h * 10);
+        }
+        assert_eq!(order(&r), [3, 2, 1, 0, 0, 0, 0, 0]);
+        // Again: to the front, not twice.
+        r.insert(1, 11);
+        assert_eq!(order(&r), [1, 3, 2, 0, 0, 0, 0, 0]);
+        assert_eq!(r.objects[0], Some(11));
+        // A slot emptied in the middle (an object forgotten) is taken before anything is dropped.
+        for h in 4..=8 {
+            r.insert(h, h * 10);
+        }
+        assert_eq!(order(&r), [8, 7, 6, 5, 4, 1, 3, 2]);
+        (r.addrs[5], r.objects[5]) = (0, None);
+        r.insert(9, 90);
+        assert_eq!(order(&r), [9, 8, 7, 6, 5, 4, 3, 2]);
+        // Full: the oldest (2) goes.
+        r.insert(10, 100);
+        assert_eq!(order(&r), [10, 9, 8, 7, 6, 5, 4, 3]);
+        for (a, o) in r.addrs.iter().zip(&r.objects) {
+            assert_eq!(*o, Some(if *a == 1 { 11 } else { a * 10 }), "{a}");
+        }
+    }
 
     #[test]
     fn info_cache_keeps_every_answer_beyond_its_table_and_the_first_of_each_key() {
