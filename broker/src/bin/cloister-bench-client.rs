@@ -102,6 +102,19 @@ extern "C" {
     ) -> cl_int;
     fn clFinish(q: Handle) -> cl_int;
     fn clReleaseMemObject(m: Handle) -> cl_int;
+    fn clEnqueueMarkerWithWaitList(q: Handle, n: u32, w: *const Handle, e: *mut Handle) -> cl_int;
+    fn clSetEventCallback(e: Handle, status: cl_int, f: EventCallback, user: *mut c_void) -> cl_int;
+    fn clWaitForEvents(n: u32, e: *const Handle) -> cl_int;
+    fn clReleaseEvent(e: Handle) -> cl_int;
+}
+
+type EventCallback = extern "C" fn(Handle, cl_int, *mut c_void);
+
+/// How many `event_callback` callbacks ran (checked against the commands that asked for one).
+static CALLBACKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+extern "C" fn count_callback(_: Handle, _: cl_int, _: *mut c_void) {
+    CALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 const CL_DEVICE_TYPE_ALL: u64 = 0xFFFF_FFFF;
@@ -114,6 +127,7 @@ const CL_MAP_READ: u64 = 1;
 const CL_MAP_WRITE_INVALIDATE_REGION: u64 = 4;
 const CL_TRUE: u32 = 1;
 const CL_FALSE: u32 = 0;
+const CL_COMPLETE: cl_int = 0;
 /// The page size the map workloads touch: one access per page makes every page fault in.
 const PAGE: usize = 4096;
 
@@ -381,6 +395,32 @@ fn main() {
                 check("clFinish", clFinish(q));
             }
         });
+        // A command whose completion the application hears of by a callback, then waits for:
+        // what a framework that tracks each command this way pays (the cage delivers the
+        // driver's callback from the worker).
+        let mut asked = 0;
+        bench.measure("event_callback", Throughput::None, 10, |n| {
+            for _ in 0..n {
+                let mut ev: Handle = null_mut();
+                check("clEnqueueMarkerWithWaitList", clEnqueueMarkerWithWaitList(q, 0, null(), &mut ev));
+                check("clSetEventCallback", clSetEventCallback(ev, CL_COMPLETE, count_callback, null_mut()));
+                check("clWaitForEvents", clWaitForEvents(1, &ev));
+                check("clReleaseEvent", clReleaseEvent(ev));
+                asked += 1;
+            }
+        });
+        check("clFinish", clFinish(q));
+        // OpenCL does not promise that a callback has run when the wait returns: the stragglers
+        // get a few seconds, and then every command must have been heard of once.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while CALLBACKS.load(std::sync::atomic::Ordering::Relaxed) < asked && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let heard = CALLBACKS.load(std::sync::atomic::Ordering::Relaxed);
+        if heard != asked {
+            eprintln!("event_callback: {heard} callbacks ran for {asked} commands");
+            std::process::exit(1);
+        }
         for (label, size, ops) in [("4k", 4usize << 10, 50), ("1m", 1 << 20, 10), ("64m", 64 << 20, 1)] {
             let names = ["write_", "read_", "map_read_", "map_write_"].map(|op| format!("{op}{label}"));
             if !names.iter().any(|n| bench.wanted(n) || bench.wanted(&format!("{n}_nb"))) {
