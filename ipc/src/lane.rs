@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::shm::SharedRegion;
 use crate::IpcError;
-pub use spin::{spin_budget, Spin};
+pub use spin::{cores, spin_budget, Spin};
 
 pub const HEADER_BYTES: usize = 4096;
 /// Largest encoded request or reply.

@@ -26,7 +26,7 @@ pub fn spin_budget() -> Duration {
 
 /// The cores this process may run on (read once: `available_parallelism` reads the cgroup's
 /// files, five system calls).
-fn cpus() -> usize {
+pub fn cores() -> usize {
     static CPUS: OnceLock<usize> = OnceLock::new();
     *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
@@ -70,7 +70,7 @@ pub(super) fn core_idle() -> bool {
         NEXT_MS.store(now_ms + 20, Ordering::Relaxed);
         PACKED.store(push_reading(PACKED.load(Ordering::Relaxed), runnable()), Ordering::Relaxed);
     }
-    lowest_reading(PACKED.load(Ordering::Relaxed)).is_none_or(|r| r <= cpus())
+    lowest_reading(PACKED.load(Ordering::Relaxed)).is_none_or(|r| r <= cores())
 }
 
 /// The least a wait spins while a core is idle (unless `CLOISTER_SPIN_US` is lower): about what
@@ -98,7 +98,7 @@ impl Default for Spin {
 
 impl Spin {
     /// How long the next wait may spin.
-    pub(super) fn budget(&self) -> Duration {
+    pub fn budget(&self) -> Duration {
         let max = spin_budget();
         if max.is_zero() || !core_idle() {
             return Duration::ZERO;
@@ -107,7 +107,7 @@ impl Spin {
     }
 
     /// Learns from a wait that lasted `waited`.
-    pub(super) fn observe(&self, waited: Duration) {
+    pub fn observe(&self, waited: Duration) {
         let max = spin_budget().as_nanos() as u64;
         let w = waited.as_nanos() as u64;
         let next = if w <= max { (2 * w + 1000).min(max) } else { self.budget_ns.load(Ordering::Relaxed) / 2 };
