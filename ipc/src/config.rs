@@ -199,7 +199,7 @@ pub const SETTINGS: &[Setting] = &[
         env: "CLOISTER_SPIN_US",
         kind: Kind::Number { min: 0, max: 1_000_000 },
         default: DefaultValue::Value("200"),
-        doc: "the longest a lane wait spins before sleeping on its futex, in µs (0 never spins); see \"How a call travels\"",
+        doc: "the longest a lane wait (and a wait for an event callback, and the callback notifier's) spins before sleeping, in µs (0 never spins); see \"How a call travels\"",
         per_driver: false,
         in_file: true,
         worker: true,
