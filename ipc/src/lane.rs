@@ -513,16 +513,12 @@ impl Lane {
         before_sleep: impl Fn(),
     ) -> Result<T, WaitEnd> {
         let start = Instant::now();
-        let budget = self.spin.budget();
         let end = |r: Result<T, WaitEnd>| {
             self.spin.observe(start.elapsed());
             r
         };
-        while start.elapsed() < budget {
-            if let Some(r) = ready() {
-                return end(r);
-            }
-            std::hint::spin_loop();
+        if let Some(r) = self.spin.spin(start, &ready) {
+            return end(r);
         }
         loop {
             sleepers.fetch_add(1, Ordering::SeqCst);

@@ -1182,22 +1182,14 @@ impl Conn {
     /// fewer than `NOTIFIER_SPIN_CORES`), then in `poll`.
     fn await_message(&self) {
         let start = std::time::Instant::now();
+        let readable = |limit| channel::readable_within(&self.sock, limit);
         // A third spinner beside the application's thread and the worker's lane thread: with
         // fewer than four cores it takes one of theirs (2 pocl cores: 105-146 us a callback
         // spinning, 46-65 sleeping; the H200's 16: 38-41 against 44-51).
-        let budget = match cloister_ipc::lane::cores() >= NOTIFIER_SPIN_CORES {
-            true => self.notifier_spin.budget(),
-            false => std::time::Duration::ZERO,
-        };
-        loop {
-            if channel::readable_within(&self.sock, std::time::Duration::ZERO) {
-                break;
-            }
-            if start.elapsed() >= budget {
-                while !channel::readable_within(&self.sock, std::time::Duration::from_secs(3600)) {}
-                break;
-            }
-            std::hint::spin_loop();
+        let spun = cloister_ipc::lane::cores() >= NOTIFIER_SPIN_CORES
+            && self.notifier_spin.spin(start, || readable(std::time::Duration::ZERO).then_some(())).is_some();
+        if !spun {
+            while !readable(std::time::Duration::from_secs(3600)) {}
         }
         self.notifier_spin.observe(start.elapsed());
     }
@@ -1255,36 +1247,33 @@ impl Conn {
     /// it runs) and the notifier is idle (it runs callbacks while busy), or the worker died, or
     /// `deadline`.
     ///
-    /// It first spins as long as `callback_spin` allows, looking at the notifier's count of
-    /// messages handled and taking its locks only when that moved; then it sleeps on `delivered`.
+    /// It first spins as long as `callback_spin` allows, watching the notifier's count of
+    /// messages handled and taking its locks again only when that moved; then it sleeps on
+    /// `delivered`.
     fn await_notifier(&self, deadline: std::time::Instant, due: &[u64]) {
         let start = std::time::Instant::now();
-        let budget = self.callback_spin.budget();
-        let mut seen = None;
+        let mut spinning = true;
         loop {
-            let count = self.deliveries.load(Ordering::SeqCst);
-            if seen != Some(count) {
-                seen = Some(count);
-                let pending = {
-                    let cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
-                    due.iter().any(|t| cbs.contains_key(t))
-                };
-                let busy = self.delivering.lock().unwrap_or_else(|e| e.into_inner());
-                if (!pending && !*busy) || self.is_dead() || std::time::Instant::now() >= deadline {
-                    self.callback_spin.observe(start.elapsed());
-                    return;
-                }
-                if start.elapsed() >= budget {
-                    let tick = std::time::Duration::from_millis(5);
-                    drop(self.delivered.wait_timeout(busy, tick).unwrap_or_else(|e| e.into_inner()));
-                    seen = None;
-                    continue;
-                }
-            } else if start.elapsed() >= budget || self.is_dead() {
-                seen = None;
+            let seen = self.deliveries.load(Ordering::SeqCst);
+            let pending = {
+                let cbs = self.callbacks.lock().unwrap_or_else(|e| e.into_inner());
+                due.iter().any(|t| cbs.contains_key(t))
+            };
+            let busy = self.delivering.lock().unwrap_or_else(|e| e.into_inner());
+            if (!pending && !*busy) || self.is_dead() || std::time::Instant::now() >= deadline {
+                self.callback_spin.observe(start.elapsed());
+                return;
+            }
+            if spinning {
+                // Until the notifier has handled another message (then look again), within the
+                // budget counted from the start; past it, look once more and sleep.
+                drop(busy);
+                let delivered = || (self.deliveries.load(Ordering::SeqCst) != seen).then_some(());
+                spinning = self.callback_spin.spin(start, delivered).is_some();
                 continue;
             }
-            std::hint::spin_loop();
+            let tick = std::time::Duration::from_millis(5);
+            drop(self.delivered.wait_timeout(busy, tick).unwrap_or_else(|e| e.into_inner()));
         }
     }
 

@@ -97,6 +97,19 @@ impl Default for Spin {
 }
 
 impl Spin {
+    /// A wait's spinning phase, from `start`: `ready`'s first answer within the budget, or `None`
+    /// (then the caller sleeps on its own wake-up). The caller `observe`s the whole wait after.
+    pub fn spin<T>(&self, start: Instant, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
+        let budget = self.budget();
+        while start.elapsed() < budget {
+            if let Some(v) = ready() {
+                return Some(v);
+            }
+            std::hint::spin_loop();
+        }
+        None
+    }
+
     /// How long the next wait may spin.
     pub fn budget(&self) -> Duration {
         let max = spin_budget();
@@ -143,6 +156,22 @@ mod tests {
         assert_eq!(lowest_reading(read(&[None, Some(3), None, Some(1000)])), Some(3));
         assert_eq!(lowest_reading(read(&[Some(usize::MAX)])), Some(254));
         assert_eq!(lowest_reading(read(&[None, None])), None);
+    }
+
+    #[test]
+    fn a_spin_gives_the_first_answer_or_ends_with_its_budget() {
+        let spin = Spin::default();
+        let mut calls = 0;
+        let start = Instant::now();
+        // With no core idle the budget is zero and nothing is asked; else the third answer.
+        let got = spin.spin(start, || {
+            calls += 1;
+            (calls == 3).then_some(calls)
+        });
+        assert!(got == Some(3) || (got.is_none() && calls == 0), "{got:?} after {calls} calls");
+        let never = spin.spin(Instant::now(), || None::<()>);
+        assert_eq!(never, None);
+        assert!(start.elapsed() < Duration::from_secs(1), "a spin outlasted its budget");
     }
 
     #[test]
