@@ -111,7 +111,7 @@ impl Spin {
     }
 
     /// How long the next wait may spin.
-    pub fn budget(&self) -> Duration {
+    fn budget(&self) -> Duration {
         let max = spin_budget();
         if max.is_zero() || !core_idle() {
             return Duration::ZERO;
