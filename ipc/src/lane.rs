@@ -1,20 +1,27 @@
 //! A lane: one application thread's private, ordered stream of requests to its own worker
 //! thread, in shared memory.
 //!
-//! Layout of the memfd: a 4 KiB header (counters, state word, lengths, sleeper counts), the
-//! message area (one synchronous request, later overwritten by its reply), the posted ring, and
-//! the bulk area that carries buffer data in both directions.
+//! Layout of the memfd: a 4 KiB header (counters, lengths, sleeper counts), the message area (one
+//! synchronous request, later overwritten by its reply), the posted ring, and the bulk area that
+//! carries buffer data in both directions.
+//!
+//! The header's words are grouped by who writes them, each group on its own cache lines
+//! (`Header`): a word one side writes while the other spins reading it costs a trip of the
+//! line between their cores, and with every word on one line each of the half dozen writes of
+//! an exchange made that trip (on the H200 host a bare call took 820 ns, a post and a call
+//! 1 300; `ipc/examples/lane_pingpong.rs`).
 //!
 //! Two kinds of request travel on a lane, in the order the application made them:
 //! - a **call** wants its reply. Only one is outstanding (the calling thread waits for it), so
-//!   it needs no ring: the state word moves IDLE -> REQUEST -> REPLY -> IDLE.
+//!   it needs no ring: the application counts its calls (`calls`), the worker the calls it
+//!   answered (`replies`); a count ahead of the other's says whose turn the message area is.
 //! - a **posted** request wants none (an enqueue the shim could vouch for). It is one frame in
 //!   the ring (`[u32 length][postcard request]`, 8-byte aligned; a length of `WRAP` says the
 //!   rest of the ring is skipped), written at `ring_head` by the application and consumed at
 //!   `ring_tail` by the worker. The poster goes on at once; a full ring makes it wait for space.
 //!
-//! The worker drains the ring before it takes a call, and reads the state word before the ring:
-//! every frame posted before a call is in the ring by the time it sees `REQUEST`, so a call is
+//! The worker drains the ring before it takes a call, and reads the call count before the ring:
+//! every frame posted before a call is in the ring by the time it sees the call, so a call is
 //! always answered after every earlier posted request ran. Over a byte stream the same frames
 //! would travel in order, each tagged "wants a reply" or not.
 //!
@@ -24,6 +31,7 @@
 
 mod spin;
 
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -42,34 +50,64 @@ pub const LANE_BYTES: usize = HEADER_BYTES + MSG_CAP + RING_CAP + BULK_CAP;
 /// The largest frame (length word included) the ring takes; a larger request goes as a call.
 pub const MAX_POSTED: usize = RING_CAP / 4;
 
-const IDLE: u32 = 0;
-const REQUEST: u32 = 1;
-const REPLY: u32 = 2;
-const CLOSED: u32 = 3;
-
 /// The frame length that says "the rest of the ring is unused; go on at its start".
 const WRAP: u32 = u32::MAX;
 const FRAME_ALIGN: u32 = 8;
 
-#[repr(C)]
-struct Header {
-    state: AtomicU32,
+/// What the application's side writes on every post and call (one thread per lane), on lines of
+/// its own: the worker's spin reads them and nothing else until they change.
+#[repr(C, align(128))]
+struct AppWords {
+    /// Calls made so far, modulo 2^32: one more than `replies` while a call waits for its reply.
+    calls: AtomicU32,
     req_len: AtomicU32,
-    rep_len: AtomicU32,
-    /// Application threads asleep on `state` (waiting for a reply).
-    client_sleeping: AtomicU32,
-    /// Set while the worker thread sleeps on `doorbell` (waiting for work).
-    server_sleeping: AtomicU32,
-    /// Bumped by the application after every post and every call: the worker's futex word.
-    doorbell: AtomicU32,
-    /// Bytes ever written into the ring (application), and consumed (worker), modulo 2^32.
+    /// Bytes ever written into the ring, modulo 2^32.
     ring_head: AtomicU32,
+    _pad: u32,
+    /// A request of at most `INLINE_CAP` bytes, beside the count that announces it: the worker
+    /// fetches both in one trip of the line (a larger one is in the message area).
+    request: UnsafeCell<[u8; INLINE_CAP]>,
+}
+
+/// The worker's answer to a call, apart from its ring counters: the application spins on these,
+/// and the worker's progress through the ring does not disturb it.
+#[repr(C, align(128))]
+struct ReplyWords {
+    /// Calls answered so far (the application waits for it to reach its `calls`).
+    replies: AtomicU32,
+    rep_len: AtomicU32,
+    _pad: [u32; 2],
+    /// A reply of at most `INLINE_CAP` bytes, as `AppWords::request`.
+    reply: UnsafeCell<[u8; INLINE_CAP]>,
+}
+
+/// The longest request or reply that travels in the header, beside its count (most: a
+/// `clFinish`, an enqueue, a status): what fills the rest of a 128-byte group.
+const INLINE_CAP: usize = 112;
+
+/// The worker's progress through the ring, which the application reads only when it looks for
+/// space or waits for what it posted to have run.
+#[repr(C, align(128))]
+struct RingWords {
+    /// Bytes ever consumed from the ring, modulo 2^32.
     ring_tail: AtomicU32,
-    /// Application threads asleep on `ring_tail` (waiting for space) or `ring_done`.
-    tail_sleeping: AtomicU32,
     /// Where the worker's last posted request that has *run* ended (`ring_tail` moves when a
     /// frame is taken, before it runs): a call from another thread waits for this.
     ring_done: AtomicU32,
+}
+
+/// Words written only around a sleep and at the end, read on every hand-over: on lines of their
+/// own they stay in both sides' caches.
+#[repr(C, align(128))]
+struct SleepWords {
+    /// Application threads asleep on `replies` (waiting for a reply).
+    client_sleeping: AtomicU32,
+    /// Set while the worker thread sleeps on `doorbell` (waiting for work).
+    server_sleeping: AtomicU32,
+    /// The worker's futex word: bumped by the application when it finds the worker asleep.
+    doorbell: AtomicU32,
+    /// Application threads asleep on `ring_tail` (waiting for space) or `ring_done`.
+    tail_sleeping: AtomicU32,
     /// Set by the first post or call that wakes the sleeping worker, cleared by the worker
     /// before it sleeps: a stream of posts to a sleeping worker costs one `FUTEX_WAKE`, not one
     /// per post.
@@ -77,7 +115,28 @@ struct Header {
     /// The same for the application's waits for ring space: the worker wakes a poster once the
     /// ring is down to three quarters (not after every frame it takes), once per sleep.
     space_rung: AtomicU32,
+    /// Set once by either side: the lane's thread exited, or the peer died.
+    closed: AtomicU32,
 }
+
+/// 128-byte groups: Intel's spatial prefetcher fetches lines in 128-byte pairs, so groups on
+/// neighbouring 64-byte lines would still travel together.
+#[repr(C)]
+struct Header {
+    app: AppWords,
+    reply: ReplyWords,
+    ring: RingWords,
+    sleep: SleepWords,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
+
+/// Byte offsets in the lane of the application's call count and of the worker's answer words:
+/// for tests that play a worker writing them out of turn (`tests/src/bin/hostile_worker.rs`).
+pub const CALLS_AT: usize = std::mem::offset_of!(Header, app) + std::mem::offset_of!(AppWords, calls);
+pub const REPLIES_AT: usize = std::mem::offset_of!(Header, reply) + std::mem::offset_of!(ReplyWords, replies);
+pub const REP_LEN_AT: usize = std::mem::offset_of!(Header, reply) + std::mem::offset_of!(ReplyWords, rep_len);
+const _: () = assert!(std::mem::size_of::<AppWords>() == 128 && std::mem::size_of::<ReplyWords>() == 128);
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts =
@@ -158,22 +217,39 @@ pub struct Lane {
     /// Worker side: `ring_tail` after the frame `next` handed out last, published as
     /// `ring_done` once it has run (`posted_done`).
     taken: AtomicU32,
+    /// Worker side: the call count of the call `next` handed out last, published as `replies`
+    /// with its reply.
+    answering: AtomicU32,
+    /// Application side: the calls made, as `AppWords::calls` should say (the worker can
+    /// scribble over that word; which reply a wait takes is decided by this one).
+    asked: AtomicU32,
+    /// Application side: the worker's `ring_tail` as last read (checked). The space it leaves
+    /// only grows as the worker goes on, so a post reads the worker's counter (and pulls its
+    /// line over) only when this one says the ring is full.
+    tail_seen: AtomicU32,
 }
 
 impl Lane {
     pub fn create() -> Result<Self, IpcError> {
-        Ok(Self {
-            region: SharedRegion::create("cloister-lane", LANE_BYTES)?,
-            spin: Spin::default(),
-            taken: AtomicU32::new(0),
-        })
+        Ok(Self::over(SharedRegion::create("cloister-lane", LANE_BYTES)?))
     }
 
     pub fn from_region(region: SharedRegion) -> Result<Self, IpcError> {
         if region.len() < LANE_BYTES {
             return Err(IpcError::Protocol("lane region too small"));
         }
-        Ok(Self { region, spin: Spin::default(), taken: AtomicU32::new(0) })
+        Ok(Self::over(region))
+    }
+
+    fn over(region: SharedRegion) -> Self {
+        Self {
+            region,
+            spin: Spin::default(),
+            taken: AtomicU32::new(0),
+            answering: AtomicU32::new(0),
+            asked: AtomicU32::new(0),
+            tail_seen: AtomicU32::new(0),
+        }
     }
 
     pub fn region(&self) -> &SharedRegion {
@@ -182,12 +258,13 @@ impl Lane {
 
     fn header(&self) -> &Header {
         // SAFETY: the region is at least HEADER_BYTES long, page aligned, and Header is made of
-        // atomics, valid for any bit pattern.
+        // atomics and byte cells, valid for any bit pattern (the cells are written only through
+        // their raw pointers, by the side whose turn it is).
         unsafe { &*(self.region.as_ptr() as *const Header) }
     }
 
-    /// The message area. Both sides write it only while they own the lane (by the state word).
-    pub fn msg_ptr(&self) -> *mut u8 {
+    /// The message area. Both sides write it only while they own it (by the call counts).
+    fn msg_ptr(&self) -> *mut u8 {
         // SAFETY: HEADER_BYTES lies inside the region.
         unsafe { self.region.as_ptr().add(HEADER_BYTES) }
     }
@@ -213,12 +290,15 @@ impl Lane {
         Some(unsafe { self.bulk_ptr().add(offset as usize) })
     }
 
-    /// Tells the worker there is something new (a post or a call).
+    /// Tells a sleeping worker there is something new (a post or a call, published before by a
+    /// sequentially consistent store, which the worker's announcement of its sleep is ordered
+    /// with: either it sees the work before it sleeps, or this sees it asleep). A spinning worker
+    /// sees the work itself: nothing is written then.
     fn ring_doorbell(&self) {
-        let h = self.header();
-        h.doorbell.fetch_add(1, Ordering::SeqCst);
-        if h.server_sleeping.load(Ordering::SeqCst) != 0 && h.bell_rung.swap(1, Ordering::SeqCst) == 0 {
-            futex_wake(&h.doorbell);
+        let s = &self.header().sleep;
+        if s.server_sleeping.load(Ordering::SeqCst) != 0 && s.bell_rung.swap(1, Ordering::SeqCst) == 0 {
+            s.doorbell.fetch_add(1, Ordering::SeqCst);
+            futex_wake(&s.doorbell);
         }
     }
 
@@ -230,22 +310,27 @@ impl Lane {
     /// `post_request` of the concatenation of `parts` (a frame's header and the encoded request
     /// it frames, each where it was encoded: no copy joins them first).
     pub fn post_request_parts(&self, parts: &[&[u8]]) -> Result<(), IpcError> {
-        let len = self.write_message(parts).ok_or(IpcError::Protocol("request larger than the lane's message area"))?;
-        let h = self.header();
-        h.req_len.store(len, Ordering::Relaxed);
-        h.state.store(REQUEST, Ordering::SeqCst);
+        let app = &self.header().app;
+        let len = self
+            .write_message(parts, app.request.get().cast())
+            .ok_or(IpcError::Protocol("request larger than the lane's message area"))?;
+        app.req_len.store(len, Ordering::Relaxed);
+        let call = self.asked.load(Ordering::Relaxed).wrapping_add(1);
+        self.asked.store(call, Ordering::Relaxed);
+        app.calls.store(call, Ordering::SeqCst);
         self.ring_doorbell();
         Ok(())
     }
 
-    /// Copies `parts`, one after the other, to the start of the message area, if they fit;
-    /// returns their total length. Only the side that owns the area by the state word calls it.
-    fn write_message(&self, parts: &[&[u8]]) -> Option<u32> {
+    /// Copies `parts`, one after the other, to `inline` (`INLINE_CAP` bytes in the header) if
+    /// they fit there, else to the start of the message area, if they fit; returns their total
+    /// length. Only the side whose turn it is (by the call counts) calls it.
+    fn write_message(&self, parts: &[&[u8]], inline: *mut u8) -> Option<u32> {
         let len = parts.iter().try_fold(0usize, |n, p| n.checked_add(p.len())).filter(|&n| n <= MSG_CAP)?;
-        let mut at = self.msg_ptr();
+        let mut at = self.message_at(len, inline);
         for part in parts {
-            // SAFETY: the parts' total fits in the message area (checked above), which this side
-            // owns while the state word says so.
+            // SAFETY: the parts' total fits where `message_at` put it (the message area, or the
+            // header's room if at most INLINE_CAP), which this side owns while it is its turn.
             unsafe {
                 std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
                 at = at.add(part.len());
@@ -254,13 +339,29 @@ impl Lane {
         Some(len as u32)
     }
 
-    /// Application side: the bytes in the ring not yet consumed, if the worker's counter is sane.
-    fn ring_used(&self) -> Result<u32, WaitEnd> {
+    /// Where a message of `len` bytes lies: in the header's `inline` room, or in the message area.
+    fn message_at(&self, len: usize, inline: *mut u8) -> *mut u8 {
+        match len <= INLINE_CAP {
+            true => inline,
+            false => self.msg_ptr(),
+        }
+    }
+
+    /// Application side: the bytes in the ring not yet consumed, if the worker's counter is sane:
+    /// by the tail as last read, or (`fresh`) as the worker has it now.
+    fn ring_used(&self, fresh: bool) -> Result<u32, WaitEnd> {
         let h = self.header();
-        let used = h.ring_head.load(Ordering::Relaxed).wrapping_sub(h.ring_tail.load(Ordering::Acquire));
+        let tail = match fresh {
+            true => h.ring.ring_tail.load(Ordering::Acquire),
+            false => self.tail_seen.load(Ordering::Relaxed),
+        };
+        let used = h.app.ring_head.load(Ordering::Relaxed).wrapping_sub(tail);
         // A hostile worker may write any tail: never trust it beyond the ring's size.
         match used as usize <= RING_CAP {
-            true => Ok(used),
+            true => {
+                self.tail_seen.store(tail, Ordering::Relaxed);
+                Ok(used)
+            }
             false => Err(WaitEnd::Protocol),
         }
     }
@@ -274,23 +375,30 @@ impl Lane {
         }
         let h = self.header();
         let cap = RING_CAP as u32;
-        let fits = || -> Option<Result<u32, WaitEnd>> {
-            let used = match self.ring_used() {
+        let fits = |fresh: bool| -> Option<Result<u32, WaitEnd>> {
+            let used = match self.ring_used(fresh) {
                 Ok(u) => u,
                 Err(e) => return Some(Err(e)),
             };
-            let pos = h.ring_head.load(Ordering::Relaxed) % cap;
+            let pos = h.app.ring_head.load(Ordering::Relaxed) % cap;
             let skip = if need > cap - pos { cap - pos } else { 0 };
             (used + skip + need <= cap).then_some(Ok(skip))
         };
-        let skip = match fits() {
+        let skip = match fits(false).or_else(|| fits(true)) {
             Some(r) => r,
             None => {
-                self.wait_on(&h.ring_tail, &h.tail_sleeping, alive, fits, || h.space_rung.store(0, Ordering::SeqCst))
+                let (ring, sleep) = (&h.ring, &h.sleep);
+                self.wait_on(
+                    &ring.ring_tail,
+                    &sleep.tail_sleeping,
+                    alive,
+                    || fits(true),
+                    || sleep.space_rung.store(0, Ordering::SeqCst),
+                )
             }
         }
         .map_err(PostError::Ended)?;
-        let mut head = h.ring_head.load(Ordering::Relaxed);
+        let mut head = h.app.ring_head.load(Ordering::Relaxed);
         let ring = self.ring_ptr();
         if skip > 0 {
             // SAFETY: pos is 8-aligned and below RING_CAP, so 4 bytes fit; the worker does not
@@ -306,7 +414,9 @@ impl Lane {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), ring.add(pos + 4), bytes.len());
         }
         let mark = head.wrapping_add(need);
-        h.ring_head.store(mark, Ordering::Release);
+        // Sequentially consistent: ordered with the worker's announcement of a sleep
+        // (`ring_doorbell`).
+        h.app.ring_head.store(mark, Ordering::SeqCst);
         self.ring_doorbell();
         Ok(mark)
     }
@@ -315,38 +425,38 @@ impl Lane {
     /// run in the worker. The worker's counter is taken at its word: one that claims more than
     /// it ran only hurts what it was sent.
     pub fn has_run(&self, mark: u32) -> bool {
-        let behind = mark.wrapping_sub(self.header().ring_done.load(Ordering::Acquire));
+        let behind = mark.wrapping_sub(self.header().ring.ring_done.load(Ordering::Acquire));
         behind == 0 || behind as usize > RING_CAP
     }
 
     /// Application side: whether every posted request has run.
     pub fn is_drained(&self) -> bool {
         let h = self.header();
-        h.ring_head.load(Ordering::Acquire) == h.ring_done.load(Ordering::Acquire)
+        h.app.ring_head.load(Ordering::Acquire) == h.ring.ring_done.load(Ordering::Acquire)
     }
 
     /// Application side (any thread): waits until every request posted so far has run in the
     /// worker, so a call from another thread comes after them.
     pub fn wait_drained(&self, alive: &dyn Fn() -> bool) -> Result<(), WaitEnd> {
         let h = self.header();
-        let target = h.ring_head.load(Ordering::Acquire);
+        let target = h.app.ring_head.load(Ordering::Acquire);
         let done = || -> Option<Result<(), WaitEnd>> {
             // Reached (or, from a hostile worker, passed) the head as it was.
-            let behind = target.wrapping_sub(h.ring_done.load(Ordering::Acquire));
+            let behind = target.wrapping_sub(h.ring.ring_done.load(Ordering::Acquire));
             (behind == 0 || behind as usize > RING_CAP).then_some(Ok(()))
         };
         match done() {
             Some(r) => r,
-            None => self.wait_on(&h.ring_done, &h.tail_sleeping, alive, done, || ()),
+            None => self.wait_on(&h.ring.ring_done, &h.sleep.tail_sleeping, alive, done, || ()),
         }
     }
 
     /// Worker side: the posted request `next` handed out last has run.
     pub fn posted_done(&self) {
         let h = self.header();
-        h.ring_done.store(self.taken.load(Ordering::Relaxed), Ordering::Release);
-        if h.tail_sleeping.load(Ordering::SeqCst) != 0 {
-            futex_wake(&h.ring_done);
+        h.ring.ring_done.store(self.taken.load(Ordering::Relaxed), Ordering::SeqCst);
+        if h.sleep.tail_sleeping.load(Ordering::SeqCst) != 0 {
+            futex_wake(&h.ring.ring_done);
         }
     }
 
@@ -355,17 +465,18 @@ impl Lane {
     /// polled while sleeping.
     pub fn wait_reply_into(&self, alive: &dyn Fn() -> bool, out: &mut Vec<u8>) -> Result<(), WaitEnd> {
         let h = self.header();
-        let replied = || match h.state.load(Ordering::Acquire) {
-            REPLY => Some(Ok(())),
-            CLOSED => Some(Err(WaitEnd::Closed)),
-            _ => None,
+        let call = self.asked.load(Ordering::Relaxed);
+        let replied = || match h.reply.replies.load(Ordering::Acquire) == call {
+            true => Some(Ok(())),
+            false if h.sleep.closed.load(Ordering::Acquire) != 0 => Some(Err(WaitEnd::Closed)),
+            false => None,
         };
-        self.wait_on(&h.state, &h.client_sleeping, alive, replied, || ())?;
+        self.wait_on(&h.reply.replies, &h.sleep.client_sleeping, alive, replied, || ())?;
         // A hostile worker may write any length: never read past the message area.
-        let len = (h.rep_len.load(Ordering::Relaxed) as usize).min(MSG_CAP);
-        // SAFETY: len <= MSG_CAP; the worker is done with the area once state is REPLY.
-        unsafe { copy_out(self.msg_ptr(), len, out) };
-        h.state.store(IDLE, Ordering::SeqCst);
+        let len = (h.reply.rep_len.load(Ordering::Relaxed) as usize).min(MSG_CAP);
+        // SAFETY: len <= MSG_CAP, and at most INLINE_CAP where it is the header's; the worker is
+        // done with both once it answered the call.
+        unsafe { copy_out(self.message_at(len, h.reply.reply.get().cast()), len, out) };
         Ok(())
     }
 
@@ -373,9 +484,9 @@ impl Lane {
     fn take_frame(&self, out: &mut Vec<u8>) -> Option<Result<(), WaitEnd>> {
         let h = self.header();
         let cap = RING_CAP as u32;
-        let mut tail = h.ring_tail.load(Ordering::Relaxed);
+        let mut tail = h.ring.ring_tail.load(Ordering::Relaxed);
         loop {
-            let head = h.ring_head.load(Ordering::Acquire);
+            let head = h.app.ring_head.load(Ordering::Acquire);
             let avail = head.wrapping_sub(tail);
             if avail == 0 {
                 return None;
@@ -389,7 +500,7 @@ impl Lane {
             let len = unsafe { (self.ring_ptr().add(pos as usize) as *const u32).read_volatile() };
             if len == WRAP {
                 tail = tail.wrapping_add(cap - pos);
-                h.ring_tail.store(tail, Ordering::Release);
+                h.ring.ring_tail.store(tail, Ordering::Release);
                 continue;
             }
             // The application writes the frames, but the worker still never reads past the
@@ -400,13 +511,13 @@ impl Lane {
             };
             // SAFETY: [pos + 4, pos + 4 + len) lies within the ring (checked above).
             unsafe { copy_out(self.ring_ptr().add(pos as usize + 4), len as usize, out) };
-            h.ring_tail.store(tail.wrapping_add(size), Ordering::Release);
+            h.ring.ring_tail.store(tail.wrapping_add(size), Ordering::SeqCst);
             self.taken.store(tail.wrapping_add(size), Ordering::Relaxed);
-            if h.tail_sleeping.load(Ordering::SeqCst) != 0
+            if h.sleep.tail_sleeping.load(Ordering::SeqCst) != 0
                 && avail - size <= cap / 4 * 3
-                && h.space_rung.swap(1, Ordering::SeqCst) == 0
+                && h.sleep.space_rung.swap(1, Ordering::SeqCst) == 0
             {
-                futex_wake(&h.ring_tail);
+                futex_wake(&h.ring.ring_tail);
             }
             return Some(Ok(()));
         }
@@ -430,27 +541,28 @@ impl Lane {
         let out = std::cell::RefCell::new(out);
         let ready = || -> Option<Result<WorkKind, WaitEnd>> {
             let mut out = out.borrow_mut();
-            // The state first: a call seen here was made after every frame the ring holds now.
-            let state = h.state.load(Ordering::Acquire);
+            // The calls first: a call seen here was made after every frame the ring holds now.
+            let calls = h.app.calls.load(Ordering::Acquire);
             if let Some(frame) = self.take_frame(&mut out) {
                 return Some(frame.map(|()| WorkKind::Posted));
             }
-            match state {
-                REQUEST => {
-                    let len = (h.req_len.load(Ordering::Relaxed) as usize).min(MSG_CAP);
-                    // SAFETY: len <= MSG_CAP; the client does not touch the area while state is
-                    // REQUEST.
-                    unsafe { copy_out(self.msg_ptr(), len, &mut out) };
-                    Some(Ok(WorkKind::Call))
-                }
-                CLOSED => Some(Err(WaitEnd::Closed)),
-                _ => None,
+            if calls != h.reply.replies.load(Ordering::Relaxed) {
+                let len = (h.app.req_len.load(Ordering::Relaxed) as usize).min(MSG_CAP);
+                // SAFETY: len <= MSG_CAP, and at most INLINE_CAP where it is the header's; the
+                // client touches neither until the call is answered.
+                unsafe { copy_out(self.message_at(len, h.app.request.get().cast()), len, &mut out) };
+                self.answering.store(calls, Ordering::Relaxed);
+                return Some(Ok(WorkKind::Call));
             }
+            (h.sleep.closed.load(Ordering::Acquire) != 0).then_some(Err(WaitEnd::Closed))
         };
         match ready() {
             Some(r) => r,
             None => {
-                self.wait_on(&h.doorbell, &h.server_sleeping, alive, ready, || h.bell_rung.store(0, Ordering::SeqCst))
+                let sleep = &h.sleep;
+                self.wait_on(&sleep.doorbell, &sleep.server_sleeping, alive, ready, || {
+                    sleep.bell_rung.store(0, Ordering::SeqCst)
+                })
             }
         }
     }
@@ -473,32 +585,36 @@ impl Lane {
 
     /// `post_reply` of the concatenation of `parts`.
     pub fn post_reply_parts(&self, parts: &[&[u8]]) -> Result<(), IpcError> {
-        // The worker owns the area while state is REQUEST.
-        let len = self.write_message(parts).ok_or(IpcError::Protocol("reply larger than the lane's message area"))?;
+        // The worker owns the message area while the call is not answered.
         let h = self.header();
-        h.rep_len.store(len, Ordering::Relaxed);
-        h.state.store(REPLY, Ordering::SeqCst);
-        if h.client_sleeping.load(Ordering::SeqCst) != 0 {
-            futex_wake(&h.state);
+        let len = self
+            .write_message(parts, h.reply.reply.get().cast())
+            .ok_or(IpcError::Protocol("reply larger than the lane's message area"))?;
+        h.reply.rep_len.store(len, Ordering::Relaxed);
+        h.reply.replies.store(self.answering.load(Ordering::Relaxed), Ordering::SeqCst);
+        if h.sleep.client_sleeping.load(Ordering::SeqCst) != 0 {
+            futex_wake(&h.reply.replies);
         }
         Ok(())
     }
 
     /// Marks the lane closed (its thread exited, or the peer died) and wakes any sleeper.
     pub fn close(&self) {
-        let h = self.header();
-        h.state.store(CLOSED, Ordering::SeqCst);
-        self.ring_doorbell();
+        let s = &self.header().sleep;
+        s.closed.store(1, Ordering::SeqCst);
+        // The sleepers' words move, so none sleeps on past it (a wake alone can come between a
+        // sleeper's last look and its sleep).
+        s.doorbell.fetch_add(1, Ordering::SeqCst);
         self.nudge();
     }
 
     /// Wakes every sleeper without changing anything, so each re-checks its `alive` probe.
     pub fn nudge(&self) {
         let h = self.header();
-        futex_wake(&h.state);
-        futex_wake(&h.ring_tail);
-        futex_wake(&h.ring_done);
-        futex_wake(&h.doorbell);
+        futex_wake(&h.reply.replies);
+        futex_wake(&h.ring.ring_tail);
+        futex_wake(&h.ring.ring_done);
+        futex_wake(&h.sleep.doorbell);
     }
 
     /// Waits until `ready` gives an answer: spins while it pays (`Spin`), then sleeps on `word`
@@ -632,15 +748,61 @@ mod tests {
         // A worker's count from beyond the ring (hostile) is taken as run, never as a wait for
         // ever: it only hands back memory the worker itself was to read.
         let next = client.post(&[9; 8], &|| true).unwrap();
-        server.header().ring_done.store(next.wrapping_add(RING_CAP as u32 * 2), Ordering::SeqCst);
+        server.header().ring.ring_done.store(next.wrapping_add(RING_CAP as u32 * 2), Ordering::SeqCst);
         assert!(client.has_run(next));
     }
 
+    /// The poster reads the worker's tail only once the tail it saw last leaves no room: a
+    /// hostile tail is met then, and refused, never used to place a frame.
     #[test]
     fn a_hostile_tail_is_a_protocol_error_not_a_write_out_of_bounds() {
         let (client, server) = pair();
-        server.header().ring_tail.store(0x8000_0000, Ordering::SeqCst);
-        assert_eq!(client.post(&[1, 2, 3], &|| true), Err(PostError::Ended(WaitEnd::Protocol)));
+        server.header().ring.ring_tail.store(0x8000_0000, Ordering::SeqCst);
+        let frame = vec![0u8; MAX_POSTED - 4];
+        let posted =
+            (0..RING_CAP / MAX_POSTED).map(|_| client.post(&frame, &|| true)).take_while(Result::is_ok).count();
+        assert_eq!(posted, RING_CAP / MAX_POSTED, "the ring's own room is used first");
+        assert_eq!(client.post(&frame, &|| true), Err(PostError::Ended(WaitEnd::Protocol)));
+        assert_eq!(
+            client.header().app.ring_head.load(Ordering::SeqCst),
+            RING_CAP as u32,
+            "nothing placed past the ring"
+        );
+    }
+
+    /// A call's reply is the one the worker gave to that call, whole, whether it travels in the
+    /// header (up to `INLINE_CAP` bytes) or in the message area: calls and posts one after the
+    /// other (the counts move on in step), and a lane closed while a call waits ends the wait.
+    #[test]
+    fn each_call_gets_its_own_reply_and_a_closed_lane_ends_a_wait() {
+        let (client, server) = pair();
+        let mut reply = Vec::new();
+        let message = |i: u32, salt: u8| -> Vec<u8> {
+            let len = (i as usize * 13) % (2 * INLINE_CAP);
+            (0..len).map(|k| (k as u8).wrapping_mul(31) ^ salt).chain(i.to_le_bytes()).collect()
+        };
+        let sizes: Vec<usize> = (0..1000).map(|i| message(i, 0).len()).collect();
+        assert!(sizes.contains(&INLINE_CAP) && sizes.contains(&(INLINE_CAP + 1)), "both sides of the bound");
+        for i in 0..1000u32 {
+            if i % 3 == 0 {
+                client.post(&i.to_le_bytes(), &|| true).unwrap();
+                assert_eq!(server.next(&|| true), Ok(Work::Posted(i.to_le_bytes().to_vec())));
+                server.posted_done();
+            }
+            client.post_request(&message(i, 0x5A)).unwrap();
+            assert_eq!(server.next(&|| true), Ok(Work::Call(message(i, 0x5A))));
+            server.post_reply(&message(i + 1, 0xC3)).unwrap();
+            client.wait_reply_into(&|| true, &mut reply).unwrap();
+            assert_eq!(reply, message(i + 1, 0xC3));
+        }
+        client.post_request(b"never answered").unwrap();
+        assert_eq!(server.next(&|| true), Ok(Work::Call(b"never answered".to_vec())));
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            server.close();
+        });
+        assert_eq!(client.wait_reply_into(&|| true, &mut reply), Err(WaitEnd::Closed));
+        closer.join().unwrap();
     }
 
     #[test]

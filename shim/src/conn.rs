@@ -869,7 +869,13 @@ impl Conn {
     fn round_trip(&self, lane: &Lane, frame: &[&[u8]], reply: &mut Vec<u8>, name: &'static str) -> Result<(), cl_int> {
         lane.post_request_parts(frame).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
         let deadline = Deadline::for_op(self, name);
-        lane.wait_reply_into(&|| deadline.alive(self), reply).map_err(|_| self.gave_up(&deadline))
+        match lane.wait_reply_into(&|| deadline.alive(self), reply) {
+            Ok(()) => Ok(()),
+            Err(WaitEnd::PeerGone) => Err(self.gave_up(&deadline)),
+            // This side closes a lane only once its thread is gone: the worker wrote that (or
+            // scribbled over the lane's words), and a live worker that did is cut off.
+            Err(WaitEnd::Closed | WaitEnd::Protocol) => Err(self.reject(name, "a lane closed under a call")),
+        }
     }
 
     /// A wait on the worker ended without an answer: past its deadline (the worker is cut off),

@@ -1,7 +1,7 @@
 //! A hostile worker for the tests: it speaks the protocol well enough to be accepted, then
 //! answers its lane with what `CLOISTER_FAULT=hostile:MODE` says. The application and the broker
 //! must treat each as a dead worker, never crash or hang. Modes: garbage, truncated, oversized,
-//! scribble (a state word that means nothing), wrong-type (a well-formed reply of another call),
+//! scribble (the whole lane header overwritten), wrong-type (a well-formed reply of another call),
 //! twice (two replies to one request), exit (dies mid-call), silent (never answers).
 //!
 //! Scripted modes answer every call well-formed, as a driver that accepts everything would,
@@ -18,7 +18,7 @@
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use cloister_ipc::cl::*;
-use cloister_ipc::lane::{Lane, LANE_BYTES};
+use cloister_ipc::lane::{self, Lane, LANE_BYTES};
 use cloister_ipc::shm::SharedRegion;
 use cloister_ipc::spill;
 use cloister_ipc::{
@@ -159,18 +159,21 @@ fn serve(lane: &Lane, mode: &str) {
             "truncated" => drop(lane.post_reply(&spill::inline(&good[..good.len() / 2]))),
             "oversized" => {
                 // A reply length past the message area (the shim must not read past it), then
-                // the REPLY state (2): words 2 and 0 of the lane header (see ipc::lane).
-                let word = |i: usize| {
-                    // SAFETY: the header's first words are u32 atomics in a page-aligned mapping.
-                    unsafe { &*(lane.region().as_ptr().add(4 * i) as *const std::sync::atomic::AtomicU32) }
+                // the call answered: the lane header's words by their offsets (`ipc::lane`).
+                let word = |at: usize| {
+                    // SAFETY: the offsets are of u32 atomics in the header of a page-aligned mapping.
+                    unsafe { &*(lane.region().as_ptr().add(at) as *const std::sync::atomic::AtomicU32) }
                 };
-                word(2).store(u32::MAX, std::sync::atomic::Ordering::SeqCst);
-                word(0).store(2, std::sync::atomic::Ordering::SeqCst);
+                let calls = word(lane::CALLS_AT).load(std::sync::atomic::Ordering::SeqCst);
+                word(lane::REP_LEN_AT).store(u32::MAX, std::sync::atomic::Ordering::SeqCst);
+                word(lane::REPLIES_AT).store(calls, std::sync::atomic::Ordering::SeqCst);
                 lane.nudge();
             }
             "scribble" => {
-                // SAFETY: the first word is the state; 77 is no state at all.
-                unsafe { *(lane.region().as_ptr() as *mut u32) = 77 };
+                // Every word of the header, the application's included, and the room of the
+                // short messages: a call count that matches none, ring counters out of range.
+                // SAFETY: the header's bytes lie at the start of the mapping.
+                unsafe { std::ptr::write_bytes(lane.region().as_ptr(), 0xEE, lane::HEADER_BYTES) };
                 lane.nudge();
             }
             "wrong-type" => {
