@@ -223,6 +223,9 @@ pub struct Lane {
     /// Application side: the calls made, as `AppWords::calls` should say (the worker can
     /// scribble over that word; which reply a wait takes is decided by this one).
     asked: AtomicU32,
+    /// Application side: the ring's head, as `AppWords::ring_head` should say (where the next
+    /// frame goes is decided by this one, for the same reason).
+    head: AtomicU32,
     /// Application side: the worker's `ring_tail` as last read (checked). The space it leaves
     /// only grows as the worker goes on, so a post reads the worker's counter (and pulls its
     /// line over) only when this one says the ring is full.
@@ -248,6 +251,7 @@ impl Lane {
             taken: AtomicU32::new(0),
             answering: AtomicU32::new(0),
             asked: AtomicU32::new(0),
+            head: AtomicU32::new(0),
             tail_seen: AtomicU32::new(0),
         }
     }
@@ -355,7 +359,7 @@ impl Lane {
             true => h.ring.ring_tail.load(Ordering::Acquire),
             false => self.tail_seen.load(Ordering::Relaxed),
         };
-        let used = h.app.ring_head.load(Ordering::Relaxed).wrapping_sub(tail);
+        let used = self.head.load(Ordering::Relaxed).wrapping_sub(tail);
         // A hostile worker may write any tail: never trust it beyond the ring's size.
         match used as usize <= RING_CAP {
             true => {
@@ -380,7 +384,7 @@ impl Lane {
                 Ok(u) => u,
                 Err(e) => return Some(Err(e)),
             };
-            let pos = h.app.ring_head.load(Ordering::Relaxed) % cap;
+            let pos = self.head.load(Ordering::Relaxed) % cap;
             let skip = if need > cap - pos { cap - pos } else { 0 };
             (used + skip + need <= cap).then_some(Ok(skip))
         };
@@ -398,7 +402,7 @@ impl Lane {
             }
         }
         .map_err(PostError::Ended)?;
-        let mut head = h.app.ring_head.load(Ordering::Relaxed);
+        let mut head = self.head.load(Ordering::Relaxed);
         let ring = self.ring_ptr();
         if skip > 0 {
             // SAFETY: pos is 8-aligned and below RING_CAP, so 4 bytes fit; the worker does not
@@ -416,6 +420,7 @@ impl Lane {
         let mark = head.wrapping_add(need);
         // Sequentially consistent: ordered with the worker's announcement of a sleep
         // (`ring_doorbell`).
+        self.head.store(mark, Ordering::Release);
         h.app.ring_head.store(mark, Ordering::SeqCst);
         self.ring_doorbell();
         Ok(mark)
@@ -432,14 +437,14 @@ impl Lane {
     /// Application side: whether every posted request has run.
     pub fn is_drained(&self) -> bool {
         let h = self.header();
-        h.app.ring_head.load(Ordering::Acquire) == h.ring.ring_done.load(Ordering::Acquire)
+        self.head.load(Ordering::Acquire) == h.ring.ring_done.load(Ordering::Acquire)
     }
 
     /// Application side (any thread): waits until every request posted so far has run in the
     /// worker, so a call from another thread comes after them.
     pub fn wait_drained(&self, alive: &dyn Fn() -> bool) -> Result<(), WaitEnd> {
         let h = self.header();
-        let target = h.app.ring_head.load(Ordering::Acquire);
+        let target = self.head.load(Ordering::Acquire);
         let done = || -> Option<Result<(), WaitEnd>> {
             // Reached (or, from a hostile worker, passed) the head as it was.
             let behind = target.wrapping_sub(h.ring.ring_done.load(Ordering::Acquire));
@@ -768,6 +773,34 @@ mod tests {
             RING_CAP as u32,
             "nothing placed past the ring"
         );
+    }
+
+    /// The application's own words in the header (its call count, the ring's head) are
+    /// written, never believed: a worker that scribbles over them moves neither where the next
+    /// frame goes nor which reply a call waits for.
+    #[test]
+    fn the_applications_words_are_its_own_whatever_the_worker_writes() {
+        let (client, server) = pair();
+        let first = client.post(&[1; 8], &|| true).unwrap();
+        let app = &server.header().app;
+        app.ring_head.store(0xDEAD_0000, Ordering::SeqCst);
+        app.calls.store(77, Ordering::SeqCst);
+        let second = client.post(&[2; 8], &|| true).unwrap();
+        assert_eq!(second, first + 16, "the frame goes after the last one");
+        assert_eq!(app.ring_head.load(Ordering::SeqCst), second, "and the head says so again");
+        client.post_request(b"call").unwrap();
+        assert_eq!(app.calls.load(Ordering::SeqCst), 1, "the first call is call 1");
+        for expected in [Work::Posted(vec![1; 8]), Work::Posted(vec![2; 8]), Work::Call(b"call".to_vec())] {
+            let work = server.next(&|| true).unwrap();
+            if matches!(work, Work::Posted(_)) {
+                server.posted_done();
+            }
+            assert_eq!(work, expected);
+        }
+        server.post_reply(b"answer").unwrap();
+        let mut reply = Vec::new();
+        client.wait_reply_into(&|| true, &mut reply).unwrap();
+        assert_eq!(reply, b"answer");
     }
 
     /// A call's reply is the one the worker gave to that call, whole, whether it travels in the
