@@ -726,9 +726,9 @@ pub enum Frame<'a> {
 pub enum Posted<'a> {
     /// An enqueue: a failure is reported later (its event fails, the queue remembers the code).
     Enqueue { queue: ObjectId, sync: &'a EnqueueSync },
-    /// The release of a memory object, kernel or sampler, which succeeds whatever the driver
-    /// says (the shim has forgotten the handle already, as it does when the worker is dead);
-    /// or a slab's retirement, whose failure only keeps the slab from coming back.
+    /// The release of a memory object, kernel, sampler or event, which succeeds whatever the
+    /// driver says (the shim has forgotten the handle already, as it does when the worker is
+    /// dead); or a slab's retirement, whose failure only keeps the slab from coming back.
     Release,
     /// A buffer's creation, with no bytes of the application's to carry: a failure leaves the
     /// id failed with the driver's code, which each later use of it returns (a driver may

@@ -793,13 +793,16 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
         obj.conn.unregister_context_callback(token);
     }
     // A dead worker has already dropped everything: releases still succeed (DESIGN.md, Faults).
-    // The release of a memory object, kernel or sampler is posted (nothing waits on the worker's
-    // own release, and it runs after everything enqueued before it, from any thread): a round
-    // trip each (11 us on 2 pocl cores) was most of what releasing an application's temporaries
-    // cost. The rest are calls, as the shim's state after them may depend on them.
+    // The release of a memory object, kernel, sampler or event is posted (nothing waits on the
+    // worker's own release, and it runs after everything enqueued before it, from any thread):
+    // a round trip each (11 us on 2 pocl cores, 2-3 on the H200 host) was most of what
+    // releasing an application's temporaries cost, and an application that asks every enqueue
+    // for its event (pyopencl does) releases one per command. The rest are calls, as the
+    // shim's state after them may depend on them (a program's or context's release callbacks,
+    // a queue's implicit flush).
     let release = cloister_ipc::Release { object: obj.id };
     let _ = match kind {
-        Kind::Mem | Kind::Kernel | Kind::Sampler => obj.conn.post(release),
+        Kind::Mem | Kind::Kernel | Kind::Sampler | Kind::Event => obj.conn.post(release),
         _ => obj.conn.call(release),
     };
     let destructors = std::mem::take(&mut *obj.destructors.lock().unwrap_or_else(|e| e.into_inner()));

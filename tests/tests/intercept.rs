@@ -172,6 +172,23 @@ fn call_log_lists_the_smoke_clients_calls_in_order_with_names() {
         }
     }
     assert!(split >= 20, "most calls waited for the worker and were split:\n{timing}");
+    // The releases the shim posts (memory objects, kernels, events: nothing it does afterwards
+    // depends on the worker's own release) wait for no reply, so their time is not split; the
+    // others (program, queue, context) are calls.
+    for (name, posted) in [
+        ("clReleaseMemObject", true),
+        ("clReleaseKernel", true),
+        ("clReleaseEvent", true),
+        ("clReleaseProgram", false),
+        ("clReleaseCommandQueue", false),
+        ("clReleaseContext", false),
+    ] {
+        let row = host
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{timing}"));
+        assert_eq!(row.split_whitespace().nth(3) == Some("-"), posted, "{name} posted: {posted}? {row}");
+    }
     // Device time per kernel name and global size, from profiling: the client's own profiled
     // time of its `add` kernel is what the report says.
     let row = |label: &str| {
