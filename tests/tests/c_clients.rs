@@ -172,6 +172,27 @@ fn event_callbacks_run_before_the_wait_returns() {
     assert!(out.contains("a wait inside a callback returned: 0"), "{out}");
 }
 
+/// A driver that calls event callbacks late (the fault driver's `callback:late`, 3 s after it
+/// would have; NVIDIA's 580 calls them some microseconds after a wait returns): a wait on a
+/// complete event does not wait for the driver, its callbacks have run by then (or, after a
+/// status query that says complete, on the notifier thread at once), each once, with the status
+/// it was registered for. Before the worker sent them itself, each wait took the driver's 3 s.
+#[test]
+fn late_driver_callbacks_are_sent_once_the_event_is_known_complete() {
+    let exe = c_client("late_callbacks");
+    let c = caged_on_faultcl(&exe, &[], &[("CLOISTER_FAULT", "callback:late")]);
+    let out = text(&c);
+    assert!(c.status.success(), "{out}");
+    for how in ["clWaitForEvents", "clFinish", "a status query"] {
+        assert!(out.contains(&format!("callbacks ran by {how}: 5/5")), "{out}");
+    }
+    assert!(out.contains("slowest wait: under 2000 ms"), "{out}");
+    assert!(
+        out.contains("callbacks run once: 30/30, more than once: 0, with the status registered for: 30/30"),
+        "{out}"
+    );
+}
+
 /// Pinned staging (worker/src/staging.rs) is on by default only for discrete GPUs; forced on
 /// here, pocl runs the same path: the driver copies through shared memory it also holds as
 /// `CL_MEM_USE_HOST_PTR` buffers, and every finding must still be the same as direct.

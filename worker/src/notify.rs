@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use cloister_ipc::cl::*;
@@ -80,7 +81,109 @@ pub extern "C" fn on_build_done(_program: cl_program, user_data: *mut c_void) {
 /// shim, so there is nothing to do here.
 pub extern "C" fn ignore_program(_program: cl_program, _user_data: *mut c_void) {}
 
-/// `pfn_notify` of `clSetEventCallback`.
+/// Event callbacks registered with the driver and not yet sent to the shim: the event (the
+/// driver's handle) and the status each asked for, by token, and the tokens of each event.
+///
+/// A driver may call an event's callbacks well after a wait on the event has returned
+/// (NVIDIA's 580 calls a `CL_COMPLETE` callback 9-10 us after `clWaitForEvents` returns:
+/// `tools/measure/cblat.c`), and the shim returns from a wait only once the callbacks of
+/// complete events have run, so that delay was the application's. So when the worker itself
+/// learns that an event is complete or failed (a wait on it succeeded, its status was asked),
+/// it sends that event's callbacks at once ([`event_reached`]), and the driver's own call for
+/// a token already sent is dropped: each callback is sent once, by whichever comes first.
+#[derive(Default)]
+struct AwaitedCallbacks {
+    by_token: HashMap<u64, (usize, cl_int)>,
+    by_event: HashMap<usize, Vec<u64>>,
+}
+
+static AWAITED: Mutex<Option<AwaitedCallbacks>> = Mutex::new(None);
+
+/// How many tokens `AWAITED` holds: a wait or status query with none awaited takes no lock.
+static AWAITED_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn awaited() -> std::sync::MutexGuard<'static, Option<AwaitedCallbacks>> {
+    AWAITED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers callback `token` of `event` for `callback_type` before the driver is asked to call
+/// it (the driver may call it before `clSetEventCallback` returns).
+pub fn await_event_callback(event: usize, token: u64, callback_type: cl_int) {
+    let mut guard = awaited();
+    let a = guard.get_or_insert_with(AwaitedCallbacks::default);
+    if a.by_token.insert(token, (event, callback_type)).is_none() {
+        AWAITED_COUNT.fetch_add(1, Ordering::SeqCst);
+    }
+    a.by_event.entry(event).or_default().push(token);
+}
+
+/// Takes `token` out of the awaited callbacks: whether it was there (not sent yet).
+pub fn take_event_callback(token: u64) -> bool {
+    let mut guard = awaited();
+    let Some(a) = guard.as_mut() else { return false };
+    let Some((event, _)) = a.by_token.remove(&token) else { return false };
+    AWAITED_COUNT.fetch_sub(1, Ordering::SeqCst);
+    if let Some(tokens) = a.by_event.get_mut(&event) {
+        tokens.retain(|&t| t != token);
+        if tokens.is_empty() {
+            a.by_event.remove(&event);
+        }
+    }
+    true
+}
+
+/// The worker has seen `event` reach `status` (`CL_COMPLETE`, or a negative code): sends every
+/// callback of it not sent yet, with its own status (what a driver passes: the status it was
+/// registered for) or the error.
+pub fn event_reached(event: usize, status: cl_int) {
+    if status > CL_COMPLETE || AWAITED_COUNT.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    let due: Vec<(u64, cl_int)> = {
+        let mut guard = awaited();
+        let Some(a) = guard.as_mut() else { return };
+        let Some(tokens) = a.by_event.remove(&event) else { return };
+        tokens.into_iter().filter_map(|t| a.by_token.remove(&t).map(|(_, asked)| (t, asked))).collect()
+    };
+    AWAITED_COUNT.fetch_sub(due.len(), Ordering::SeqCst);
+    for (token, asked) in due {
+        send(Notification::EventStatus { token, status: if status < 0 { status } else { asked } });
+    }
+}
+
+/// `pfn_notify` of `clSetEventCallback`: sent unless the worker sent it already.
 pub extern "C" fn on_event_status(_event: cl_event, status: cl_int, user_data: *mut c_void) {
-    send(Notification::EventStatus { token: user_data as u64, status });
+    let token = user_data as u64;
+    if take_event_callback(token) {
+        send(Notification::EventStatus { token, status });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each event callback is sent once: by the driver's call or by the worker once it knows the
+    /// event complete or failed, whichever comes first; an event still running sends nothing.
+    #[test]
+    fn an_event_callback_goes_once_whichever_side_sends_it_first() {
+        let (event, other) = (0x7000_1000usize, 0x7000_2000usize);
+        await_event_callback(event, 9001, CL_COMPLETE);
+        await_event_callback(event, 9002, CL_SUBMITTED);
+        await_event_callback(other, 9003, CL_COMPLETE);
+        // The driver called the first one: it is no longer awaited.
+        assert!(take_event_callback(9001));
+        assert!(!take_event_callback(9001));
+        // Running is not complete: nothing goes.
+        event_reached(event, CL_RUNNING);
+        assert!(awaited().as_ref().is_some_and(|a| a.by_token.contains_key(&9002)));
+        // Complete: the second goes now, and the driver's later call of it is dropped.
+        event_reached(event, CL_COMPLETE);
+        assert!(!take_event_callback(9002));
+        assert!(awaited().as_ref().is_some_and(|a| !a.by_event.contains_key(&event)));
+        // Another event's callback is untouched, and goes on a failure too.
+        assert!(awaited().as_ref().is_some_and(|a| a.by_token.contains_key(&9003)));
+        event_reached(other, CL_OUT_OF_RESOURCES);
+        assert!(!take_event_callback(9003));
+    }
 }

@@ -14,7 +14,10 @@
 //! (clEnqueueReadBuffer) takes `late-no-event`: a non-blocking read with no wait list that asks
 //! for an event returns success without one and completes 300 ms later. Point `create`
 //! (clCreateBuffer) takes `fail-odd`: a buffer of an odd size fails with
-//! `CL_MEM_OBJECT_ALLOCATION_FAILURE`, as a driver out of memory would. Each attack prints
+//! `CL_MEM_OBJECT_ALLOCATION_FAILURE`, as a driver out of memory would. Point `callback`
+//! (clSetEventCallback) takes `late`: every event callback is called 3 s after the driver would
+//! have called it, from a thread of its own (NVIDIA's driver calls them some microseconds after
+//! a wait on the event returned; this makes that delay plain to see). Each attack prints
 //! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
 //!
 //! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
@@ -581,6 +584,7 @@ fn patch(table: &mut IcdDispatch) {
     table.clFinish = Some(finish);
     table.clEnqueueReadBuffer = Some(read_buffer);
     table.clCreateBuffer = Some(create_buffer);
+    table.clSetEventCallback = Some(set_event_callback);
 }
 
 fn orig() -> &'static IcdDispatch {
@@ -701,6 +705,58 @@ unsafe extern "C" fn create_buffer(
     }
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { orig().clCreateBuffer.expect("pocl has clCreateBuffer")(c, flags, size, host, err) }
+}
+
+type EventNotify = unsafe extern "C" fn(cl_event, cl_int, *mut c_void);
+
+/// What a late callback calls, 3 s after the driver called it.
+struct LateCallback {
+    pfn: EventNotify,
+    user_data: usize,
+}
+
+/// How much later than the driver `callback:late` calls a callback.
+const CALLBACK_DELAY: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The driver's callback under `callback:late`: the event is kept (retained) and the caller's
+/// callback called from a thread of its own after `CALLBACK_DELAY`.
+unsafe extern "C" fn late_callback(event: cl_event, status: cl_int, user_data: *mut c_void) {
+    // SAFETY: `set_event_callback` passed a leaked Box<LateCallback>; the driver calls this once.
+    let late = unsafe { Box::from_raw(user_data.cast::<LateCallback>()) };
+    // SAFETY: a live event (its callback is running).
+    unsafe { orig().clRetainEvent.expect("pocl has clRetainEvent")(event) };
+    let event = event as usize;
+    std::thread::spawn(move || {
+        std::thread::sleep(CALLBACK_DELAY);
+        // SAFETY: the caller's callback with its own user data; the event kept alive above.
+        unsafe {
+            (late.pfn)(event as cl_event, status, late.user_data as *mut c_void);
+            orig().clReleaseEvent.expect("pocl has clReleaseEvent")(event as cl_event);
+        }
+    });
+}
+
+unsafe extern "C" fn set_event_callback(
+    event: cl_event,
+    callback_type: cl_int,
+    pfn: *mut c_void,
+    user_data: *mut c_void,
+) -> cl_int {
+    let set = orig().clSetEventCallback.expect("pocl has clSetEventCallback");
+    if fault_for("callback").as_deref() != Some("late") || pfn.is_null() {
+        // SAFETY: forwarding the caller's arguments unchanged.
+        return unsafe { set(event, callback_type, pfn, user_data) };
+    }
+    // SAFETY: a non-NULL pfn_notify of clSetEventCallback has this signature.
+    let pfn = unsafe { std::mem::transmute::<*mut c_void, EventNotify>(pfn) };
+    let late = Box::into_raw(Box::new(LateCallback { pfn, user_data: user_data as usize }));
+    // SAFETY: our trampoline has the callback's signature and takes back the box.
+    let rc = unsafe { set(event, callback_type, late_callback as *mut c_void, late.cast()) };
+    if rc != CL_SUCCESS {
+        // SAFETY: the driver refused it, so the trampoline never runs: the box is still ours.
+        drop(unsafe { Box::from_raw(late) });
+    }
+    rc
 }
 
 unsafe extern "C" fn finish(q: cl_command_queue) -> cl_int {

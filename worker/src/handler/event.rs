@@ -28,7 +28,14 @@ impl Serve<WaitForEvents> for LaneServer<'_> {
             return CL_INVALID_VALUE;
         };
         // SAFETY: live events.
-        unsafe { driver_fn!(first as usize, clWaitForEvents)(evs.len() as u32, evs.as_ptr()) }
+        let rc = unsafe { driver_fn!(first as usize, clWaitForEvents)(evs.len() as u32, evs.as_ptr()) };
+        if rc == CL_SUCCESS {
+            // Every one is complete: their callbacks go now, not when the driver gets to them.
+            for &ev in &evs {
+                notify::event_reached(ev as usize, CL_COMPLETE);
+            }
+        }
+        rc
     }
 }
 
@@ -53,15 +60,20 @@ impl Serve<SetUserEventStatus> for LaneServer<'_> {
 impl Serve<SetEventCallback> for LaneServer<'_> {
     fn serve(&self, r: SetEventCallback) -> i32 {
         let ev = tri!(self.obj(r.event, Kind::Event));
+        notify::await_event_callback(ev, r.token, r.callback_type);
         // SAFETY: live event; the callback has the signature clSetEventCallback expects and
         // `token` is an opaque integer, never dereferenced.
-        unsafe {
+        let rc = unsafe {
             driver_fn!(ev, clSetEventCallback)(
                 ev as _,
                 r.callback_type,
                 notify::on_event_status as *mut c_void,
                 r.token as *mut c_void,
             )
+        };
+        if rc != CL_SUCCESS {
+            notify::take_event_callback(r.token);
         }
+        rc
     }
 }

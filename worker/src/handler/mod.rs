@@ -622,6 +622,12 @@ impl Serve<GetInfo> for LaneServer<'_> {
         if let Some(layout) = handle_layout(r.target, r.param) {
             self.translate_handles(layout, &mut value);
         }
+        if r.target == InfoTarget::Event && r.param == CL_EVENT_COMMAND_EXECUTION_STATUS && value_status == CL_SUCCESS {
+            if let Ok(status) = <[u8; 4]>::try_from(value.as_slice()) {
+                // Complete or failed: its callbacks go now (see `notify::event_reached`).
+                crate::notify::event_reached(h, i32::from_ne_bytes(status));
+            }
+        }
         InfoReply { status: CL_SUCCESS, value_status, value }
     }
 }
