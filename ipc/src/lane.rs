@@ -361,13 +361,13 @@ impl Lane {
         };
         let used = self.head.load(Ordering::Relaxed).wrapping_sub(tail);
         // A hostile worker may write any tail: never trust it beyond the ring's size.
-        match used as usize <= RING_CAP {
-            true => {
-                self.tail_seen.store(tail, Ordering::Relaxed);
-                Ok(used)
-            }
-            false => Err(WaitEnd::Protocol),
+        if used as usize > RING_CAP {
+            return Err(WaitEnd::Protocol);
         }
+        if fresh {
+            self.tail_seen.store(tail, Ordering::Relaxed);
+        }
+        Ok(used)
     }
 
     /// Application side: appends a posted request to the ring, waiting (`alive` polled while
