@@ -735,6 +735,12 @@ pub enum Posted<'a> {
     /// allocate a buffer's memory at its first use, and its enqueues then fail so:
     /// `CL_MEM_OBJECT_ALLOCATION_FAILURE`), and the context's callback hears it.
     Create { context: ObjectId, id: ObjectId },
+    /// An event callback's registration (`SetEventCallback`), whose every refusal but the
+    /// driver's lack of memory the shim makes itself (a live event, a function, a status it
+    /// may be registered for): a driver that refuses it anyway has the callback run at once
+    /// with the driver's code (`Notification::EventStatus`), so an application waiting for it
+    /// does not wait forever.
+    Callback { token: u64 },
 }
 
 impl Request {
@@ -762,6 +768,7 @@ impl Request {
                 enqueue(r.queue, &r.sync)
             }
             Request::Release(_) | Request::RetireSlab(_) => Some(Posted::Release),
+            Request::SetEventCallback(r) => Some(Posted::Callback { token: r.token }),
             // Not with bytes in the lane's bulk area, which the next call reuses; a segment's
             // bytes stay until the shim sees the post has run (`Lane::has_run`).
             Request::CreateBuffer(r) if !matches!(r.host_data, Some(DataRef::Lane { .. })) => {
@@ -965,6 +972,8 @@ mod tests {
     #[test]
     fn releases_vouched_enqueues_and_creations_may_be_posted_and_nothing_else() {
         assert_eq!(Request::Release(Release { object: 7 }).posted(), Some(Posted::Release));
+        let callback = SetEventCallback { event: 4, callback_type: CL_COMPLETE, token: 11 };
+        assert_eq!(Request::SetEventCallback(callback).posted(), Some(Posted::Callback { token: 11 }));
         let sync = EnqueueSync::default();
         let write = |blocking, data| {
             Request::EnqueueWriteBuffer(EnqueueWriteBuffer {

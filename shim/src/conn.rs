@@ -1229,23 +1229,40 @@ impl Conn {
                 .take(MAX_AWAITED)
                 .collect()
         };
-        let due: Vec<u64> = waiting
+        // One call asks them all; the worker sends the callbacks of those it finds complete
+        // or failed right away (`worker/src/notify.rs`), so they are on their way already.
+        let (tokens, ids): (Vec<u64>, Vec<ObjectId>) =
+            waiting.into_iter().filter_map(|(t, event)| Some((t, self.above.event_id(event)?))).unzip();
+        if ids.is_empty() {
+            return;
+        }
+        // A worker that cannot answer is not waited for (a dead one's callbacks run on its
+        // death), nor an event it does not hold.
+        let Ok(statuses) = self.event_statuses(ids, Vec::new()) else { return };
+        let due: Vec<u64> = tokens
             .into_iter()
-            .filter(|&(_, event)| {
-                let Some(id) = self.above.event_id(event) else { return false };
-                let q = cloister_ipc::GetInfo {
-                    target: cloister_ipc::InfoTarget::Event,
-                    object: id,
-                    aux: 0,
-                    param: CL_EVENT_COMMAND_EXECUTION_STATUS,
-                };
-                matches!(self.call(q), Ok(r) if r.status == CL_SUCCESS && r.value.len() == 4
-                    && i32::from_ne_bytes([r.value[0], r.value[1], r.value[2], r.value[3]]) <= CL_COMPLETE)
-            })
+            .zip(statuses)
+            .filter(|&(_, status)| status <= CL_COMPLETE && status != CL_INVALID_EVENT)
             .map(|(t, _)| t)
             .collect();
         if !due.is_empty() {
             self.await_notifier(deadline, &due);
+        }
+    }
+
+    /// The execution status of each of `events`, asked in one call (`EventStatuses`; each of
+    /// `release_settled` is released by the worker once settled), or why the call failed. A
+    /// worker that answers with another count than it was asked for is cut off.
+    pub fn event_statuses(&self, events: Vec<ObjectId>, release_settled: Vec<ObjectId>) -> Result<Vec<cl_int>, cl_int> {
+        let n = events.len();
+        match self.call(cloister_ipc::EventStatuses { events, release_settled }) {
+            Ok(r) if r.status == CL_SUCCESS && r.statuses.len() == n => Ok(r.statuses),
+            Ok(r) if r.status == CL_SUCCESS => {
+                let what = format!("{} statuses for {n} events", r.statuses.len());
+                Err(self.reject("EventStatuses", &what))
+            }
+            Ok(r) => Err(r.status),
+            Err(e) => Err(e),
         }
     }
 

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
-use cloister_ipc::{EventStatuses, FillMapping, ObjectId, Release};
+use cloister_ipc::{FillMapping, ObjectId, Release};
 
 use crate::conn::{Conn, HoldsNotifierLock, Segment};
 use crate::handle::{self, Kind};
@@ -134,22 +134,6 @@ pub fn of(conn: &Conn) -> &Pending {
     conn.state()
 }
 
-/// The execution status of each of `events`, asked in one call. A worker that answers with
-/// another count than it was asked for is cut off; a worker that cannot answer makes them all
-/// `CL_DEVICE_NOT_AVAILABLE`.
-fn event_statuses(conn: &Conn, events: Vec<ObjectId>, release_settled: Vec<ObjectId>) -> Vec<cl_int> {
-    let n = events.len();
-    match conn.call(EventStatuses { events, release_settled }) {
-        Ok(r) if r.status == CL_SUCCESS && r.statuses.len() == n => r.statuses,
-        Ok(r) if r.status == CL_SUCCESS => {
-            let what = format!("{} statuses for {n} events", r.statuses.len());
-            vec![conn.reject("EventStatuses", &what); n]
-        }
-        Ok(r) => vec![r.status; n],
-        Err(e) => vec![e; n],
-    }
-}
-
 /// Completes every finished transfer (of `queue`, or of all queues).
 pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
     settle_through(conn, queue, None);
@@ -184,7 +168,10 @@ fn settle_through(conn: &Conn, queue: Option<ObjectId>, finished_below: Option<u
     if !evented.is_empty() {
         // The shim's own events the worker releases in the same call once they are settled.
         let own = evented.iter().filter(|op| op.app_event.is_none()).filter_map(|op| op.event).collect();
-        let statuses = event_statuses(conn, evented.iter().filter_map(|op| op.event).collect(), own);
+        let events: Vec<ObjectId> = evented.iter().filter_map(|op| op.event).collect();
+        let n = events.len();
+        // A worker that cannot answer makes them all fail with its error.
+        let statuses = conn.event_statuses(events, own).unwrap_or_else(|e| vec![e; n]);
         for (op, status) in evented.into_iter().zip(statuses) {
             if status > CL_COMPLETE && !conn.is_dead() {
                 pending.push(op);

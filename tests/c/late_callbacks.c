@@ -2,7 +2,8 @@
  * after it would have): caged, a wait on a complete event returns without waiting for the
  * driver, with the callbacks run (the worker sends them once it knows the event complete),
  * each exactly once (the driver's late call is dropped), with the status each was registered
- * for. Prints what it saw; the test (`c_clients.rs`) judges. */
+ * for. With an argument (`refused`), a registration the driver refuses. Prints what it saw;
+ * the test (`c_clients.rs`) judges. */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <stdio.h>
@@ -29,7 +30,20 @@ static double now_ms(void) {
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-int main(void) {
+/* `refused`: one registration, which the driver refuses (the fault driver's `callback:refuse`):
+ * what the call returned, and how the callback ran. */
+static int refused(cl_command_queue q) {
+    cl_event ev;
+    if (clEnqueueMarkerWithWaitList(q, 0, NULL, &ev)) return 4;
+    cl_int rc = clSetEventCallback(ev, CL_COMPLETE, on_status, (void *)0);
+    clFinish(q);
+    for (int k = 0; k < 2000 && !__atomic_load_n(&calls[0], __ATOMIC_SEQ_CST); k++) usleep(1000);
+    printf("registration returned %d; the callback ran %d times, with status %d\n", rc, calls[0], statuses[0]);
+    clReleaseEvent(ev);
+    return 0;
+}
+
+int main(int argc, char **argv) {
     cl_platform_id plat;
     cl_device_id d;
     cl_int err;
@@ -37,6 +51,7 @@ int main(void) {
     cl_context ctx = clCreateContext(NULL, 1, &d, NULL, NULL, &err);
     cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
     if (err) return 3;
+    if (argc > 1) return refused(q);
     const char *how[] = {"clWaitForEvents", "clFinish", "a status query"};
     double slowest = 0;
     for (int w = 0; w < 3; w++) {

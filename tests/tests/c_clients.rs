@@ -193,6 +193,24 @@ fn late_driver_callbacks_are_sent_once_the_event_is_known_complete() {
     );
 }
 
+/// `clSetEventCallback` is posted (the shim makes every check but the driver's memory): a
+/// driver that refuses the registration anyway (the fault driver's `callback:refuse`,
+/// `CL_OUT_OF_HOST_MEMORY`) has the callback run once, with that code as the event's status, so
+/// an application waiting for it does not wait forever. Directly the call itself fails.
+#[test]
+fn a_refused_callback_registration_runs_the_callback_with_the_error() {
+    let exe = c_client("late_callbacks");
+    let env = [("CLOISTER_FAULT", "callback:refuse")];
+    let c = caged_on_faultcl(&exe, &["refused"], &env);
+    let out = text(&c);
+    assert!(c.status.success(), "{out}");
+    assert!(out.contains("registration returned 0; the callback ran 1 times, with status -6"), "{out}");
+    // Strict mode waits for the driver's answer: the call fails as it does directly.
+    let strict = caged_on_faultcl(&exe, &["refused"], &[env[0], ("CLOISTER_SYNC", "1")]);
+    let out = text(&strict);
+    assert!(out.contains("registration returned -6; the callback ran 0 times"), "{out}");
+}
+
 /// Pinned staging (worker/src/staging.rs) is on by default only for discrete GPUs; forced on
 /// here, pocl runs the same path: the driver copies through shared memory it also holds as
 /// `CL_MEM_USE_HOST_PTR` buffers, and every finding must still be the same as direct.

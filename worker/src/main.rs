@@ -439,12 +439,14 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                         enum Late {
                             Enqueue(cloister_ipc::ObjectId, cloister_ipc::EnqueueSync),
                             Create { context: cloister_ipc::ObjectId, id: cloister_ipc::ObjectId },
+                            Callback(u64),
                             Unreported,
                         }
                         let late = match posted {
                             Posted::Enqueue { queue, sync } => Late::Enqueue(queue, sync.clone()),
                             Posted::Create { context, id } => Late::Create { context, id },
                             Posted::Release => Late::Unreported,
+                            Posted::Callback { token } => Late::Callback(token),
                         };
                         let op = req.op_index();
                         // Noted before the driver runs it, so a crash or hang inside names the call.
@@ -463,6 +465,7 @@ fn serve_lane(worker: &Worker, lane: &Lane, lane_id: u32) {
                             _ if code == CL_SUCCESS => {}
                             Late::Enqueue(queue, sync) => server.late_failure(queue, &sync, op, code),
                             Late::Create { context, id } => server.late_creation_failure(context, id, op, code),
+                            Late::Callback(token) => notify::callback_refused(token, code),
                             Late::Unreported => {}
                         }
                     }

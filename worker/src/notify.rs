@@ -151,6 +151,13 @@ pub fn event_reached(event: usize, status: cl_int) {
     }
 }
 
+/// A posted callback registration the driver refused with `code`: the callback runs now, with
+/// that code (a failure must read as one), so that nothing waits for it forever.
+pub fn callback_refused(token: u64, code: cl_int) {
+    let status = if code < 0 { code } else { CL_OUT_OF_RESOURCES };
+    send(Notification::EventStatus { token, status });
+}
+
 /// `pfn_notify` of `clSetEventCallback`: sent unless the worker sent it already.
 pub extern "C" fn on_event_status(_event: cl_event, status: cl_int, user_data: *mut c_void) {
     let token = user_data as u64;

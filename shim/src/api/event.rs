@@ -82,7 +82,9 @@ pub unsafe fn clSetEventCallback(
     crate::handle::retain(event, Kind::Event);
     let token =
         ev.conn.register_callback(Callback::Event { pfn, user_data: user_data as usize, event: event as usize });
-    let rc = ev.conn.call(SetEventCallback { event: ev.id, callback_type, token });
+    // Posted: the shim has made every check but the driver's memory (a refusal then runs the
+    // callback with the driver's code, `Posted::Callback`).
+    let rc = ev.conn.post(SetEventCallback { event: ev.id, callback_type, token });
     if rc == Ok(CL_SUCCESS) {
         return rc;
     }

@@ -17,7 +17,8 @@
 //! `CL_MEM_OBJECT_ALLOCATION_FAILURE`, as a driver out of memory would. Point `callback`
 //! (clSetEventCallback) takes `late`: every event callback is called 3 s after the driver would
 //! have called it, from a thread of its own (NVIDIA's driver calls them some microseconds after
-//! a wait on the event returned; this makes that delay plain to see). Each attack prints
+//! a wait on the event returned; this makes that delay plain to see), and `refuse`: every
+//! registration fails with `CL_OUT_OF_HOST_MEMORY`, as a driver out of memory would. Each attack prints
 //! `faultcl: ATTACK succeeded` or `faultcl: ATTACK blocked (why)` on stderr and the call goes on.
 //!
 //! It intercepts by patching pocl's dispatch table in place (every pocl handle points at it), so
@@ -743,7 +744,11 @@ unsafe extern "C" fn set_event_callback(
     user_data: *mut c_void,
 ) -> cl_int {
     let set = orig().clSetEventCallback.expect("pocl has clSetEventCallback");
-    if fault_for("callback").as_deref() != Some("late") || pfn.is_null() {
+    let fault = fault_for("callback");
+    if fault.as_deref() == Some("refuse") {
+        return CL_OUT_OF_HOST_MEMORY;
+    }
+    if fault.as_deref() != Some("late") || pfn.is_null() {
         // SAFETY: forwarding the caller's arguments unchanged.
         return unsafe { set(event, callback_type, pfn, user_data) };
     }

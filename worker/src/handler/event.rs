@@ -13,7 +13,14 @@ impl Serve<EventStatuses> for LaneServer<'_> {
             })
             .collect();
         for (&id, &status) in r.events.iter().zip(&statuses) {
-            if status <= CL_COMPLETE && status != CL_INVALID_EVENT && r.release_settled.contains(&id) {
+            if status > CL_COMPLETE || status == CL_INVALID_EVENT {
+                continue;
+            }
+            if let Ok(ev) = self.obj(id, Kind::Event) {
+                // Complete or failed: its callbacks go now (see `notify::event_reached`).
+                notify::event_reached(ev, status);
+            }
+            if r.release_settled.contains(&id) {
                 self.serve(Release { object: id });
             }
         }
