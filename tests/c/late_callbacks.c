@@ -4,9 +4,7 @@
  * each exactly once (the driver's late call is dropped), with the status each was registered
  * for. With an argument (`refused`), a registration the driver refuses. Prints what it saw;
  * the test (`c_clients.rs`) judges. */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
-#include <stdio.h>
+#include "check.h"
 #include <time.h>
 #include <unistd.h>
 
@@ -44,13 +42,11 @@ static int refused(cl_command_queue q) {
 }
 
 int main(int argc, char **argv) {
-    cl_platform_id plat;
     cl_device_id d;
     cl_int err;
-    if (clGetPlatformIDs(1, &plat, NULL) || clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &d, NULL)) return 2;
-    cl_context ctx = clCreateContext(NULL, 1, &d, NULL, NULL, &err);
+    cl_context ctx = first_device_context(&d);
     cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
-    if (err) return 3;
+    CHECK(err);
     if (argc > 1) return refused(q);
     const char *how[] = {"clWaitForEvents", "clFinish", "a status query"};
     double slowest = 0;
