@@ -2,7 +2,9 @@
  * returns CL_DEVICE_NOT_AVAILABLE it drops its objects, creates a new context on the same device
  * handle, and does its work again. Prints the number of faults it survived, the fd count of the
  * process before and after, and whether the final results are right.
- *   recover [MAX_ATTEMPTS]                                                                   */
+ *   recover [MAX_ATTEMPTS [ROUND_PAUSE_MS]]
+ * Each attempt runs three rounds with a pause after each (100 ms unless given): a test that
+ * must act while an attempt runs gives itself a wider window with a longer pause.            */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <dirent.h>
@@ -25,6 +27,8 @@ static void CL_CALLBACK on_context_error(const char *errinfo, const void *info, 
     fflush(stdout);
 }
 
+static int round_pause_ms = 100;
+
 static const char *SRC = "__kernel void k(__global int *o) { o[get_global_id(0)] = 3 * get_global_id(0); }";
 
 /* One attempt at the whole job; returns CL_SUCCESS or the first error. */
@@ -46,7 +50,7 @@ static cl_int attempt(cl_device_id d, int *correct) {
     for (int round = 0; round < 3; round++) {
         TRY(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 0, NULL, NULL));
         TRY(clFinish(q));
-        usleep(100 * 1000);
+        usleep(round_pause_ms * 1000);
     }
     TRY(clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
     *correct = 1;
@@ -63,6 +67,7 @@ done:
 
 int main(int argc, char **argv) {
     int max = argc > 1 ? atoi(argv[1]) : 5;
+    if (argc > 2) round_pause_ms = atoi(argv[2]);
     cl_platform_id plat; cl_device_id dev;
     if (clGetPlatformIDs(1, &plat, NULL) != CL_SUCCESS) { printf("no platform\n"); return 1; }
     if (clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, NULL) != CL_SUCCESS) { printf("no device\n"); return 1; }
