@@ -90,7 +90,9 @@ fn is_binary_sizes(req: &Request) -> bool {
 /// The class of each step. Anything not named here is `Other`.
 pub fn class_of(op: &str) -> Class {
     match op {
-        "GetInfo" | "GetDeviceIds" | "GetSupportedImageFormats" | "GetTimers" | "EventStatuses" => Class::Info,
+        "GetInfo" | "GetDeviceIds" | "GetSupportedImageFormats" | "GetTimers" | "EventStatuses" | "EventProfiles" => {
+            Class::Info
+        }
         "BuildProgram"
         | "CompileProgram"
         | "LinkProgram"
@@ -236,6 +238,7 @@ mod tests {
             ("RecordCommand", Other),
             ("EnqueueCommandBuffer", Other),
             ("EventStatuses", Info),
+            ("EventProfiles", Info),
             (INITIALIZE, Other),
             (PROGRAM_BINARY_SIZES, Build),
         ];

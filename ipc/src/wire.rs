@@ -181,6 +181,23 @@ pub struct StatusesReply {
     pub statuses: Vec<i32>,
 }
 
+/// One event as the trace and the timing report need it (`EventProfiles`).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventProfile {
+    /// `CL_EVENT_COMMAND_EXECUTION_STATUS`, or the error of asking it.
+    pub status: i32,
+    /// `CL_PROFILING_COMMAND_START` and `CL_PROFILING_COMMAND_END` of a complete event whose
+    /// driver answered both.
+    pub times: Option<(u64, u64)>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ProfilesReply {
+    pub status: i32,
+    /// One per event asked, in order.
+    pub profiles: Vec<EventProfile>,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct CreatedReply {
     pub status: i32,
@@ -652,6 +669,10 @@ wire_calls! {
     /// Each event of `events` also in `release_settled` (the shim's own, which the application
     /// never saw) is released once its status is `CL_COMPLETE` or an error, in the same call.
     EventStatuses { events: Vec<ObjectId>, release_settled: Vec<ObjectId> } -> StatusesReply;
+    /// The execution status of each event and, for a complete one, its profiling start and
+    /// end: the trace and the timing report time the commands they saw complete with one call,
+    /// not three each.
+    EventProfiles { events: Vec<ObjectId> } -> ProfilesReply;
 }
 
 /// Where each read of a `ReadBack` of `sizes` lands in its segment, one after the other, each
@@ -957,6 +978,7 @@ status_only!(
     KernelsReply { count, num_args },
     CountReply { count },
     StatusesReply { statuses },
+    ProfilesReply { profiles },
     CreatedReply { created, callback_sent },
     BuildReply { callback_sent },
     BinariesReply { binaries },

@@ -246,6 +246,19 @@ fn reply_to(req: Request, s: &mut Script) -> Vec<u8> {
             enc!(TimersReply { status: s.status(), device_timestamp: s.u64(), host_timestamp: s.u64() })
         }
         Request::RecordCommand(_) => enc!(SyncPointReply { status: s.status(), sync_point: s.u32() }),
+        // Any count (the shim checks it against what it asked) and any status or times.
+        Request::EventStatuses(_) => {
+            enc!(StatusesReply { status: s.status(), statuses: (0..s.byte() % 8).map(|_| s.status()).collect() })
+        }
+        Request::EventProfiles(_) => {
+            let profiles = (0..s.byte() % 8)
+                .map(|_| EventProfile {
+                    status: s.status(),
+                    times: s.byte().is_multiple_of(2).then(|| (s.u64(), s.u64())),
+                })
+                .collect();
+            enc!(ProfilesReply { status: s.status(), profiles })
+        }
         _ => enc!(s.status()),
     }
 }

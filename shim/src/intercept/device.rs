@@ -17,8 +17,6 @@ use cloister_ipc::cl::*;
 use crate::handle::{lookup, Kind, Object};
 
 const CL_QUEUE_PROFILING_ENABLE: cl_bitfield = 1 << 1;
-const CL_PROFILING_COMMAND_START: cl_uint = 0x1282;
-const CL_PROFILING_COMMAND_END: cl_uint = 0x1283;
 
 /// Whether device commands are timed: for the trace and the timing report.
 fn profiling() -> bool {
@@ -204,59 +202,69 @@ pub fn enqueued(label: String, queue: u64, app_event: u64, own: *mut c_void) {
 
 /// Writes the completed commands to the trace and releases their events. It never waits (a
 /// command may wait for a user event that never completes): called after `clFinish` and
-/// `clWaitForEvents`, before a queue or context is released, and at exit.
+/// `clWaitForEvents`, before a queue or context is released, and at exit. Each worker is asked
+/// about all of its events in one call (`EventProfiles`): three calls a command (the status, the
+/// start, the end) made a timed stream of small writes several times slower than an untimed one.
 pub fn drain() {
     let Some(settings) = super::SETTINGS.get() else { return };
     let taken = std::mem::take(&mut *pending().lock().unwrap_or_else(|e| e.into_inner()));
     OURS.with(|o| o.set(true));
     let mut left = Vec::new();
-    for p in taken {
-        let ev = p.event as *mut c_void;
-        let mut status: cl_int = CL_COMPLETE;
-        // SAFETY: an info query into a cl_int.
-        let rc = unsafe {
-            crate::api::clGetEventInfo(
-                ev,
-                CL_EVENT_COMMAND_EXECUTION_STATUS,
-                4,
-                (&mut status as *mut cl_int).cast(),
-                std::ptr::null_mut(),
-            )
-        };
-        if rc == CL_SUCCESS && status > CL_COMPLETE {
+    for (p, profile) in profiles(taken) {
+        if profile.status > CL_COMPLETE {
             left.push(p);
             continue;
         }
-        let (mut start, mut end) = (0u64, 0u64);
-        // SAFETY: info queries into cl_ulongs.
-        let times = unsafe {
-            crate::api::clGetEventProfilingInfo(
-                ev,
-                CL_PROFILING_COMMAND_START,
-                8,
-                (&mut start as *mut u64).cast(),
-                std::ptr::null_mut(),
-            ) == CL_SUCCESS
-                && crate::api::clGetEventProfilingInfo(
-                    ev,
-                    CL_PROFILING_COMMAND_END,
-                    8,
-                    (&mut end as *mut u64).cast(),
-                    std::ptr::null_mut(),
-                ) == CL_SUCCESS
-        };
-        if rc == CL_SUCCESS && status == CL_COMPLETE && times && end >= start {
-            if let Some(sink) = &settings.trace {
-                let queue = super::names::name_of("queue", p.queue);
-                super::trace::device_command(sink, &p.label, &queue, start, end);
-            }
-            if settings.timing.is_some() {
-                super::timing::add_device(&p.label, std::time::Duration::from_nanos(end - start));
+        if let (CL_COMPLETE, Some((start, end))) = (profile.status, profile.times) {
+            if end >= start {
+                if let Some(sink) = &settings.trace {
+                    let queue = super::names::name_of("queue", p.queue);
+                    super::trace::device_command(sink, &p.label, &queue, start, end);
+                }
+                if settings.timing.is_some() {
+                    super::timing::add_device(&p.label, std::time::Duration::from_nanos(end - start));
+                }
             }
         }
         // SAFETY: the reference taken (or the event created) for the trace.
-        unsafe { crate::api::clReleaseEvent(ev) };
+        unsafe { crate::api::clReleaseEvent(p.event as *mut c_void) };
     }
     OURS.with(|o| o.set(false));
     pending().lock().unwrap_or_else(|e| e.into_inner()).extend(left);
+}
+
+/// Each command's event status and times, asked of each worker in one call. An event the shim
+/// no longer knows, or whose worker cannot answer (dead, or answering with another count than
+/// it was asked for, which cuts it off), reads as settled without times.
+fn profiles(taken: Vec<Pending>) -> Vec<(Pending, cloister_ipc::EventProfile)> {
+    let unknown = cloister_ipc::EventProfile { status: CL_INVALID_EVENT, times: None };
+    // Per connection: its events' ids and where each command stands in `taken`.
+    let mut asks: Vec<(Arc<crate::conn::Conn>, Vec<cloister_ipc::ObjectId>, Vec<usize>)> = Vec::new();
+    let mut answers = vec![unknown; taken.len()];
+    for (i, p) in taken.iter().enumerate() {
+        let Ok(ev) = lookup(p.event as *const c_void, Kind::Event) else { continue };
+        match asks.iter_mut().find(|(conn, ..)| Arc::ptr_eq(conn, &ev.conn)) {
+            Some((_, ids, at)) => {
+                ids.push(ev.id);
+                at.push(i);
+            }
+            None => asks.push((ev.conn.clone(), vec![ev.id], vec![i])),
+        }
+    }
+    for (conn, ids, at) in asks {
+        let n = ids.len();
+        let got = match conn.call(cloister_ipc::EventProfiles { events: ids }) {
+            Ok(r) if r.status == CL_SUCCESS && r.profiles.len() == n => r.profiles,
+            Ok(r) if r.status == CL_SUCCESS => {
+                let what = format!("{} profiles for {n} events", r.profiles.len());
+                conn.reject("EventProfiles", &what);
+                continue;
+            }
+            _ => continue,
+        };
+        for (i, profile) in at.into_iter().zip(got) {
+            answers[i] = profile;
+        }
+    }
+    taken.into_iter().zip(answers).collect()
 }

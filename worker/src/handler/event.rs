@@ -28,6 +28,34 @@ impl Serve<EventStatuses> for LaneServer<'_> {
     }
 }
 
+impl Serve<EventProfiles> for LaneServer<'_> {
+    fn serve(&self, r: EventProfiles) -> ProfilesReply {
+        let profile = |id| {
+            let ev = match self.obj(id, Kind::Event) {
+                Ok(ev) => ev,
+                Err(e) => return EventProfile { status: e, times: None },
+            };
+            let status = event_status(ev).unwrap_or_else(|e| e);
+            if status > CL_COMPLETE {
+                return EventProfile { status, times: None };
+            }
+            // Complete or failed: its callbacks go now (see `notify::event_reached`).
+            notify::event_reached(ev, status);
+            let time = |param| {
+                let mut t = 0u64;
+                let (size, ptr) = (std::mem::size_of::<u64>(), (&mut t as *mut u64).cast());
+                (info_call(InfoTarget::EventProfiling, ev, 0, param, size, ptr, null_mut()) == CL_SUCCESS).then_some(t)
+            };
+            let times = match status {
+                CL_COMPLETE => time(CL_PROFILING_COMMAND_START).zip(time(CL_PROFILING_COMMAND_END)),
+                _ => None,
+            };
+            EventProfile { status, times }
+        };
+        ProfilesReply { status: CL_SUCCESS, profiles: r.events.iter().map(|&id| profile(id)).collect() }
+    }
+}
+
 impl Serve<WaitForEvents> for LaneServer<'_> {
     fn serve(&self, r: WaitForEvents) -> i32 {
         let evs = tri!(self.objs(&r.events, Kind::Event, CL_INVALID_EVENT));
