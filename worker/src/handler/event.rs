@@ -4,27 +4,24 @@ use super::*;
 
 impl Serve<EventStatuses> for LaneServer<'_> {
     fn serve(&self, r: EventStatuses) -> StatusesReply {
-        let statuses: Vec<i32> = r
+        // Every status first, then the releases (an id may be asked twice).
+        let asked: Vec<(Option<usize>, i32)> = r
             .events
             .iter()
             .map(|&id| match self.obj(id, Kind::Event) {
-                Ok(ev) => event_status(ev).unwrap_or_else(|e| e),
-                Err(_) => CL_INVALID_EVENT,
+                Ok(ev) => (Some(ev), event_status(ev).unwrap_or_else(|e| e)),
+                Err(_) => (None, CL_INVALID_EVENT),
             })
             .collect();
-        for (&id, &status) in r.events.iter().zip(&statuses) {
-            if status > CL_COMPLETE || status == CL_INVALID_EVENT {
-                continue;
-            }
-            if let Ok(ev) = self.obj(id, Kind::Event) {
-                // Complete or failed: its callbacks go now (see `notify::event_reached`).
-                notify::event_reached(ev, status);
-            }
+        for (&id, &(ev, status)) in r.events.iter().zip(&asked) {
+            let Some(ev) = ev.filter(|_| status <= CL_COMPLETE && status != CL_INVALID_EVENT) else { continue };
+            // Complete or failed: its callbacks go now (see `notify::event_reached`).
+            notify::event_reached(ev, status);
             if r.release_settled.contains(&id) {
                 self.serve(Release { object: id });
             }
         }
-        StatusesReply { status: CL_SUCCESS, statuses }
+        StatusesReply { status: CL_SUCCESS, statuses: asked.into_iter().map(|(_, status)| status).collect() }
     }
 }
 
