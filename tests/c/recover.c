@@ -3,8 +3,9 @@
  * handle, and does its work again. Prints the number of faults it survived, the fd count of the
  * process before and after, and whether the final results are right.
  *   recover [MAX_ATTEMPTS [ROUND_PAUSE_MS]]
- * Each attempt runs three rounds with a pause after each (100 ms unless given): a test that
- * must act while an attempt runs gives itself a wider window with a longer pause.            */
+ * Each attempt sets up (context, program, kernel, buffer), says "attempt N running", then runs
+ * three rounds with a pause after each (100 ms unless given): a test that must act while an
+ * attempt runs waits for that line and gives itself a wider window with a longer pause.      */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <dirent.h>
@@ -32,7 +33,7 @@ static int round_pause_ms = 100;
 static const char *SRC = "__kernel void k(__global int *o) { o[get_global_id(0)] = 3 * get_global_id(0); }";
 
 /* One attempt at the whole job; returns CL_SUCCESS or the first error. */
-static cl_int attempt(cl_device_id d, int *correct) {
+static cl_int attempt(cl_device_id d, int *correct, int n) {
     cl_int err, rc = CL_SUCCESS;
     cl_context ctx = NULL; cl_command_queue q = NULL; cl_program p = NULL; cl_kernel k = NULL; cl_mem m = NULL;
     int out[4096];
@@ -46,6 +47,9 @@ static cl_int attempt(cl_device_id d, int *correct) {
     k = clCreateKernel(p, "k", &err); TRY(err);
     m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof out, NULL, &err); TRY(err);
     TRY(clSetKernelArg(k, 0, sizeof m, &m));
+    /* Set up: a test that must act while the attempt runs its rounds waits for this line. */
+    printf("attempt %d running\n", n);
+    fflush(stdout);
     /* Three rounds with pauses, so a driver crash that lands after a call returned is met. */
     for (int round = 0; round < 3; round++) {
         TRY(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 0, NULL, NULL));
@@ -75,7 +79,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < max; i++) {
         printf("attempt %d starting\n", i + 1);
         fflush(stdout);
-        cl_int rc = attempt(dev, &correct);
+        cl_int rc = attempt(dev, &correct, i + 1);
         if (rc == CL_SUCCESS) {
             printf("attempt %d succeeded after %d faults; results %s\n", i + 1, faults, correct ? "correct" : "WRONG");
             printf("fds: %d then %d\n", fds_before, count_fds());
