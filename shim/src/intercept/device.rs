@@ -7,7 +7,6 @@
 //! of our own when it asked for none) waits in a list until it completes; its start and end
 //! then become a complete event on the queue's track.
 
-use std::cell::Cell;
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -42,11 +41,6 @@ struct Hidden {
 fn hidden() -> &'static Mutex<Hidden> {
     static H: OnceLock<Mutex<Hidden>> = OnceLock::new();
     H.get_or_init(Default::default)
-}
-
-thread_local! {
-    /// Set while the trace reads profiling itself: nothing is hidden from it.
-    static OURS: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `properties` with profiling on while tracing; whether that was our doing.
@@ -88,9 +82,6 @@ pub fn queue_created(r: Result<*mut c_void, cl_int>, forced: bool) -> Result<*mu
 }
 
 fn is_hidden(obj: &Object, events: bool) -> bool {
-    if OURS.with(Cell::get) {
-        return false;
-    }
     let h = hidden().lock().unwrap_or_else(|e| e.into_inner());
     match events {
         true => h.events.contains(&key(obj)),
@@ -208,7 +199,6 @@ pub fn enqueued(label: String, queue: u64, app_event: u64, own: *mut c_void) {
 pub fn drain() {
     let Some(settings) = super::SETTINGS.get() else { return };
     let taken = std::mem::take(&mut *pending().lock().unwrap_or_else(|e| e.into_inner()));
-    OURS.with(|o| o.set(true));
     let mut left = Vec::new();
     for (p, profile) in profiles(taken) {
         if profile.status > CL_COMPLETE {
@@ -229,7 +219,6 @@ pub fn drain() {
         // SAFETY: the reference taken (or the event created) for the trace.
         unsafe { crate::api::clReleaseEvent(p.event as *mut c_void) };
     }
-    OURS.with(|o| o.set(false));
     pending().lock().unwrap_or_else(|e| e.into_inner()).extend(left);
 }
 
