@@ -147,6 +147,14 @@ pub const CL_MAP_READ: cl_bitfield = 1 << 0;
 pub const CL_MAP_WRITE: cl_bitfield = 1 << 1;
 pub const CL_MAP_WRITE_INVALIDATE_REGION: cl_bitfield = 1 << 2;
 
+/// Whether a map with `flags` holds the object's contents once complete: every map but one for
+/// `CL_MAP_WRITE_INVALIDATE_REGION` alone. The specification refuses that flag beside
+/// `CL_MAP_READ` or `CL_MAP_WRITE`, but a driver that accepts the pair (pocl 3) maps with the
+/// contents, and a cage that then left its copy unfilled would write garbage back at the unmap.
+pub fn map_fills(flags: cl_bitfield) -> bool {
+    flags & CL_MAP_WRITE_INVALIDATE_REGION == 0 || flags & (CL_MAP_READ | CL_MAP_WRITE) != 0
+}
+
 // Program.
 pub const CL_PROGRAM_REFERENCE_COUNT: cl_uint = 0x1160;
 pub const CL_PROGRAM_CONTEXT: cl_uint = 0x1161;

@@ -1,6 +1,7 @@
-//! Transfers the shim makes itself, with no trip to the worker: reads and writes of a zero-copy
-//! buffer on an in-order queue of a CPU device, while every command enqueued on that queue is
-//! known to have completed; and `clFinish` on such a queue, which has nothing to wait for then.
+//! Transfers and maps the shim makes itself, with no trip to the worker: reads, writes and maps
+//! of a zero-copy buffer on an in-order queue of a CPU device, while every command enqueued on
+//! that queue is known to have completed; and `clFinish` on such a queue, which has nothing to
+//! wait for then.
 //!
 //! A zero-copy buffer's memory is a shared segment the driver uses as the buffer's own storage
 //! (`CL_MEM_USE_HOST_PTR` in the worker). On a CPU device that storage is all there is: no device
@@ -8,7 +9,10 @@
 //! queue's other commands. When the shim knows the queue is idle (its last blocking call, or
 //! `clFinish`, returned after the last enqueue), a blocking transfer has nothing to wait for and
 //! a copy here is exactly what the driver would do, minus two process wake-ups and the driver's
-//! own thread hand-off. A busy queue gets one `clFinish` round trip, then the copy.
+//! own thread hand-off. A busy queue gets one `clFinish` round trip, then the copy. A map on an
+//! idle queue is the shim's view of the memory, and its unmap orders nothing the driver needs to
+//! know of (the bytes are in place, and every later command reaches the worker after it): a
+//! loop of map, touch, unmap and `clFinish` makes no round trip at all.
 //!
 //! What the shim cannot know it does not assume. The direct path is taken only when:
 //! - the queue is in order, and only one thread has ever enqueued on it (with several, "idle"
@@ -16,13 +20,20 @@
 //! - every device of the queue's context is a CPU device with host-unified memory;
 //! - the buffer is a zero-copy buffer of the queue's own context, the transfer lies within it,
 //!   is not empty, and the buffer's host-access flags allow it;
-//! - there is no wait list and no event (an event would need the driver's object).
+//! - there is no wait list and no event (an event would need the driver's object);
+//! - for a map: the buffer is not `CL_MEM_USE_HOST_PTR` (its map hands out the application's
+//!   own memory, filled from the buffer's), and the flags are one of `CL_MAP_READ`,
+//!   `CL_MAP_WRITE`, both, or `CL_MAP_WRITE_INVALIDATE_REGION`. The unmap of such a mapping
+//!   with a wait list or an event has the worker map and unmap the range in one go, so the
+//!   event is a real unmap's; the map count (`CL_MEM_MAP_COUNT`) is the shim's.
 //!
 //! Everything else, a failing case included, takes the worker's path, which reports the
 //! driver's own error. `CLOISTER_ZERO_COPY=0` turns zero-copy buffers, and so this, off.
 
+use cloister_ipc::cl::*;
+
 use crate::conn::SharedView;
-use crate::handle::Object;
+use crate::handle::{ObjData, Object};
 
 /// Called before a command buffer is enqueued on `queues` (empty: the queues it was recorded
 /// for).
@@ -98,5 +109,43 @@ impl Direct {
                 cloister_ipc::log::in_shim(|| tracing::trace!(write = self.write, size = self.size, "direct transfer"));
             })
             .is_some()
+    }
+}
+
+/// A map the direct path may make: where the buffer's bytes are in this process.
+pub struct DirectMap {
+    at: *mut u8,
+}
+
+impl DirectMap {
+    /// The direct form of a map with `flags` of `[offset, offset + size)` of `m` on `q`, if every
+    /// condition in the module's documentation holds but idleness.
+    pub fn check(q: &Object, m: &Object, flags: u64, offset: usize, size: usize) -> Option<DirectMap> {
+        let state = q.data.queue_state()?;
+        let view: &SharedView = m.data.shared_view()?;
+        let ObjData::Mem { flags: mem_flags, .. } = &m.data else { return None };
+        let (read, write) = match flags {
+            CL_MAP_READ => (true, false),
+            CL_MAP_WRITE => (false, true),
+            f if f == CL_MAP_READ | CL_MAP_WRITE => (true, true),
+            CL_MAP_WRITE_INVALIDATE_REGION => (false, true),
+            _ => return None,
+        };
+        let allowed = |w: bool| m.data.host_transfer_allowed(state.context, w, offset, size);
+        if !state.capable()
+            || mem_flags & CL_MEM_USE_HOST_PTR != 0
+            || (read && !allowed(false))
+            || (write && !allowed(true))
+        {
+            return None;
+        }
+        Some(DirectMap { at: view.at(offset, size)? })
+    }
+
+    /// The mapping if the queue is idle now: `None` if it is not.
+    pub fn if_idle(&self, q: &Object) -> Option<*mut u8> {
+        let at = q.data.queue_state()?.while_idle(|| self.at)?;
+        cloister_ipc::log::in_shim(|| tracing::trace!("direct map"));
+        Some(at)
     }
 }

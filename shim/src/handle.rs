@@ -129,6 +129,9 @@ pub struct MapRecord {
     pub carried: bool,
     /// The dead worker's zero-copy memory the mapping points into, kept until the unmap.
     pub keep: Option<Arc<cloister_ipc::shm::SharedMapping>>,
+    /// Made by the shim alone (`crate::direct`): a zero-copy buffer's own memory, mapped while
+    /// its queue was idle; the worker never had the mapping.
+    pub in_shim: bool,
 }
 
 impl MapRecord {
@@ -140,7 +143,12 @@ impl MapRecord {
         mirror: Option<crate::mirror::Mirror>,
         range: MapArea,
     ) -> Self {
-        MapRecord { id, segment, flags, mirror, range, carried: false, keep: None }
+        MapRecord { id, segment, flags, mirror, range, carried: false, keep: None, in_shim: false }
+    }
+
+    /// A mapping the shim made itself (`crate::direct`) of a zero-copy buffer's own memory.
+    pub fn in_shim(flags: u64, range: MapArea) -> Self {
+        MapRecord { id: 0, segment: None, flags, mirror: None, range, carried: false, keep: None, in_shim: true }
     }
 
     /// Whether the mapping is for writing: its unmap writes it back.

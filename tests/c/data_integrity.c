@@ -238,6 +238,133 @@ static void host_ptr_flags(size_t n) {
   printf("host pointer flags %zu ok\n", n);
 }
 
+/* Maps the cage makes without the driver (issue 12: a zero-copy buffer mapped on an idle
+ * in-order queue of a CPU device is the shim's view of its memory, and its unmap reaches the
+ * worker only with a wait list or an event): the same refusals, the same map count, unmaps whose
+ * events are real unmaps and whose wait lists hold them back, and every byte where it belongs
+ * through maps of every kind between kernels and transfers. */
+static cl_uint map_count(cl_mem m) {
+  cl_uint count = 99;
+  CHECK(clGetMemObjectInfo(m, CL_MEM_MAP_COUNT, sizeof count, &count, NULL));
+  return count;
+}
+
+static void direct_maps(void) {
+  enum { N = (256 << 10) + 13 };
+  cl_int err;
+  unsigned char *ref = malloc(N), *got = malloc(N);
+  randomize(ref, N);
+  CHECK(clFinish(q));
+  cl_mem_flags refused[] = { CL_MEM_HOST_READ_ONLY, CL_MEM_HOST_NO_ACCESS, CL_MEM_HOST_WRITE_ONLY };
+  cl_map_flags kinds[] = { CL_MAP_READ, CL_MAP_WRITE, CL_MAP_READ | CL_MAP_WRITE, CL_MAP_WRITE_INVALIDATE_REGION };
+  for (int i = 0; i < 3; i++) {
+    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | refused[i], N, NULL, &err);
+    CHECK(err);
+    CHECK(clFinish(q));
+    for (int k = 0; k < 4; k++) {
+      void *p = clEnqueueMapBuffer(q, m, CL_TRUE, kinds[k], 0, N, 0, NULL, NULL, &err);
+      printf("host access flags %#llx, map flags %#llx: %d\n", (unsigned long long)refused[i],
+             (unsigned long long)kinds[k], err);
+      if (err == CL_SUCCESS) CHECK(clEnqueueUnmapMemObject(q, m, p, 0, NULL, NULL));
+    }
+    CHECK(clReleaseMemObject(m));
+  }
+  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, N, NULL, &err);
+  CHECK(err);
+  CHECK(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, N, ref, 0, NULL, NULL));
+  CHECK(clFinish(q));
+  /* Refused by the specification; a driver that maps anyway (pocl 3 reads and invalidates)
+   * must be unmapped from. */
+  void *odd = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE_INVALIDATE_REGION, 0, N, 0, NULL, NULL, &err);
+  printf("read and invalidate: %d\n", err);
+  if (err == CL_SUCCESS) CHECK(clEnqueueUnmapMemObject(q, m, odd, 0, NULL, NULL));
+  odd = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ, N - 3, 4, 0, NULL, NULL, &err);
+  printf("map past the end: %d\n", err);
+  if (err == CL_SUCCESS) CHECK(clEnqueueUnmapMemObject(q, m, odd, 0, NULL, NULL));
+  odd = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ, 0, 0, 0, NULL, NULL, &err);
+  printf("empty map: %d\n", err);
+  if (err == CL_SUCCESS) CHECK(clEnqueueUnmapMemObject(q, m, odd, 0, NULL, NULL));
+  CHECK(clFinish(q));
+  printf("unmap of no mapping: %d\n", clEnqueueUnmapMemObject(q, m, got, 0, NULL, NULL));
+  /* Two live maps of the idle queue, counted; gone after their unmaps and a finish. */
+  unsigned char *a = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ, 0, N, 0, NULL, NULL, &err);
+  CHECK(err);
+  unsigned char *b = clEnqueueMapBuffer(q, m, CL_FALSE, CL_MAP_READ, 7, 1000, 0, NULL, NULL, &err);
+  CHECK(err);
+  printf("map count with two maps: %u\n", map_count(m));
+  CHECK(clFinish(q));
+  same(a, ref, N, "idle read map", N);
+  same(b, ref + 7, 1000, "idle non-blocking read map", N);
+  CHECK(clEnqueueUnmapMemObject(q, m, b, 0, NULL, NULL));
+  CHECK(clEnqueueUnmapMemObject(q, m, a, 0, NULL, NULL));
+  CHECK(clFinish(q));
+  printf("map count after the unmaps: %u\n", map_count(m));
+  /* An idle write map whose unmap wants an event: a real unmap, complete after the wait. */
+  unsigned char *w = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_WRITE, 100, 5000, 0, NULL, NULL, &err);
+  CHECK(err);
+  same(w, ref + 100, 5000, "idle write map holds the buffer's bytes", N);
+  randomize(w, 5000);
+  memcpy(ref + 100, w, 5000);
+  cl_event unmapped;
+  CHECK(clEnqueueUnmapMemObject(q, m, w, 0, NULL, &unmapped));
+  cl_command_type type = 0;
+  CHECK(clGetEventInfo(unmapped, CL_EVENT_COMMAND_TYPE, sizeof type, &type, NULL));
+  EXPECT(type == CL_COMMAND_UNMAP_MEM_OBJECT, "an idle map's unmap event has command type 0x%x", (unsigned)type);
+  CHECK(clWaitForEvents(1, &unmapped));
+  CHECK(clReleaseEvent(unmapped));
+  check_all(m, ref, N, "after an idle write map unmapped with an event");
+  /* An idle write map whose unmap waits for a user event, a kernel behind the unmap: the kernel
+   * sees the map's bytes once the user event lets the unmap go. */
+  CHECK(clFinish(q));
+  w = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0, N, 0, NULL, NULL, &err);
+  CHECK(err);
+  randomize(ref, N);
+  memcpy(w, ref, N);
+  cl_event gate = clCreateUserEvent(ctx, &err);
+  CHECK(err);
+  CHECK(clEnqueueUnmapMemObject(q, m, w, 1, &gate, NULL));
+  run_add1(m, N);
+  CHECK(clFlush(q));
+  cl_int status = 0;
+  CHECK(clGetEventInfo(gate, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL));
+  EXPECT(status == CL_SUBMITTED, "the user event is %d", status);
+  CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+  CHECK(clReleaseEvent(gate));
+  for (size_t i = 0; i < N; i++) ref[i]++;
+  check_all(m, ref, N, "kernel behind an unmap held by a user event");
+  /* Maps of every kind at odd ranges, between kernels, transfers and finishes. */
+  for (int k = 0; k < 60; k++) {
+    size_t off, len;
+    range(N, &off, &len);
+    cl_map_flags flags = kinds[next() % 4];
+    if (k % 3 == 0) CHECK(clFinish(q));
+    unsigned char *p = clEnqueueMapBuffer(q, m, k % 2 ? CL_TRUE : CL_FALSE, flags, off, len, 0, NULL, NULL, &err);
+    CHECK(err);
+    if (k % 2 == 0) CHECK(clFinish(q));
+    if (flags != CL_MAP_WRITE_INVALIDATE_REGION) same(p, ref + off, len, "map between kernels", N);
+    if (flags != CL_MAP_READ) {
+      randomize(p, len);
+      memcpy(ref + off, p, len);
+    }
+    CHECK(clEnqueueUnmapMemObject(q, m, p, 0, NULL, NULL));
+    if (k % 4 == 1) {
+      run_add1(m, N);
+      for (size_t i = 0; i < N; i++) ref[i]++;
+    }
+    if (k % 5 == 2) {
+      range(N, &off, &len);
+      CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, off, len, got, 0, NULL, NULL));
+      same(got, ref + off, len, "read between maps", N);
+    }
+  }
+  check_all(m, ref, N, "after maps between kernels");
+  printf("map count at the end: %u\n", map_count(m));
+  CHECK(clReleaseMemObject(m));
+  free(ref);
+  free(got);
+  printf("direct map rules ok\n");
+}
+
 /* Many large buffers alive at once, under a descriptor limit far below their number. */
 /* What a transfer the cage makes without the driver (issue 12: zero-copy buffers on an idle
  * in-order queue of a CPU device) must still refuse, and the order it must keep. Each refusal
@@ -470,6 +597,7 @@ int main(void) {
   for (int i = 0; i < 5; i++) transfers(sizes[i]);
   sub_buffers();
   direct_rules();
+  direct_maps();
   host_ptr_flags(4096);
   host_ptr_flags((1 << 20) + 3);
   small_buffers();

@@ -9,10 +9,19 @@ use cloister_tests::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
+/// What the shim did without the worker in a caged run (`shim/src/direct.rs`), and how often it
+/// carved a slab of small buffers again.
+#[derive(Debug, PartialEq, Eq)]
+struct Direct {
+    transfers: usize,
+    idle_finishes: usize,
+    maps: usize,
+    slabs_again: usize,
+}
+
 /// Runs the client directly and caged (with `env`, and the shim's log of direct transfers on)
-/// and returns how many transfers, and how many `clFinish` calls, the shim answered without the
-/// worker (`shim/src/direct.rs`).
-fn passes(env: &[(&str, &str)]) -> (usize, usize, usize) {
+/// and counts from that log what the shim did without the worker.
+fn passes(env: &[(&str, &str)]) -> Direct {
     let exe = c_client("data_integrity");
     let d = direct(&exe, &[], &[]);
     assert!(d.status.success(), "direct run failed (the test itself is wrong):\n{}", text(&d));
@@ -25,18 +34,25 @@ fn passes(env: &[(&str, &str)]) -> (usize, usize, usize) {
     assert_eq!(String::from_utf8_lossy(&d.stdout), String::from_utf8_lossy(&c.stdout));
     let log = String::from_utf8_lossy(&c.stderr);
     let count = |what: &str| log.lines().filter(|l| l.contains(what)).count();
-    (count("direct transfer"), count("direct finish of an idle queue"), count("slab carved again"))
+    Direct {
+        transfers: count("direct transfer"),
+        idle_finishes: count("direct finish of an idle queue"),
+        maps: count("direct map"),
+        slabs_again: count("slab carved again"),
+    }
 }
 
-/// pocl is a host-unified CPU device: its buffers are zero-copy, and transfers on an idle
-/// in-order queue are the shim's own copies; every byte still lands where it belongs, and
-/// every refusal the driver makes is made.
+/// pocl is a host-unified CPU device: its buffers are zero-copy, and transfers and maps on an
+/// idle in-order queue are the shim's own; every byte still lands where it belongs, every
+/// refusal the driver makes is made, an unmap with a wait list or an event is a real unmap, and
+/// the map count is the driver's.
 #[test]
 fn zero_copy_buffers_keep_every_byte() {
-    let (direct_transfers, idle_finishes, slabs_again) = passes(&[]);
-    assert!(direct_transfers >= 100, "only {direct_transfers} transfers went the direct way");
-    assert!(idle_finishes >= 1, "no clFinish of an idle queue was answered without the worker");
-    assert!(slabs_again >= 2, "{slabs_again} slabs of small buffers were carved again");
+    let d = passes(&[]);
+    assert!(d.transfers >= 100, "only {} transfers went the direct way", d.transfers);
+    assert!(d.idle_finishes >= 1, "no clFinish of an idle queue was answered without the worker");
+    assert!(d.maps >= 40, "only {} maps went the direct way", d.maps);
+    assert!(d.slabs_again >= 2, "{} slabs of small buffers were carved again", d.slabs_again);
 }
 
 /// The same without replay's journal, whose views of released buffers also keep their slab
@@ -44,13 +60,15 @@ fn zero_copy_buffers_keep_every_byte() {
 /// in a slab lets it come back (`no_early_recycling` in the client fails if it comes back early).
 #[test]
 fn zero_copy_buffers_keep_every_byte_in_report_mode() {
-    let (_, _, slabs_again) = passes(&[("CLOISTER_RECOVERY", "report")]);
-    assert!(slabs_again >= 2, "{slabs_again} slabs of small buffers were carved again");
+    let d = passes(&[("CLOISTER_RECOVERY", "report")]);
+    assert!(d.slabs_again >= 2, "{} slabs of small buffers were carved again", d.slabs_again);
+    assert!(d.maps >= 40, "only {} maps went the direct way", d.maps);
 }
 
 #[test]
 fn staged_buffers_keep_every_byte() {
-    assert_eq!(passes(&[("CLOISTER_ZERO_COPY", "0")]), (0, 0, 0), "a staged buffer was copied directly");
+    let none = Direct { transfers: 0, idle_finishes: 0, maps: 0, slabs_again: 0 };
+    assert_eq!(passes(&[("CLOISTER_ZERO_COPY", "0")]), none, "a staged buffer was copied or mapped directly");
 }
 
 /// Staged transfers with the shim's copies split across threads (`ipc::copy`; the default on

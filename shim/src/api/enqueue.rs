@@ -194,7 +194,7 @@ pub(super) unsafe fn map_done(
     flags: u64,
     mirror: Option<Mirror>,
 ) {
-    let mirror = mirror.filter(|_| flags & CL_MAP_WRITE_INVALIDATE_REGION == 0);
+    let mirror = mirror.filter(|_| map_fills(flags));
     if blocking {
         if let Some(m) = mirror {
             // SAFETY: the view holds the mapped rows, packed.
@@ -222,7 +222,7 @@ pub(super) fn journal_map_in_flight(
     flags: u64,
     mirror: Option<Mirror>,
 ) {
-    let mirror = mirror.filter(|_| flags & CL_MAP_WRITE_INVALIDATE_REGION == 0);
+    let mirror = mirror.filter(|_| map_fills(flags));
     crate::recovery::journal_of(&q.conn).reading(read, event_id, view as usize, shape, mirror);
 }
 
@@ -585,9 +585,13 @@ pub unsafe fn clEnqueueMapBuffer(
 ) -> *mut c_void {
     let r = (|| {
         let (q, m) = queue_and_mem(queue, buffer)?;
+        let blocking = blocking_map != CL_FALSE;
+        let quiet = n == 0 && list.is_null() && event.is_null();
+        if let Some(r) = quiet.then(|| direct_map(&q, &m, blocking, map_flags, offset, size)).flatten() {
+            return r.map(|p| p.cast());
+        }
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
-        let blocking = blocking_map != CL_FALSE;
         // CL_MEM_USE_HOST_PTR: the spec requires the application's own pointer, holding the
         // device's data once the map is complete.
         let mirror = use_host_ptr(&m, offset, size)?;
@@ -644,6 +648,37 @@ pub unsafe fn clEnqueueMapBuffer(
     unsafe { super::creation(r, errcode_ret) }
 }
 
+/// A map the shim makes itself (`crate::direct`), of a map without a wait list or an event:
+/// `Some` with the mapping, or the error of the `clFinish` a blocking map on a busy queue waited
+/// with; `None` when it takes the worker's path.
+fn direct_map(
+    q: &Object,
+    m: &Object,
+    blocking: bool,
+    flags: u64,
+    offset: usize,
+    size: usize,
+) -> Option<Result<*mut u8, cl_int>> {
+    let map = crate::direct::DirectMap::check(q, m, flags, offset, size)?;
+    if q.conn.is_dead() {
+        return None;
+    }
+    if q.conn.replays() && crate::handle::map_writes(flags) {
+        crate::recovery::journal_of(&q.conn).changing(m.id, true);
+    }
+    let ptr = match map.if_idle(q) {
+        Some(ptr) => ptr,
+        None if blocking => match super::queue::flush_or_finish_queue(q, true) {
+            CL_SUCCESS => map.if_idle(q)?,
+            e => return Some(Err(e)),
+        },
+        None => return None,
+    };
+    let range = MapArea::Buffer { offset: offset as u64, size: size as u64 };
+    remember_map(q, m, ptr as usize, MapRecord::in_shim(flags, range));
+    Some(Ok(ptr))
+}
+
 /// Keeps a mapping the application now holds at `ptr` with its memory object (and in replay's
 /// journal), for the unmap to find.
 pub(super) fn remember_map(q: &Object, m: &Object, ptr: usize, record: MapRecord) {
@@ -667,8 +702,6 @@ pub unsafe fn clEnqueueUnmapMemObject(
     let ObjData::Mem { maps, .. } = &m.data else {
         return Err(CL_INVALID_MEM_OBJECT);
     };
-    // SAFETY: API contract.
-    let sync = unsafe { enqueue_sync(&q, n, list, event)? };
     let record = {
         let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
         let list = maps.get_mut(&(mapped_ptr as usize)).ok_or(CL_INVALID_VALUE)?;
@@ -678,10 +711,34 @@ pub unsafe fn clEnqueueUnmapMemObject(
         }
         rec
     };
+    let quiet = n == 0 && list.is_null() && event.is_null();
+    if record.in_shim && !record.carried && quiet && !q.conn.is_dead() {
+        // The worker never had the mapping, and nothing is to wait for or to report: the bytes
+        // are in place, and the queue stays as idle as it was.
+        if q.conn.replays() {
+            // SAFETY: the record was this mapping's, live until now.
+            unsafe { journal_unmap(&q, &m, mapped_ptr, &record, false, &EnqueueSync::default()) };
+        }
+        return Ok(CL_SUCCESS);
+    }
+    // SAFETY: API contract.
+    let sync = match unsafe { enqueue_sync(&q, n, list, event) } {
+        Ok(sync) => sync,
+        Err(e) => {
+            // The mapping stays the application's.
+            maps.lock().unwrap_or_else(|e| e.into_inner()).entry(mapped_ptr as usize).or_default().push(record);
+            return Err(e);
+        }
+    };
     if record.carried {
         // SAFETY: the record is the application's mapping at `mapped_ptr`, whose memory it
         // holds; event per API contract.
         return unsafe { unmap_carried(&q, &m, mapped_ptr, record, &sync, event) };
+    }
+    if record.in_shim {
+        // SAFETY: the record is the application's mapping at `mapped_ptr`; event per API
+        // contract.
+        return unsafe { unmap_in_shim(&q, &m, mapped_ptr, record, &sync, event) };
     }
     // A non-blocking map not yet seen complete needs no filling any more.
     let unsettled_map = crate::pending::of(&q.conn).forget_map(&q.conn, record.id);
@@ -709,6 +766,56 @@ pub unsafe fn clEnqueueUnmapMemObject(
     }
     // SAFETY: event per API contract.
     Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
+}
+
+/// Unmaps a mapping the shim made itself (`direct_map`) where the application gave a wait list
+/// or wants an event (or the worker died): the worker, which never had the mapping, maps the
+/// range and unmaps it in one go, so the unmap waits for the list and its event is a real
+/// unmap's. The bytes are in place already.
+///
+/// # Safety
+/// `record` is the application's mapping at `mapped_ptr`, valid until now; `event` is NULL or
+/// valid for a write.
+unsafe fn unmap_in_shim(
+    q: &Object,
+    m: &Object,
+    mapped_ptr: *mut c_void,
+    record: MapRecord,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+) -> Result<cl_int, cl_int> {
+    if q.conn.replays() {
+        // SAFETY: as the caller says.
+        unsafe { journal_unmap(q, m, mapped_ptr, &record, false, sync) };
+    }
+    let MapArea::Buffer { offset, size } = record.range else {
+        return Err(CL_INVALID_VALUE); // not reached: only buffers are mapped by the shim
+    };
+    // A non-blocking map has an event of the shim's (the worker keeps it with the mapping),
+    // released once the unmap behind it is sent.
+    let (map_sync, map_event) = with_own_event(q, &EnqueueSync::default());
+    let id = q.conn.alloc_id();
+    let map = EnqueueMapBuffer {
+        queue: q.id,
+        mem: m.id,
+        blocking: false,
+        flags: record.flags,
+        offset,
+        size,
+        segment: id,
+        in_place: true,
+        sync: map_sync,
+    };
+    let rc = match q.conn.call(map) {
+        Ok(CL_SUCCESS) => {
+            let rc = unmap(q, m, id, record.writes_back(), sync.clone());
+            let _ = q.conn.post(Release { object: map_event });
+            rc
+        }
+        other => other,
+    };
+    // SAFETY: event per the caller.
+    Ok(unsafe { finish_enqueue(q, sync, event, rc) })
 }
 
 /// Unmaps a mapping made in a worker that died since (replay mode carried `m` over while the

@@ -618,12 +618,18 @@ pub unsafe fn clGetSupportedImageFormats(
 forward_info!(clGetMemObjectInfo, cl_mem, Kind::Mem, InfoTarget::MemObject, mem_answers);
 
 /// A `CL_MEM_USE_HOST_PTR` buffer lives in the worker as `COPY_HOST_PTR`: its flags and host
-/// pointer answer as the application created it.
+/// pointer answer as the application created it. The map count is the mappings the application
+/// holds, as the shim recorded them: the driver never hears of a map the shim makes itself
+/// (`crate::direct`), and hears of an unmap only after the shim forgot the mapping.
 fn mem_answers(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
-    let ObjData::Mem { flags, host_ptr, .. } = &obj.data else {
+    let ObjData::Mem { flags, host_ptr, maps, .. } = &obj.data else {
         return None;
     };
     match param_name {
+        CL_MEM_MAP_COUNT => {
+            let held = maps.lock().unwrap_or_else(|e| e.into_inner()).values().map(Vec::len).sum::<usize>();
+            Some(Ok((held as cl_uint).to_ne_bytes().to_vec()))
+        }
         CL_MEM_FLAGS => Some(Ok(flags.to_ne_bytes().to_vec())),
         CL_MEM_HOST_PTR if *flags & CL_MEM_USE_HOST_PTR != 0 && *host_ptr != 0 => {
             Some(Ok(host_ptr.to_ne_bytes().to_vec()))

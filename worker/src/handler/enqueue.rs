@@ -158,7 +158,8 @@ impl Serve<EnqueueMapBuffer> for LaneServer<'_> {
             View::Segment(segment)
         };
         if let View::Segment(segment) = &view {
-            if self.worker.staging.pins_for(q) {
+            // A map of no bytes is the driver's too: a read of none succeeds, a map of none not.
+            if r.size > 0 && self.worker.staging.pins_for(q) && host_access_unrestricted(m) {
                 return self.map_by_reading(&r, q, m, segment.clone());
             }
         }
@@ -179,12 +180,21 @@ impl Serve<EnqueueMapBuffer> for LaneServer<'_> {
             ptr: p as usize,
             shape: Strided::linear(size),
             view,
-            wants_fill: flags & CL_MAP_WRITE_INVALIDATE_REGION == 0,
+            wants_fill: map_fills(flags),
             pending: None,
             staged: None,
         };
         self.map_done(&r.sync, r.blocking, r.segment, mapping)
     }
+}
+
+/// Whether `m` was made without host-access flags (`CL_MEM_HOST_*`). Only such a buffer's map is
+/// served by a read and its unmap by a write (`map_by_reading`): with them, that read or write
+/// answers otherwise than the driver's map (a writing map of a host-read-only buffer would
+/// succeed by reading and fail at its unmap; one of a host-write-only buffer fail at its read).
+fn host_access_unrestricted(m: usize) -> bool {
+    let restricted = CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS;
+    mem_info::<u64>(m, false, CL_MEM_FLAGS).is_ok_and(|flags| flags & restricted == 0)
 }
 
 impl Serve<FillMapping> for LaneServer<'_> {
@@ -241,7 +251,7 @@ impl LaneServer<'_> {
     fn map_by_reading(&self, r: &EnqueueMapBuffer, q: usize, m: usize, segment: Arc<SharedMapping>) -> cl_int {
         let (offset, size) = (r.offset as usize, r.size as usize);
         self.worker.staging.pin(q, segment.as_ptr(), segment.len());
-        let rc = if r.flags & CL_MAP_WRITE_INVALIDATE_REGION != 0 {
+        let rc = if !map_fills(r.flags) {
             // Nothing to read: the application overwrites the region.
             let f = driver_fn!(q, clEnqueueMarkerWithWaitList);
             // SAFETY: a live queue; the wait list and event come from `enqueue`.

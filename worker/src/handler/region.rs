@@ -192,7 +192,7 @@ impl Serve<EnqueueMapImage> for LaneServer<'_> {
         // In a 1D array the rows are the array's images, a slice pitch apart.
         let row_step = if image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY { slice_pitch } else { row_pitch };
         let shape = Strided { row_pitch: row_step, slice_pitch, ..packed };
-        let wants_fill = r.flags & CL_MAP_WRITE_INVALIDATE_REGION == 0;
+        let wants_fill = map_fills(r.flags);
         let mapping = Mapping {
             mem: m,
             ptr: p as usize,
