@@ -25,7 +25,8 @@
 //!   own memory, filled from the buffer's), and the flags are one of `CL_MAP_READ`,
 //!   `CL_MAP_WRITE`, both, or `CL_MAP_WRITE_INVALIDATE_REGION`. The unmap of such a mapping
 //!   with a wait list or an event has the worker map and unmap the range in one go, so the
-//!   event is a real unmap's; the map count (`CL_MEM_MAP_COUNT`) is the shim's.
+//!   event is a real unmap's; the map count (`CL_MEM_MAP_COUNT`) is the shim's. The worker is
+//!   asked once whether the buffer exists (its creation may have been posted, and failed).
 //!
 //! Everything else, a failing case included, takes the worker's path, which reports the
 //! driver's own error. `CLOISTER_ZERO_COPY=0` turns zero-copy buffers, and so this, off.
@@ -139,7 +140,11 @@ impl DirectMap {
         {
             return None;
         }
-        Some(DirectMap { at: view.at(offset, size)? })
+        let at = view.at(offset, size)?;
+        if !m.data.known_made() && !exists_in_worker(m) {
+            return None;
+        }
+        Some(DirectMap { at })
     }
 
     /// The mapping if the queue is idle now: `None` if it is not.
@@ -148,4 +153,17 @@ impl DirectMap {
         cloister_ipc::log::in_shim(|| tracing::trace!("direct map"));
         Some(at)
     }
+}
+
+/// Asks the worker whether `m` exists, once per buffer (`ObjData::known_made`): a posted creation
+/// may have failed in the driver, and every later map of the buffer must then return the
+/// driver's code, as it does through the worker. One round trip at a buffer's first direct map.
+fn exists_in_worker(m: &Object) -> bool {
+    let ask =
+        cloister_ipc::GetInfo { target: cloister_ipc::InfoTarget::MemObject, object: m.id, aux: 0, param: CL_MEM_SIZE };
+    let exists = m.conn.call(ask).is_ok_and(|reply| reply.status == CL_SUCCESS);
+    if exists {
+        m.data.mark_made();
+    }
+    exists
 }

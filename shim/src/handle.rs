@@ -210,6 +210,9 @@ pub enum ObjData {
         maps: Mutex<HashMap<usize, Vec<MapRecord>>>,
         /// A zero-copy buffer's memory, shared with the worker (see `SharedView`).
         shared: Option<SharedView>,
+        /// The worker has said the object exists (its creation, which may have been posted, did
+        /// not fail): `crate::direct` maps only such a buffer itself.
+        made: AtomicBool,
     },
     /// `app_source` is the application's own text when the driver was given a rewritten one
     /// (absolute `#include` names made relative to the staged headers' root).
@@ -240,7 +243,16 @@ impl ObjData {
     }
 
     pub fn mem(context: ObjectId, flags: u64, host_ptr: usize, host_len: usize, image: Option<ImageMeta>) -> Self {
-        ObjData::Mem { context, flags, host_ptr, host_len, image, maps: Mutex::new(HashMap::new()), shared: None }
+        ObjData::Mem {
+            context,
+            flags,
+            host_ptr,
+            host_len,
+            image,
+            maps: Mutex::new(HashMap::new()),
+            shared: None,
+            made: AtomicBool::new(false),
+        }
     }
 
     /// A zero-copy buffer (or sub-buffer) whose memory is `view`.
@@ -253,6 +265,7 @@ impl ObjData {
             image: None,
             maps: Mutex::new(HashMap::new()),
             shared: Some(view),
+            made: AtomicBool::new(false),
         }
     }
 
@@ -278,6 +291,18 @@ impl ObjData {
             && size > 0
             && offset.checked_add(size).is_some_and(|end| end <= *host_len)
             && flags & forbidden == 0
+    }
+
+    /// Whether the worker has said this memory object exists (`made`).
+    pub fn known_made(&self) -> bool {
+        matches!(self, ObjData::Mem { made, .. } if made.load(Ordering::Acquire))
+    }
+
+    /// The worker has said this memory object exists.
+    pub fn mark_made(&self) {
+        if let ObjData::Mem { made, .. } = self {
+            made.store(true, Ordering::Release);
+        }
     }
 
     /// A zero-copy buffer's memory, if this is one.
@@ -472,7 +497,7 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
     let mut reg = registry().write().unwrap_or_else(|e| e.into_inner());
     let Some(old) = reg.get(&h).cloned() else { return };
     let data = match &old.data {
-        ObjData::Mem { context, flags, host_ptr, host_len, image, shared, maps } => {
+        ObjData::Mem { context, flags, host_ptr, host_len, image, shared, maps, .. } => {
             // Mappings the application still holds keep their memory (the dead worker's
             // segment or zero-copy memory) until it unmaps them (`MapRecord::carried`).
             let mut held = std::mem::take(&mut *maps.lock().unwrap_or_else(|e| e.into_inner()));
@@ -490,6 +515,8 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
                 image: *image,
                 maps: Mutex::new(held),
                 shared: view.or_else(|| shared.clone()),
+                // Made again in the replacement, which says so in its own time.
+                made: AtomicBool::new(false),
             }
         }
         ObjData::Program { app_source, binary_sizes } => ObjData::Program {

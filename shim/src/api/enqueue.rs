@@ -634,6 +634,8 @@ pub unsafe fn clEnqueueMapBuffer(
             }
             return Err(rc.unwrap_or_else(|e| e));
         }
+        // The worker found the buffer: its creation did not fail (`crate::direct` maps then).
+        m.data.mark_made();
         // SAFETY: event per API contract; the mirror covers part of the buffer's host memory.
         unsafe { map_done(&q, &sync, event, event_id, blocking, (id, view), map_flags, mirror) };
         if let Some(read) = read_again {
