@@ -972,13 +972,19 @@ unsafe fn pipelined(
     // Per slot: the chunk in flight in it (its event, where it goes in `app`, its length).
     let mut in_flight: [Option<(ObjectId, usize, usize)>; 2] = [None, None];
     let n = size.div_ceil(chunk);
+    // Waits for a chunk's event, then lets go of it unless it is the application's (posted:
+    // nothing waits for the worker's release).
+    let wait_chunk = |ev: ObjectId| {
+        let rc = q.conn.call(WaitForEvents { events: vec![ev] });
+        if Some(ev) != sync.event {
+            let _ = q.conn.post(Release { object: ev });
+        }
+        rc
+    };
     // Waits for a slot's chunk; a read's bytes then go to the application.
     let land = |slot: usize, flight: (ObjectId, usize, usize)| -> Result<cl_int, cl_int> {
         let (ev, start, len) = flight;
-        let rc = q.conn.call(WaitForEvents { events: vec![ev] });
-        if Some(ev) != sync.event {
-            let _ = q.conn.call(Release { object: ev });
-        }
+        let rc = wait_chunk(ev);
         if rc == Ok(CL_SUCCESS) && !write {
             // SAFETY: the slot holds `len` bytes the driver read (it is at least `chunk` long);
             // `start + len <= size` bytes of `app` per the caller.
@@ -1044,13 +1050,7 @@ unsafe fn pipelined(
     };
     let rc = run();
     // After a failure, chunks still in flight must be done before their segments are reused.
-    let clean = in_flight.iter().flatten().all(|&(ev, _, _)| {
-        let done = q.conn.call(WaitForEvents { events: vec![ev] }).is_ok();
-        if Some(ev) != sync.event {
-            let _ = q.conn.call(Release { object: ev });
-        }
-        done
-    });
+    let clean = in_flight.iter().flatten().all(|&(ev, _, _)| wait_chunk(ev).is_ok());
     if clean {
         for seg in slots {
             q.conn.release_segment(seg);
