@@ -12,8 +12,10 @@
 # documented difference.
 #
 # Environment: PYOPENCL_SUITE_TIMEOUT (seconds per run, default 1500), PYOPENCL_SUITE_OUT (where
-# the junit xml, logs and per-test records go, default ${TMPDIR:-/tmp}/cloister-pyopencl-suite),
-# PYOPENCL_SUITE_NICE (default 10), PYOPENCL_TEST (platform to test, default "portable": pocl).
+# the junit xml, logs and per-test records go; default a fresh folder of its own,
+# ${TMPDIR:-/tmp}/cloister-pyopencl-suite.XXXXXX, kept and named in the output, so that two runs
+# at once never mix their records), PYOPENCL_SUITE_NICE (default 10), PYOPENCL_TEST (platform to
+# test, default "portable": pocl).
 set -euo pipefail
 
 if [ "$#" -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
@@ -27,7 +29,6 @@ shift
 PY=/usr/bin/python3
 RUN_TIMEOUT="${PYOPENCL_SUITE_TIMEOUT:-1500}"
 NICE="${PYOPENCL_SUITE_NICE:-10}"
-OUT="${PYOPENCL_SUITE_OUT:-${TMPDIR:-/tmp}/cloister-pyopencl-suite}"
 export PYOPENCL_TEST="${PYOPENCL_TEST:-portable}"
 export PYOPENCL_CTX="${PYOPENCL_CTX:-$PYOPENCL_TEST}"
 # pyopencl's binary cache would make the caged run load what the direct run built (and the
@@ -175,8 +176,14 @@ def pytest_runtest_logfinish(nodeid, location):
     _write(id=nodeid, phase="finish")
 EOF
 
-mkdir -p "$OUT"
-for name in direct caged; do rm -f "$OUT/$name".{xml,log,jsonl,rc}; done
+if [ -n "${PYOPENCL_SUITE_OUT:-}" ]; then
+    OUT="$PYOPENCL_SUITE_OUT"
+    mkdir -p "$OUT"
+    for name in direct caged; do rm -f "$OUT/$name".{xml,log,jsonl,rc}; done
+else
+    OUT="$(mktemp -d "${TMPDIR:-/tmp}/cloister-pyopencl-suite.XXXXXX")"
+fi
+echo "pyopencl-suite: records in $OUT"
 
 # run_suite NAME [PREFIX...]: runs the tests with PREFIX before python3, records in $OUT/NAME.*
 run_suite() {
