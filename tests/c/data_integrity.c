@@ -1,9 +1,10 @@
 /* Data integrity of transfers and maps (issue 12): random bytes at odd sizes and offsets, both
  * ways, blocking and not; sub-buffers; overlapping read maps beside a write map; a map's writes
  * seen by a kernel and a kernel's writes seen by a map; COPY_HOST_PTR initial contents;
- * USE_HOST_PTR memory kept in step; hundreds of small buffers side by side (the cage carves them
- * out of shared slabs), created and released in turns; thousands of large buffers under a low
- * descriptor limit.
+ * USE_HOST_PTR memory kept in step; the transfers and maps the cage makes without the driver on
+ * an idle queue of a CPU device, and what they must still refuse; hundreds of small buffers side
+ * by side (the cage carves them out of shared slabs), created and released in turns; thousands
+ * of large buffers under a low descriptor limit.
  *
  * Every check compares against a reference copy kept in host memory. A failed check prints FAIL
  * and exits 1; the last line is "data integrity ok". Sizes straddle the cage's thresholds: the
