@@ -241,7 +241,7 @@ static void host_ptr_flags(size_t n) {
 
 /* Maps the cage makes without the driver (issue 12: a zero-copy buffer mapped on an idle
  * in-order queue of a CPU device is the shim's view of its memory, and its unmap reaches the
- * worker only with a wait list or an event): the same refusals, the same map count, unmaps whose
+ * worker only with a wait list or an event): the same refusals, a map count, unmaps whose
  * events are real unmaps and whose wait lists hold them back, and every byte where it belongs
  * through maps of every kind between kernels and transfers. */
 static cl_uint map_count(cl_mem m) {
@@ -295,14 +295,17 @@ static void direct_maps(void) {
   CHECK(err);
   unsigned char *b = clEnqueueMapBuffer(q, m, CL_FALSE, CL_MAP_READ, 7, 1000, 0, NULL, NULL, &err);
   CHECK(err);
-  printf("map count with two maps: %u\n", map_count(m));
+  /* The count is "immediately stale" (the specification): pocl's lags its unmaps and said 3 here
+   * once, an earlier unmapped map still counted. With two maps live it is at least 2, not 0 (the
+   * count of a driver that never heard of them). */
+  cl_uint live = map_count(m);
+  EXPECT(live >= 2, "the map count with two maps live is %u", live);
   CHECK(clFinish(q));
   same(a, ref, N, "idle read map", N);
   same(b, ref + 7, 1000, "idle non-blocking read map", N);
   CHECK(clEnqueueUnmapMemObject(q, m, b, 0, NULL, NULL));
   CHECK(clEnqueueUnmapMemObject(q, m, a, 0, NULL, NULL));
   CHECK(clFinish(q));
-  printf("map count after the unmaps: %u\n", map_count(m));
   /* An idle write map whose unmap wants an event: a real unmap, complete after the wait. */
   unsigned char *w = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_WRITE, 100, 5000, 0, NULL, NULL, &err);
   CHECK(err);
@@ -362,7 +365,6 @@ static void direct_maps(void) {
     }
   }
   check_all(m, ref, N, "after maps between kernels");
-  printf("map count at the end: %u\n", map_count(m));
   CHECK(clReleaseMemObject(m));
   free(ref);
   free(got);
