@@ -140,16 +140,16 @@ impl DirectMap {
         {
             return None;
         }
-        let at = view.at(offset, size)?;
+        Some(DirectMap { at: view.at(offset, size)? })
+    }
+
+    /// The mapping of `m` if the queue `q` is idle now and the worker has said the buffer exists
+    /// (asked only here, where the map would otherwise be made): `None` if not.
+    pub fn if_idle(&self, q: &Object, m: &Object) -> Option<*mut u8> {
+        let at = q.data.queue_state()?.while_idle(|| self.at)?;
         if !m.data.known_made() && !exists_in_worker(m) {
             return None;
         }
-        Some(DirectMap { at })
-    }
-
-    /// The mapping if the queue is idle now: `None` if it is not.
-    pub fn if_idle(&self, q: &Object) -> Option<*mut u8> {
-        let at = q.data.queue_state()?.while_idle(|| self.at)?;
         cloister_ipc::log::in_shim(|| tracing::trace!("direct map"));
         Some(at)
     }
@@ -157,11 +157,10 @@ impl DirectMap {
 
 /// Asks the worker whether `m` exists, once per buffer (`ObjData::known_made`): a posted creation
 /// may have failed in the driver, and every later map of the buffer must then return the
-/// driver's code, as it does through the worker. One round trip at a buffer's first direct map.
+/// driver's code, as it does through the worker. One round trip at a buffer's first direct map
+/// (the queue stays idle: an info query is no command).
 fn exists_in_worker(m: &Object) -> bool {
-    let ask =
-        cloister_ipc::GetInfo { target: cloister_ipc::InfoTarget::MemObject, object: m.id, aux: 0, param: CL_MEM_SIZE };
-    let exists = m.conn.call(ask).is_ok_and(|reply| reply.status == CL_SUCCESS);
+    let exists = crate::info::query(m, cloister_ipc::InfoTarget::MemObject, 0, CL_MEM_SIZE).is_ok();
     if exists {
         m.data.mark_made();
     }

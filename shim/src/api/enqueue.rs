@@ -665,17 +665,17 @@ fn direct_map(
     if q.conn.is_dead() {
         return None;
     }
-    if q.conn.replays() && crate::handle::map_writes(flags) {
-        crate::recovery::journal_of(&q.conn).changing(m.id, true);
-    }
-    let ptr = match map.if_idle(q) {
+    let ptr = match map.if_idle(q, m) {
         Some(ptr) => ptr,
         None if blocking => match super::queue::flush_or_finish_queue(q, true) {
-            CL_SUCCESS => map.if_idle(q)?,
+            CL_SUCCESS => map.if_idle(q, m)?,
             e => return Some(Err(e)),
         },
         None => return None,
     };
+    if q.conn.replays() && crate::handle::map_writes(flags) {
+        crate::recovery::journal_of(&q.conn).changing(m.id, true);
+    }
     let range = MapArea::Buffer { offset: offset as u64, size: size as u64 };
     remember_map(q, m, ptr as usize, MapRecord::in_shim(flags, range));
     Some(Ok(ptr))
