@@ -25,8 +25,10 @@
 //!   own memory, filled from the buffer's), and the flags are one of `CL_MAP_READ`,
 //!   `CL_MAP_WRITE`, both, or `CL_MAP_WRITE_INVALIDATE_REGION`. The unmap of such a mapping
 //!   with a wait list or an event has the worker map and unmap the range in one go, so the
-//!   event is a real unmap's; the map count (`CL_MEM_MAP_COUNT`) is the shim's. The worker is
-//!   asked once whether the buffer exists (its creation may have been posted, and failed).
+//!   event is a real unmap's; the map count (`CL_MEM_MAP_COUNT`) is the shim's.
+//!
+//! The worker is asked once per buffer, at its first direct transfer or map, whether the buffer
+//! exists: its creation may have been posted, and failed in the driver.
 //!
 //! Everything else, a failing case included, takes the worker's path, which reports the
 //! driver's own error. `CLOISTER_ZERO_COPY=0` turns zero-copy buffers, and so this, off.
@@ -88,28 +90,34 @@ impl Direct {
         Some(Direct { at, app, size, write })
     }
 
-    /// Copies now if the queue is idle: `false` if it is not (nothing was copied).
+    /// Copies now if the queue `q` is idle and the worker has said the buffer `m` exists (asked
+    /// once, where the copy would otherwise be made): `Some(CL_SUCCESS)` when it copied, the
+    /// worker's code when the buffer does not exist, `None` if the queue is busy (nothing was
+    /// copied).
     ///
     /// # Safety
     /// The application's memory holds `size` bytes (readable for a write, writable for a read).
-    pub unsafe fn copy_if_idle(&self, q: &Object) -> bool {
-        let Some(state) = q.data.queue_state() else { return false };
-        state
-            .while_idle(|| {
-                // SAFETY: `at` is `size` bytes of the buffer's shared memory (checked by
-                // `SharedView::at`); `app` holds `size` bytes per the caller. The worker may write
-                // the shared memory meanwhile: that changes the data, never where it goes.
-                unsafe {
-                    match self.write {
-                        true => cloister_ipc::copy::copy(self.at, self.app.cast_const(), self.size),
-                        false => cloister_ipc::copy::copy(self.app, self.at.cast_const(), self.size),
-                    }
+    pub unsafe fn copy_if_idle(&self, q: &Object, m: &Object) -> Option<cl_int> {
+        let state = q.data.queue_state()?;
+        if !m.data.known_made() {
+            state.while_idle(|| ())?;
+            if let Err(code) = exists_in_worker(m) {
+                return Some(code);
+            }
+        }
+        state.while_idle(|| {
+            // SAFETY: `at` is `size` bytes of the buffer's shared memory (checked by
+            // `SharedView::at`); `app` holds `size` bytes per the caller. The worker may write
+            // the shared memory meanwhile: that changes the data, never where it goes.
+            unsafe {
+                match self.write {
+                    true => cloister_ipc::copy::copy(self.at, self.app.cast_const(), self.size),
+                    false => cloister_ipc::copy::copy(self.app, self.at.cast_const(), self.size),
                 }
-            })
-            .inspect(|_| {
-                cloister_ipc::log::in_shim(|| tracing::trace!(write = self.write, size = self.size, "direct transfer"));
-            })
-            .is_some()
+            }
+            cloister_ipc::log::in_shim(|| tracing::trace!(write = self.write, size = self.size, "direct transfer"));
+            CL_SUCCESS
+        })
     }
 }
 
@@ -144,25 +152,29 @@ impl DirectMap {
     }
 
     /// The mapping of `m` if the queue `q` is idle now and the worker has said the buffer exists
-    /// (asked only here, where the map would otherwise be made): `None` if not.
-    pub fn if_idle(&self, q: &Object, m: &Object) -> Option<*mut u8> {
+    /// (asked only here, where the map would otherwise be made), or the worker's code if it does
+    /// not exist: `None` if the queue is busy.
+    pub fn if_idle(&self, q: &Object, m: &Object) -> Option<Result<*mut u8, cl_int>> {
         let at = q.data.queue_state()?.while_idle(|| self.at)?;
-        if !m.data.known_made() && !exists_in_worker(m) {
-            return None;
+        if let Err(code) = exists_in_worker(m) {
+            return Some(Err(code));
         }
         cloister_ipc::log::in_shim(|| tracing::trace!("direct map"));
-        Some(at)
+        Some(Ok(at))
     }
 }
 
-/// Asks the worker whether `m` exists, once per buffer (`ObjData::known_made`): a posted creation
-/// may have failed in the driver, and every later map of the buffer must then return the
-/// driver's code, as it does through the worker. One round trip at a buffer's first direct map
-/// (the queue stays idle: an info query is no command).
-fn exists_in_worker(m: &Object) -> bool {
-    let exists = crate::info::query(m, cloister_ipc::InfoTarget::MemObject, 0, CL_MEM_SIZE).is_ok();
-    if exists {
-        m.data.mark_made();
+/// Whether `m` exists in the worker, asked once per buffer that does (`ObjData::known_made`): a
+/// posted creation may have failed in the driver, and every later transfer or map of the buffer
+/// must then return the driver's code, as it does through the worker (not land in memory no
+/// buffer owns). One round trip at a buffer's first direct transfer or map (the queue stays
+/// idle: an info query is no command). A failure is not remembered: it is asked again (a dead
+/// worker's code is not the buffer's for good).
+fn exists_in_worker(m: &Object) -> Result<(), cl_int> {
+    if m.data.known_made() {
+        return Ok(());
     }
-    exists
+    crate::info::query(m, cloister_ipc::InfoTarget::MemObject, 0, CL_MEM_SIZE)?;
+    m.data.mark_made();
+    Ok(())
 }

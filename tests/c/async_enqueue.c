@@ -10,7 +10,8 @@
  *           every later call returns, none hangs.
  *   alloc   a buffer whose allocation the driver fails (the fault driver fails odd sizes):
  *           what its creation, setting it as a kernel's argument, a fill of it, a blocking map
- *           of it, the context's callback and its release say, and that a buffer made after it works. */
+ *           of it, blocking transfers on the idle queue, the context's callback and its release
+ *           say, and that a buffer made after it works. */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <pthread.h>
@@ -265,6 +266,13 @@ static void alloc(void) {
     cl_int mrc = 1;
     void *mp = clEnqueueMapBuffer(q, bad, CL_TRUE, CL_MAP_READ, 0, 4, 0, NULL, NULL, &mrc);
     printf("alloc: blocking map -> %d (%s)\n", mrc, mp ? "mapped" : "NULL");
+    /* With the queue idle again, a transfer cloister would make itself (a zero-copy buffer on a
+     * CPU device) must still fail as the driver's does, not land in memory no buffer owns. */
+    printf("alloc: clFinish again -> %d\n", clFinish(q));
+    int v = 7;
+    printf("alloc: blocking write -> %d\n", clEnqueueWriteBuffer(q, bad, CL_TRUE, 0, sizeof v, &v, 0, NULL, NULL));
+    printf("alloc: blocking read -> %d\n", clEnqueueReadBuffer(q, bad, CL_TRUE, 0, sizeof v, &v, 0, NULL, NULL));
+    printf("alloc: clFinish after them -> %d\n", clFinish(q));
     printf("alloc: release -> %d\n", clReleaseMemObject(bad));
     print_heard("alloc");
   }

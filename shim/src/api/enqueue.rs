@@ -665,13 +665,17 @@ fn direct_map(
     if q.conn.is_dead() {
         return None;
     }
-    let ptr = match map.if_idle(q, m) {
-        Some(ptr) => ptr,
+    let mapped = match map.if_idle(q, m) {
+        Some(mapped) => mapped,
         None if blocking => match super::queue::flush_or_finish_queue(q, true) {
             CL_SUCCESS => map.if_idle(q, m)?,
-            e => return Some(Err(e)),
+            e => Err(e),
         },
         None => return None,
+    };
+    let ptr = match mapped {
+        Ok(ptr) => ptr,
+        e => return Some(e),
     };
     if q.conn.replays() && crate::handle::map_writes(flags) {
         crate::recovery::journal_of(&q.conn).changing(m.id, true);
@@ -1088,15 +1092,15 @@ unsafe fn direct(
     }
     let transfer = crate::direct::Direct::check(q, m, write, offset, size, app)?;
     // SAFETY: forwarded from the caller.
-    if unsafe { transfer.copy_if_idle(q) } {
-        return Some(CL_SUCCESS);
+    if let Some(rc) = unsafe { transfer.copy_if_idle(q, m) } {
+        return Some(rc);
     }
     if !blocking {
         return None;
     }
     match super::queue::flush_or_finish_queue(q, true) {
         // SAFETY: forwarded from the caller.
-        CL_SUCCESS => unsafe { transfer.copy_if_idle(q) }.then_some(CL_SUCCESS),
+        CL_SUCCESS => unsafe { transfer.copy_if_idle(q, m) },
         e => Some(e),
     }
 }
