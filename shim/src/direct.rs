@@ -15,8 +15,10 @@
 //! loop of map, touch, unmap and `clFinish` makes no round trip at all.
 //!
 //! What the shim cannot know it does not assume. The direct path is taken only when:
-//! - the queue is in order, and only one thread has ever enqueued on it (with several, "idle"
-//!   would race their enqueues: the queue then keeps the worker's path for good);
+//! - the queue is in order, and only one thread has ever used it (enqueued on it, or returned
+//!   from a blocking call on it: with several, "idle" would race their enqueues, and a thread's
+//!   `clFinish` would count another's commands sent meanwhile as complete; the queue then keeps
+//!   the worker's path for good);
 //! - every device of the queue's context is a CPU device with host-unified memory;
 //! - the buffer is a zero-copy buffer of the queue's own context, the transfer lies within it,
 //!   is not empty, and the buffer's host-access flags allow it;
@@ -83,7 +85,7 @@ impl Direct {
     pub fn check(q: &Object, m: &Object, write: bool, offset: usize, size: usize, app: *mut u8) -> Option<Direct> {
         let state = q.data.queue_state()?;
         let view: &SharedView = m.data.shared_view()?;
-        if !state.capable() || !m.data.host_transfer_allowed(state.context, write, offset, size) {
+        if !state.capable() || state.shared() || !m.data.host_transfer_allowed(state.context, write, offset, size) {
             return None;
         }
         let at = view.at(offset, size)?;
@@ -142,6 +144,7 @@ impl DirectMap {
         };
         let allowed = |w: bool| m.data.host_transfer_allowed(state.context, w, offset, size);
         if !state.capable()
+            || state.shared()
             || mem_flags & CL_MEM_USE_HOST_PTR != 0
             || (read && !allowed(false))
             || (write && !allowed(true))

@@ -282,15 +282,19 @@ impl ObjData {
     /// driver would accept and accepting nothing it would refuse: a buffer (not an image or
     /// pipe) of that context, a non-empty range within it, host access of that kind allowed.
     pub fn host_transfer_allowed(&self, context: ObjectId, write: bool, offset: usize, size: usize) -> bool {
-        let ObjData::Mem { context: own, flags, host_len, image: None, .. } = self else { return false };
+        let ObjData::Mem { flags, .. } = self else { return false };
         let forbidden = match write {
             true => CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS,
             false => CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS,
         };
-        *own == context
-            && size > 0
-            && offset.checked_add(size).is_some_and(|end| end <= *host_len)
-            && flags & forbidden == 0
+        self.buffer_range(context, offset, size) && flags & forbidden == 0
+    }
+
+    /// Whether this is a buffer (not an image or pipe) of `context` holding the non-empty range
+    /// `[offset, offset + size)`: what a copy or fill the shim posts must name.
+    pub fn buffer_range(&self, context: ObjectId, offset: usize, size: usize) -> bool {
+        let ObjData::Mem { context: own, host_len, image: None, .. } = self else { return false };
+        *own == context && size > 0 && offset.checked_add(size).is_some_and(|end| end <= *host_len)
     }
 
     /// Whether the worker has said this memory object exists (`made`).

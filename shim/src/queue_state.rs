@@ -59,31 +59,70 @@ impl QueueState {
         self.in_order
     }
 
-    /// Called before every command enqueued on the queue through the worker.
-    pub fn enqueuing(&self) {
-        if !self.capable {
+    /// Notes that the calling thread uses the queue: the first thread to do so owns it, any
+    /// other marks it shared for good.
+    fn used_by_this_thread(&self) {
+        let me = thread_token();
+        if self.owner.load(SeqCst) == me {
             return;
         }
-        let me = thread_token();
         match self.owner.compare_exchange(0, me, SeqCst, SeqCst) {
             Ok(_) => {}
             Err(owner) if owner == me => {}
             Err(_) => self.shared.store(true, SeqCst),
         }
-        self.enqueued.fetch_add(1, SeqCst);
-        // A copy that began before this command existed finishes first, as if it had been
-        // enqueued (and completed) before it.
+    }
+
+    /// Whether a second thread has used the queue (then "idle" is never trusted again, and a
+    /// transfer made of several commands cannot keep other threads' commands out from between
+    /// them).
+    pub fn shared(&self) -> bool {
+        self.shared.load(SeqCst)
+    }
+
+    /// Called before every command enqueued on the queue through the worker.
+    pub fn enqueuing(&self) {
+        if !self.in_order {
+            return;
+        }
+        self.used_by_this_thread();
+        if self.capable {
+            self.enqueued.fetch_add(1, SeqCst);
+        }
+        // A copy (or `exclusive` transfer) that began before this command existed finishes
+        // first, as if it had been enqueued (and completed) before it.
         while self.copying.load(SeqCst) != 0 {
             std::thread::yield_now();
         }
     }
 
     /// Called when a blocking call on the queue (`clFinish`, a blocking transfer or map) has
-    /// returned successfully: every command enqueued before it has completed.
+    /// returned successfully: every command enqueued before it has completed. A thread other
+    /// than the one that enqueued marks the queue shared: the commands the owner enqueued while
+    /// this call was under way are counted but need not be complete (a thread that only read
+    /// and called `clFinish` while another enqueued fills got torn reads).
     pub fn blocking_call_returned(&self) {
         if self.capable {
+            self.used_by_this_thread();
             self.settled.fetch_max(self.enqueued.load(SeqCst), SeqCst);
         }
+    }
+
+    /// Runs `transfer`, a transfer made of several commands (the driver's map, the shim's copy,
+    /// the unmap), with every other thread's next enqueue on the queue held back until it is
+    /// done, so none lands between its commands, as none can within the driver's one command:
+    /// if no other thread has used this in-order queue (with one, the transfer's first command
+    /// could wait for that thread's earlier commands, and they for something it does after its
+    /// next enqueue). `None` if another has. An out-of-order queue orders nothing: `transfer`
+    /// just runs.
+    pub fn exclusive<R>(&self, transfer: impl FnOnce() -> R) -> Option<R> {
+        if !self.in_order {
+            return Some(transfer());
+        }
+        self.copying.fetch_add(1, SeqCst);
+        let r = (!self.shared.load(SeqCst)).then(transfer);
+        self.copying.fetch_sub(1, SeqCst);
+        r
     }
 
     /// Runs `copy` now if the queue is idle and only one thread uses it; `None` if not.

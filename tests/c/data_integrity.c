@@ -2,7 +2,8 @@
  * ways, blocking and not; sub-buffers; overlapping read maps beside a write map; a map's writes
  * seen by a kernel and a kernel's writes seen by a map; COPY_HOST_PTR initial contents;
  * USE_HOST_PTR memory kept in step; the transfers and maps the cage makes without the driver on
- * an idle queue of a CPU device, and what they must still refuse; hundreds of small buffers side
+ * an idle queue of a CPU device, and what they must still refuse; blocking reads beside another
+ * thread's fills on the same queue, never torn; hundreds of small buffers side
  * by side (the cage carves them out of shared slabs), created and released in turns; thousands
  * of large buffers under a low descriptor limit.
  *
@@ -401,7 +402,51 @@ static void direct_rules(void) {
   CHECK(err);
   printf("buffer of another context: %d\n", clEnqueueWriteBuffer(q, foreign, CL_TRUE, 0, N, ref, 0, NULL, NULL));
   CHECK(clReleaseMemObject(foreign));
+  /* A map unmapped on a queue of another context is refused, and stays mapped for the right
+   * unmap (the shim's own record of it included). */
+  cl_command_queue other_q = clCreateCommandQueue(other, dev, 0, &err);
+  CHECK(err);
+  CHECK(clFinish(q));
+  void *mapped = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ, 0, 64, 0, NULL, NULL, &err);
+  CHECK(err);
+  printf("unmap on another context's queue: %d\n", clEnqueueUnmapMemObject(other_q, m, mapped, 0, NULL, NULL));
+  printf("unmap on its own queue: %d\n", clEnqueueUnmapMemObject(q, m, mapped, 0, NULL, NULL));
+  CHECK(clReleaseCommandQueue(other_q));
   CHECK(clReleaseContext(other));
+  /* A wait list pointer with no events is refused, by the transfers the cage makes itself too. */
+  cl_event none = clCreateUserEvent(ctx, &err);
+  CHECK(err);
+  CHECK(clFinish(q));
+  cl_int read_rc = clEnqueueReadBuffer(q, m, CL_TRUE, 0, 16, got, 0, &none, NULL);
+  cl_int write_rc = clEnqueueWriteBuffer(q, m, CL_TRUE, 0, 16, ref, 0, &none, NULL);
+  cl_int nb_write_rc = clEnqueueWriteBuffer(q, m, CL_FALSE, 0, 16, ref, 0, &none, NULL);
+  printf("a wait list with no events: read %d, write %d, non-blocking write %d\n", read_rc, write_rc, nb_write_rc);
+  CHECK(clSetUserEventStatus(none, CL_COMPLETE));
+  CHECK(clReleaseEvent(none));
+  /* Non-blocking transfers the driver refuses fail at once, not at the next blocking call. */
+  cl_mem read_only = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_HOST_READ_ONLY, 64, NULL, &err);
+  CHECK(err);
+  write_rc = clEnqueueWriteBuffer(q, read_only, CL_FALSE, 0, 64, ref, 0, NULL, NULL);
+  read_rc = clEnqueueReadBuffer(q, read_only, CL_FALSE, 32, 64, got, 0, NULL, NULL);
+  printf("non-blocking: write to a host-read-only buffer %d, read past its end %d; clFinish %d\n", write_rc,
+         read_rc, clFinish(q));
+  CHECK(clReleaseMemObject(read_only));
+  /* Copies and fills the driver refuses fail at once, and the blocking read after them reads
+   * what was written (before, they failed late, and the read returned their error instead). */
+  cl_mem small = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
+  CHECK(err);
+  CHECK(clEnqueueWriteBuffer(q, small, CL_TRUE, 0, 64, ref, 0, NULL, NULL));
+  unsigned char pattern[4] = { 1, 2, 3, 4 };
+  cl_int past = clEnqueueCopyBuffer(q, small, m, 32, 0, 64, 0, NULL, NULL);
+  cl_int overlap = clEnqueueCopyBuffer(q, small, small, 0, 8, 16, 0, NULL, NULL);
+  cl_int three = clEnqueueFillBuffer(q, small, pattern, 3, 0, 63, 0, NULL, NULL);
+  cl_int misaligned = clEnqueueFillBuffer(q, small, pattern, 4, 2, 8, 0, NULL, NULL);
+  cl_int beyond = clEnqueueFillBuffer(q, small, pattern, 4, 32, 64, 0, NULL, NULL);
+  cl_int read_after = clEnqueueReadBuffer(q, small, CL_TRUE, 0, 64, got, 0, NULL, NULL);
+  printf("copy past the end %d, overlapping %d; fill of pattern size 3 %d, misaligned %d, past the end %d; "
+         "the read after them %d\n", past, overlap, three, misaligned, beyond, read_after);
+  same(got, ref, 64, "a buffer after refused copies and fills", 64);
+  CHECK(clReleaseMemObject(small));
   /* Order: an idle write, a kernel, a non-blocking write behind the kernel, a kernel, a blocking
    * read behind it: ref+1 overwritten by ref2, then +1. */
   CHECK(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, N, ref, 0, NULL, NULL));
@@ -429,6 +474,66 @@ static void direct_rules(void) {
   free(ref2);
   free(got);
   printf("direct transfer rules ok\n");
+}
+
+/* Another thread fills a buffer with one byte value after another (in order, on the same
+ * queue) while this one reads it whole with blocking reads: on an in-order queue no fill runs
+ * while a read does, so every read sees one value. Sizes the cage copies itself (64 KiB+), maps
+ * in place (256 KiB+) and pipelines (4 MiB+). With `main_first`, this thread enqueues before the
+ * other starts; without, it never enqueues at all (only reads and clFinish). */
+#include <pthread.h>
+struct producer { cl_mem m; size_t n; volatile int done; };
+static void *produce(void *arg) {
+  struct producer *p = arg;
+  for (int i = 1; i <= 120; i++) {
+    unsigned char v = (unsigned char)i;
+    CHECK(clEnqueueFillBuffer(q, p->m, &v, 1, 0, p->n, 0, NULL, NULL));
+    CHECK(clFlush(q));
+    usleep(200 + (i * 37) % 500);
+  }
+  p->done = 1;
+  return NULL;
+}
+static void reads_beside_a_producer(size_t n, int main_first) {
+  cl_int err;
+  /* A queue of its own: the reads here must not change what the other sections' queue knows. */
+  cl_command_queue saved = q;
+  q = clCreateCommandQueue(ctx, dev, 0, &err);
+  CHECK(err);
+  unsigned char *got = calloc(n, 1);
+  /* Zeros to begin with, by creation (no enqueue). */
+  struct producer p = { clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, got, &err), n, 0 };
+  CHECK(err);
+  if (main_first) {
+    unsigned char zero = 0;
+    CHECK(clEnqueueFillBuffer(q, p.m, &zero, 1, 0, n, 0, NULL, NULL));
+  }
+  CHECK(clFinish(q));
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, produce, &p) == 0, "no thread");
+  int reads = 0;
+  while (!p.done) {
+    CHECK(clFinish(q));
+    CHECK(clEnqueueReadBuffer(q, p.m, CL_TRUE, 0, n, got, 0, NULL, NULL));
+    reads++;
+    for (size_t k = 1; k < n; k += 509)
+      EXPECT(got[k] == got[0], "read %d of %zu bytes beside another thread's fills is torn: byte %zu is %u, byte 0 %u",
+             reads, n, k, got[k], got[0]);
+  }
+  EXPECT(pthread_join(t, NULL) == 0, "join");
+  CHECK(clFinish(q));
+  CHECK(clReleaseMemObject(p.m));
+  CHECK(clReleaseCommandQueue(q));
+  q = saved;
+  free(got);
+}
+static void two_threads(void) {
+  size_t sizes[] = { (64 << 10) + 64, (512 << 10) + 64, (8 << 20) + 64 };
+  for (int i = 0; i < 3; i++) {
+    reads_beside_a_producer(sizes[i], 0);
+    reads_beside_a_producer(sizes[i], 1);
+  }
+  printf("reads beside another thread's fills ok\n");
 }
 
 /* Small buffers of odd sizes up to 70 KiB (the cage's slabs take up to 64 KiB each, 1 MiB a
@@ -604,6 +709,7 @@ int main(void) {
   sub_buffers();
   direct_rules();
   direct_maps();
+  two_threads();
   host_ptr_flags(4096);
   host_ptr_flags((1 << 20) + 3);
   small_buffers();

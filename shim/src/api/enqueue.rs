@@ -306,14 +306,14 @@ pub unsafe fn clEnqueueReadBuffer(
         }
         // SAFETY: ptr holds `size` writable bytes per the API contract.
         if let Some(rc) =
-            unsafe { direct(&q, &m, false, blocking_read != CL_FALSE, offset, size, ptr.cast(), n, event) }
+            unsafe { direct(&q, &m, false, blocking_read != CL_FALSE, offset, size, ptr.cast(), (n, list), event) }
         {
             return Ok(rc);
         }
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let mirror = use_host_ptr(&m, offset, size)?;
-        if blocking_read == CL_FALSE && size <= NON_BLOCKING_MAX {
+        if blocking_read == CL_FALSE && size <= NON_BLOCKING_MAX && transfer_vouched(&q, &m, false, offset, size) {
             let shape = Strided::linear(size);
             let transfer = Transfer::Read { dst: ptr as usize, shape, mirror };
             let segment = q.conn.acquire_segment(size)?;
@@ -402,14 +402,16 @@ pub unsafe fn clEnqueueWriteBuffer(
         }
         let app = ptr.cast_mut().cast();
         // SAFETY: ptr holds `size` bytes per the API contract (only read, for a write).
-        if let Some(rc) = unsafe { direct(&q, &m, true, blocking_write != CL_FALSE, offset, size, app, n, event) } {
+        if let Some(rc) =
+            unsafe { direct(&q, &m, true, blocking_write != CL_FALSE, offset, size, app, (n, list), event) }
+        {
             landed = true;
             return Ok(rc);
         }
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let posted = match blocking_write {
-            CL_FALSE => size <= NON_BLOCKING_MAX,
+            CL_FALSE => size <= NON_BLOCKING_MAX && transfer_vouched(&q, &m, true, offset, size),
             _ => n == 0 && event.is_null() && size < PIPE_MIN && vouched_write(&q, &m, offset, size),
         };
         if posted {
@@ -478,9 +480,16 @@ pub unsafe fn clEnqueueWriteBuffer(
 /// The driver's remaining refusals (allocation failures) come late, as a posted enqueue's do.
 fn vouched_write(q: &Object, m: &Object, offset: usize, size: usize) -> bool {
     let own_memory = matches!(m.data, ObjData::Mem { host_ptr, .. } if host_ptr != 0);
-    q.data
-        .queue_state()
-        .is_some_and(|state| !own_memory && m.data.host_transfer_allowed(state.context, true, offset, size))
+    !own_memory && transfer_vouched(q, m, true, offset, size)
+}
+
+/// Whether a read (`write == false`) or write of `[offset, offset + size)` of `m` on `q` may be
+/// posted, its every refusal but the driver's lack of memory made by the shim: a buffer of the
+/// queue's context, a range within it and not empty, host access of that kind allowed. Any
+/// other goes through a call and returns the driver's own error (a non-blocking write to a
+/// `CL_MEM_HOST_READ_ONLY` buffer, or a read past its end, said `CL_SUCCESS` and failed late).
+fn transfer_vouched(q: &Object, m: &Object, write: bool, offset: usize, size: usize) -> bool {
+    q.data.queue_state().is_some_and(|state| m.data.host_transfer_allowed(state.context, write, offset, size))
 }
 
 /// Below this a write's data is copied into the journal (cheap) rather than keeping its staging
@@ -544,8 +553,21 @@ pub unsafe fn clEnqueueCopyBuffer(
         size: size as u64,
         sync,
     };
+    // Posted only when the shim can make the driver's refusals itself: both ranges within their
+    // buffers of the queue's context, two different buffers (a copy within one may overlap:
+    // `CL_MEM_COPY_OVERLAP`). Any other copy waits for the driver's answer, so its error is
+    // this call's, not a late one.
+    let context = q.data.queue_state().map(|state| state.context);
+    let vouched = context.is_some_and(|c| {
+        s.id != d.id && s.data.buffer_range(c, src_offset, size) && d.data.buffer_range(c, dst_offset, size)
+    });
     // SAFETY: the wait list and event per API contract.
-    unsafe { enqueue_posted(&q, n, list, event, make) }
+    unsafe {
+        match vouched {
+            true => enqueue_posted(&q, n, list, event, make),
+            false => super::enqueue_call(&q, n, list, event, make),
+        }
+    }
 }
 
 pub unsafe fn clEnqueueFillBuffer(
@@ -567,8 +589,20 @@ pub unsafe fn clEnqueueFillBuffer(
     let pattern = unsafe { slice(pattern.cast::<u8>(), pattern_size, CL_INVALID_VALUE)? }.to_vec();
     let make =
         |sync| EnqueueFillBuffer { queue: q.id, mem: m.id, pattern, offset: offset as u64, size: size as u64, sync };
+    // Posted only when the shim can make the driver's refusals itself (a pattern size the
+    // specification names, offset and size its multiples, the range within a buffer of the
+    // queue's context); any other fill waits for the driver's answer.
+    let vouched = pattern_size.is_power_of_two()
+        && offset.is_multiple_of(pattern_size)
+        && size.is_multiple_of(pattern_size)
+        && q.data.queue_state().is_some_and(|state| m.data.buffer_range(state.context, offset, size));
     // SAFETY: the wait list and event per API contract.
-    unsafe { enqueue_posted(&q, n, list, event, make) }
+    unsafe {
+        match vouched {
+            true => enqueue_posted(&q, n, list, event, make),
+            false => super::enqueue_call(&q, n, list, event, make),
+        }
+    }
 }
 
 pub unsafe fn clEnqueueMapBuffer(
@@ -705,9 +739,15 @@ pub unsafe fn clEnqueueUnmapMemObject(
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
     let (q, m) = queue_and_mem(queue, memobj)?;
-    let ObjData::Mem { maps, .. } = &m.data else {
+    let ObjData::Mem { maps, context, .. } = &m.data else {
         return Err(CL_INVALID_MEM_OBJECT);
     };
+    // Refused before the mapping is taken off the record (the application's right unmap
+    // afterwards must still find it), as the driver refuses it (a quiet unmap of a mapping the
+    // shim made itself would otherwise have succeeded).
+    if q.data.queue_state().is_some_and(|state| state.context != *context) {
+        return Err(CL_INVALID_CONTEXT);
+    }
     let record = {
         let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
         let list = maps.get_mut(&(mapped_ptr as usize)).ok_or(CL_INVALID_VALUE)?;
@@ -956,6 +996,11 @@ const PIPE_CHUNK_MAX: usize = 8 << 20;
 /// Every chunk carries the wait list (an out-of-order queue may run them in any order); the
 /// application's event is the last chunk's, and the call returns only when all are done.
 ///
+/// On an in-order queue no other thread's command may run between the chunks, where the driver
+/// runs one command whole (a fill between the chunks of a read tore it): while no other thread
+/// has used the queue, the chunks go `exclusive`ly (another thread's first enqueue waits for
+/// them); once one has, the transfer is one command, through one segment of its size.
+///
 /// # Safety
 /// `app` holds `size` bytes, readable for a write, writable for a read; `event` is NULL or
 /// valid for a write.
@@ -970,12 +1015,37 @@ unsafe fn pipelined(
     sync: &EnqueueSync,
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
-    let _settled = SettleAfter::new(q);
     let chunk = (size / 8).clamp(PIPE_CHUNK_MIN, PIPE_CHUNK_MAX);
-    let slots = [q.conn.acquire_segment(chunk)?, q.conn.acquire_segment(chunk)?];
+    // SAFETY (all three): forwarded from the caller.
+    let in_chunks = |chunk| unsafe { pipelined_in(q, m, write, offset, size, app, sync, event, chunk) };
+    match q.data.queue_state().map(|state| state.exclusive(|| in_chunks(chunk))) {
+        Some(Some(r)) => r,
+        Some(None) => in_chunks(size),
+        None => in_chunks(chunk),
+    }
+}
+
+/// `pipelined` in chunks of `chunk` bytes.
+///
+/// # Safety
+/// As for `pipelined`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn pipelined_in(
+    q: &Object,
+    m: &Object,
+    write: bool,
+    offset: usize,
+    size: usize,
+    app: *mut u8,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+    chunk: usize,
+) -> Result<cl_int, cl_int> {
+    let _settled = SettleAfter::new(q);
+    let n = size.div_ceil(chunk);
+    let slots = (0..n.min(2)).map(|_| q.conn.acquire_segment(chunk)).collect::<Result<Vec<_>, _>>()?;
     // Per slot: the chunk in flight in it (its event, where it goes in `app`, its length).
     let mut in_flight: [Option<(ObjectId, usize, usize)>; 2] = [None, None];
-    let n = size.div_ceil(chunk);
     // Waits for a chunk's event, then lets go of it unless it is the application's (posted:
     // nothing waits for the worker's release).
     let wait_chunk = |ev: ObjectId| {
@@ -1084,10 +1154,11 @@ unsafe fn direct(
     offset: usize,
     size: usize,
     app: *mut u8,
-    n: cl_uint,
+    (n, list): (cl_uint, *const cl_event),
     event: *mut cl_event,
 ) -> Option<cl_int> {
-    if n != 0 || !event.is_null() {
+    // A list given with no events is refused on the worker's path (`enqueue_sync`).
+    if n != 0 || !list.is_null() || !event.is_null() {
         return None;
     }
     let transfer = crate::direct::Direct::check(q, m, write, offset, size, app)?;
@@ -1128,7 +1199,8 @@ unsafe fn in_place(
     if size < IN_PLACE_MIN || !event.is_null() {
         return None;
     }
-    Some((|| {
+    // Three commands where the driver would run one: no other thread's may come between them.
+    q.data.queue_state()?.exclusive(|| {
         let at = view.at(offset, size).ok_or(CL_INVALID_VALUE)?;
         let _settled = SettleAfter::new(q);
         let id = q.conn.alloc_id();
@@ -1157,7 +1229,7 @@ unsafe fn in_place(
             }
         }
         unmap(q, m, id, write, EnqueueSync::default())
-    })())
+    })
 }
 
 pub unsafe fn clEnqueueNDRangeKernel(
