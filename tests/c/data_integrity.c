@@ -440,12 +440,15 @@ static void direct_rules(void) {
   cl_int past = clEnqueueCopyBuffer(q, small, m, 32, 0, 64, 0, NULL, NULL);
   cl_int overlap = clEnqueueCopyBuffer(q, small, small, 0, 8, 16, 0, NULL, NULL);
   cl_int three = clEnqueueFillBuffer(q, small, pattern, 3, 0, 63, 0, NULL, NULL);
-  cl_int misaligned = clEnqueueFillBuffer(q, small, pattern, 4, 2, 8, 0, NULL, NULL);
   cl_int beyond = clEnqueueFillBuffer(q, small, pattern, 4, 32, 64, 0, NULL, NULL);
   cl_int read_after = clEnqueueReadBuffer(q, small, CL_TRUE, 0, 64, got, 0, NULL, NULL);
-  printf("copy past the end %d, overlapping %d; fill of pattern size 3 %d, misaligned %d, past the end %d; "
-         "the read after them %d\n", past, overlap, three, misaligned, beyond, read_after);
+  printf("copy past the end %d, overlapping %d; fill of pattern size 3 %d, past the end %d; the read after them %d\n",
+         past, overlap, three, beyond, read_after);
   same(got, ref, 64, "a buffer after refused copies and fills", 64);
+  /* An offset not a multiple of the pattern: pocl refuses it, NVIDIA's driver fills. Caged, the
+   * driver decides at the call (the shim posts no fill it cannot vouch for). */
+  cl_int misaligned = clEnqueueFillBuffer(q, small, pattern, 4, 2, 8, 0, NULL, NULL);
+  printf("fill at an offset not a multiple of the pattern: %d, clFinish %d\n", misaligned, clFinish(q));
   CHECK(clReleaseMemObject(small));
   /* Order: an idle write, a kernel, a non-blocking write behind the kernel, a kernel, a blocking
    * read behind it: ref+1 overwritten by ref2, then +1. */
