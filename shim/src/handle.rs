@@ -839,6 +839,9 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     // for its event (pyopencl does) releases one per command. The rest are calls, as the
     // shim's state after them may depend on them (a program's or context's release callbacks,
     // a queue's implicit flush).
+    if let ObjData::Mem { maps, shared, .. } = &obj.data {
+        keep_while_mapped(std::mem::take(&mut *maps.lock().unwrap_or_else(|e| e.into_inner())), shared);
+    }
     let release = cloister_ipc::Release { object: obj.id };
     let _ = match kind {
         Kind::Mem | Kind::Kernel | Kind::Sampler | Kind::Event => obj.conn.post(release),
@@ -852,6 +855,23 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     }
     quarantine(h as usize);
     CL_SUCCESS
+}
+
+/// The mappings a memory object still had when the application released it, with the memory
+/// they point into (a zero-copy buffer's own, a staged mapping's segment), kept for the rest of
+/// the process and out of every pool. Releasing a mapped object is legal (pocl keeps the object
+/// until the unmap), and the application may still write through the mapping: dropping the
+/// memory with the object made that write fault (a 1 MiB buffer's memory was unmapped) or land
+/// in the next buffer carved from the same slab. The unmap can no longer name the object
+/// (`CL_INVALID_MEM_OBJECT`), so what is kept here is never given back.
+type KeptMapping = (HashMap<usize, Vec<MapRecord>>, Option<crate::conn::SharedView>);
+static KEPT_WHILE_MAPPED: Mutex<Vec<KeptMapping>> = Mutex::new(Vec::new());
+
+fn keep_while_mapped(maps: HashMap<usize, Vec<MapRecord>>, shared: &Option<crate::conn::SharedView>) {
+    if maps.values().all(Vec::is_empty) {
+        return;
+    }
+    KEPT_WHILE_MAPPED.lock().unwrap_or_else(|e| e.into_inner()).push((maps, shared.clone()));
 }
 
 #[cfg(test)]
