@@ -307,19 +307,22 @@ fn holds_notifier_lock() -> bool {
 }
 
 /// Marks this thread, while it lives, as holding a lock the notifier may need: its calls then
-/// never wait for the notifier (`await_death_told`, `await_completed_callbacks`).
-pub struct HoldsNotifierLock;
+/// never wait for the notifier (`await_death_told`, `await_completed_callbacks`). Nested marks
+/// restore the outer one's.
+pub struct HoldsNotifierLock {
+    outer: bool,
+}
 
 impl HoldsNotifierLock {
     pub fn enter() -> Self {
-        let _ = HOLDS_NOTIFIER_LOCK.try_with(|s| s.set(true));
-        HoldsNotifierLock
+        let outer = HOLDS_NOTIFIER_LOCK.try_with(|s| s.replace(true)).unwrap_or(false);
+        HoldsNotifierLock { outer }
     }
 }
 
 impl Drop for HoldsNotifierLock {
     fn drop(&mut self) {
-        let _ = HOLDS_NOTIFIER_LOCK.try_with(|s| s.set(false));
+        let _ = HOLDS_NOTIFIER_LOCK.try_with(|s| s.set(self.outer));
     }
 }
 
@@ -1208,7 +1211,7 @@ impl Conn {
     /// deliver those of complete events (the driver calls them, so they come). Never on the
     /// notifier itself (a wait inside a callback) or while holding the settling lock the
     /// notifier may need.
-    fn await_completed_callbacks(&self) {
+    pub fn await_completed_callbacks(&self) {
         if self.event_callbacks.load(Ordering::SeqCst) == 0 {
             return;
         }

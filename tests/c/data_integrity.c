@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <time.h>
 
 
 static const char *SRC =
@@ -530,13 +531,74 @@ static void reads_beside_a_producer(size_t n, int main_first) {
   q = saved;
   free(got);
 }
+/* A callback (on the driver's or the cage's callback thread) that enqueues on the queue while
+ * this thread's large blocking read of it waits: the read must not wait for the callback,
+ * which the cage holds back until the read is done. Another thread completes the callback's
+ * event, then, 100 ms later, the user event the read waits for. */
+struct gates { cl_event callback_gate, read_gate; };
+static void *open_gates(void *arg) {
+  struct gates *g = arg;
+  CHECK(clSetUserEventStatus(g->callback_gate, CL_COMPLETE));
+  usleep(100000);
+  CHECK(clSetUserEventStatus(g->read_gate, CL_COMPLETE));
+  return NULL;
+}
+static cl_mem callback_target;
+static volatile int callback_ran;
+static void CL_CALLBACK enqueue_in_callback(cl_event e, cl_int status, void *user_data) {
+  (void)e; (void)status; (void)user_data;
+  unsigned char v = 7;
+  CHECK(clEnqueueFillBuffer(q, callback_target, &v, 1, 0, 4096, 0, NULL, NULL));
+  callback_ran = 1;
+}
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+static void read_beside_a_callback(size_t n) {
+  cl_int err;
+  cl_command_queue saved = q;
+  q = clCreateCommandQueue(ctx, dev, 0, &err);
+  CHECK(err);
+  unsigned char *got = calloc(n, 1);
+  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, got, &err);
+  CHECK(err);
+  callback_target = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &err);
+  CHECK(err);
+  struct gates g = { clCreateUserEvent(ctx, &err), NULL };
+  CHECK(err);
+  g.read_gate = clCreateUserEvent(ctx, &err);
+  CHECK(err);
+  callback_ran = 0;
+  CHECK(clSetEventCallback(g.callback_gate, CL_COMPLETE, enqueue_in_callback, NULL));
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, open_gates, &g) == 0, "no thread");
+  double start = seconds();
+  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, 1, &g.read_gate, NULL));
+  double took = seconds() - start;
+  EXPECT(pthread_join(t, NULL) == 0, "join");
+  EXPECT(took < 5, "a %zu-byte read took %.1f s beside a callback that enqueues", n, took);
+  CHECK(clFinish(q));
+  EXPECT(callback_ran, "the callback did not run");
+  CHECK(clReleaseEvent(g.callback_gate));
+  CHECK(clReleaseEvent(g.read_gate));
+  CHECK(clReleaseMemObject(callback_target));
+  CHECK(clReleaseMemObject(m));
+  CHECK(clReleaseCommandQueue(q));
+  q = saved;
+  free(got);
+}
+
 static void two_threads(void) {
+  read_beside_a_callback((512 << 10) + 64);
+  read_beside_a_callback((8 << 20) + 64);
   size_t sizes[] = { (64 << 10) + 64, (512 << 10) + 64, (8 << 20) + 64 };
   for (int i = 0; i < 3; i++) {
     reads_beside_a_producer(sizes[i], 0);
     reads_beside_a_producer(sizes[i], 1);
   }
-  printf("reads beside another thread's fills ok\n");
+  printf("reads beside another thread's fills, and beside a callback's, ok\n");
 }
 
 /* Small buffers of odd sizes up to 70 KiB (the cage's slabs take up to 64 KiB each, 1 MiB a
@@ -715,6 +777,8 @@ int main(void) {
   two_threads();
   host_ptr_flags(4096);
   host_ptr_flags((1 << 20) + 3);
+  /* Past the lane's bulk area: a USE_HOST_PTR buffer's blocking read travels in its chunks. */
+  host_ptr_flags((17 << 20) + 3);
   small_buffers();
   recycled_buffers();
   no_early_recycling();

@@ -93,6 +93,30 @@ unsafe fn chunked(
     size: usize,
     mut step: impl FnMut(usize, usize, EnqueueSync) -> Result<cl_int, cl_int>,
 ) -> Result<cl_int, cl_int> {
+    // Several chunks are several commands: kept together against other threads' enqueues while
+    // one thread alone has used the queue (`QueueState::exclusive`; with more, they may come
+    // between, as README says).
+    let mut run = || {
+        // SAFETY: forwarded.
+        unsafe { chunked_in(q, sync, event, size, &mut step) }
+    };
+    match size > BULK_CAP {
+        true => exclusive_transfer(q, &mut run).unwrap_or_else(run),
+        false => run(),
+    }
+}
+
+/// `chunked`'s chunks, one after the other.
+///
+/// # Safety
+/// As for `chunked`.
+unsafe fn chunked_in(
+    q: &Object,
+    sync: &EnqueueSync,
+    event: *mut cl_event,
+    size: usize,
+    step: &mut impl FnMut(usize, usize, EnqueueSync) -> Result<cl_int, cl_int>,
+) -> Result<cl_int, cl_int> {
     let settled = SettleAfter::new(q);
     for (start, len, first, last) in chunks(size) {
         let rc = step(start, len, chunk_sync(sync, first, last))?;
@@ -1018,11 +1042,20 @@ unsafe fn pipelined(
     let chunk = (size / 8).clamp(PIPE_CHUNK_MIN, PIPE_CHUNK_MAX);
     // SAFETY (all three): forwarded from the caller.
     let in_chunks = |chunk| unsafe { pipelined_in(q, m, write, offset, size, app, sync, event, chunk) };
-    match q.data.queue_state().map(|state| state.exclusive(|| in_chunks(chunk))) {
-        Some(Some(r)) => r,
-        Some(None) => in_chunks(size),
-        None => in_chunks(chunk),
-    }
+    exclusive_transfer(q, || in_chunks(chunk)).unwrap_or_else(|| in_chunks(size))
+}
+
+/// `QueueState::exclusive` for a transfer of several commands that waits on the worker: `None`
+/// if another thread has used the queue. While other threads' enqueues are held back, its waits
+/// do not wait for the notifier to run the application's callbacks (a callback may be one of
+/// those held back: each wait would have given it 10 s), and they are awaited once after.
+fn exclusive_transfer<R>(q: &Object, transfer: impl FnOnce() -> R) -> Option<R> {
+    let r = q.data.queue_state()?.exclusive(|| {
+        let _held = crate::conn::HoldsNotifierLock::enter();
+        transfer()
+    })?;
+    q.conn.await_completed_callbacks();
+    Some(r)
 }
 
 /// `pipelined` in chunks of `chunk` bytes.
@@ -1200,7 +1233,7 @@ unsafe fn in_place(
         return None;
     }
     // Three commands where the driver would run one: no other thread's may come between them.
-    q.data.queue_state()?.exclusive(|| {
+    exclusive_transfer(q, || {
         let at = view.at(offset, size).ok_or(CL_INVALID_VALUE)?;
         let _settled = SettleAfter::new(q);
         let id = q.conn.alloc_id();
