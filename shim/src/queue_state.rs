@@ -17,7 +17,7 @@ pub struct QueueState {
     owner: AtomicUsize,
     /// Set once a second thread enqueued: "idle" is then never trusted again.
     shared: AtomicBool,
-    /// Commands enqueued through the worker so far.
+    /// Commands enqueued through the worker so far (on an in-order queue).
     enqueued: AtomicU64,
     /// Of those, how many are known complete (all of the first `settled`).
     settled: AtomicU64,
@@ -86,9 +86,7 @@ impl QueueState {
             return;
         }
         self.used_by_this_thread();
-        if self.capable {
-            self.enqueued.fetch_add(1, SeqCst);
-        }
+        self.enqueued.fetch_add(1, SeqCst);
         // A copy (or `exclusive` transfer) that began before this command existed finishes
         // first, as if it had been enqueued (and completed) before it.
         while self.copying.load(SeqCst) != 0 {
@@ -102,25 +100,35 @@ impl QueueState {
     /// this call was under way are counted but need not be complete (a thread that only read
     /// and called `clFinish` while another enqueued fills got torn reads).
     pub fn blocking_call_returned(&self) {
-        if self.capable {
+        if self.in_order {
             self.used_by_this_thread();
             self.settled.fetch_max(self.enqueued.load(SeqCst), SeqCst);
         }
     }
 
+    /// Whether every command counted on the queue but (at most) the one being made is known
+    /// complete, one thread alone having used it: a transfer made now waits for nothing but
+    /// itself (`exclusive`).
+    pub fn idle_but_one(&self) -> bool {
+        !self.shared.load(SeqCst)
+            && !UNTRACKED_QUEUES.load(SeqCst)
+            && self.enqueued.load(SeqCst).saturating_sub(self.settled.load(SeqCst)) <= 1
+    }
+
     /// Runs `transfer`, a transfer made of several commands (the driver's map, the shim's copy,
-    /// the unmap), with every other thread's next enqueue on the queue held back until it is
-    /// done, so none lands between its commands, as none can within the driver's one command:
-    /// if no other thread has used this in-order queue (with one, the transfer's first command
-    /// could wait for that thread's earlier commands, and they for something it does after its
-    /// next enqueue). `None` if another has. An out-of-order queue orders nothing: `transfer`
-    /// just runs.
+    /// the unmap; pipelined chunks), with every other thread's next enqueue on the queue held
+    /// back until it is done, so none lands between its commands, as none can within the
+    /// driver's one command. Only while `idle_but_one` (checked again under the hold): the
+    /// transfer must wait for nothing another thread could bring about after its next enqueue
+    /// (an earlier command waiting on a user event that thread sets then would wait for ever),
+    /// so the caller gives it no wait list. `None` if not. An out-of-order queue orders
+    /// nothing: `transfer` just runs.
     pub fn exclusive<R>(&self, transfer: impl FnOnce() -> R) -> Option<R> {
         if !self.in_order {
             return Some(transfer());
         }
         self.copying.fetch_add(1, SeqCst);
-        let r = (!self.shared.load(SeqCst)).then(transfer);
+        let r = self.idle_but_one().then(transfer);
         self.copying.fetch_sub(1, SeqCst);
         r
     }

@@ -590,7 +590,49 @@ static void read_beside_a_callback(size_t n) {
   free(got);
 }
 
+/* This thread's large blocking read waits (behind a marker of its own, or by its wait list) for
+ * a user event another thread completes only after its own first enqueue on the queue: the read
+ * must not hold that enqueue back (it would wait for ever). */
+struct gatekeeper { cl_event gate; cl_mem m; };
+static void *enqueue_then_open(void *arg) {
+  struct gatekeeper *g = arg;
+  usleep(50000);
+  unsigned char v = 9;
+  CHECK(clEnqueueFillBuffer(q, g->m, &v, 1, 0, 4096, 0, NULL, NULL));
+  CHECK(clSetUserEventStatus(g->gate, CL_COMPLETE));
+  return NULL;
+}
+static void read_behind_another_threads_gate(size_t n, int by_wait_list) {
+  cl_int err;
+  cl_command_queue saved = q;
+  q = clCreateCommandQueue(ctx, dev, 0, &err);
+  CHECK(err);
+  unsigned char *got = calloc(n, 1);
+  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, got, &err);
+  CHECK(err);
+  struct gatekeeper g = { clCreateUserEvent(ctx, &err), clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &err) };
+  CHECK(err);
+  CHECK(clFinish(q));
+  if (!by_wait_list) CHECK(clEnqueueMarkerWithWaitList(q, 1, &g.gate, NULL));
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, enqueue_then_open, &g) == 0, "no thread");
+  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, by_wait_list, by_wait_list ? &g.gate : NULL, NULL));
+  EXPECT(pthread_join(t, NULL) == 0, "join");
+  for (size_t k = 0; k < n; k += 4093) EXPECT(got[k] == 0, "byte %zu of a read behind a gate is %u", k, got[k]);
+  CHECK(clFinish(q));
+  CHECK(clReleaseEvent(g.gate));
+  CHECK(clReleaseMemObject(g.m));
+  CHECK(clReleaseMemObject(m));
+  CHECK(clReleaseCommandQueue(q));
+  q = saved;
+  free(got);
+}
+
 static void two_threads(void) {
+  for (int by_wait_list = 0; by_wait_list < 2; by_wait_list++) {
+    read_behind_another_threads_gate((512 << 10) + 64, by_wait_list);
+    read_behind_another_threads_gate((8 << 20) + 64, by_wait_list);
+  }
   read_beside_a_callback((512 << 10) + 64);
   read_beside_a_callback((8 << 20) + 64);
   size_t sizes[] = { (64 << 10) + 64, (512 << 10) + 64, (8 << 20) + 64 };
@@ -598,7 +640,7 @@ static void two_threads(void) {
     reads_beside_a_producer(sizes[i], 0);
     reads_beside_a_producer(sizes[i], 1);
   }
-  printf("reads beside another thread's fills, and beside a callback's, ok\n");
+  printf("reads beside another thread's fills, behind its gates, and beside a callback's, ok\n");
 }
 
 /* Small buffers of odd sizes up to 70 KiB (the cage's slabs take up to 64 KiB each, 1 MiB a

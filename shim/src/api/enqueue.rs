@@ -101,7 +101,7 @@ unsafe fn chunked(
         unsafe { chunked_in(q, sync, event, size, &mut step) }
     };
     match size > BULK_CAP {
-        true => exclusive_transfer(q, &mut run).unwrap_or_else(run),
+        true => exclusive_transfer(q, sync, &mut run).unwrap_or_else(run),
         false => run(),
     }
 }
@@ -1042,19 +1042,44 @@ unsafe fn pipelined(
     let chunk = (size / 8).clamp(PIPE_CHUNK_MIN, PIPE_CHUNK_MAX);
     // SAFETY (all three): forwarded from the caller.
     let in_chunks = |chunk| unsafe { pipelined_in(q, m, write, offset, size, app, sync, event, chunk) };
-    exclusive_transfer(q, || in_chunks(chunk)).unwrap_or_else(|| in_chunks(size))
+    exclusive_transfer(q, sync, || in_chunks(chunk)).unwrap_or_else(|| in_chunks(size))
 }
 
-/// `QueueState::exclusive` for a transfer of several commands that waits on the worker: `None`
-/// if another thread has used the queue. While other threads' enqueues are held back, its waits
-/// do not wait for the notifier to run the application's callbacks (a callback may be one of
-/// those held back: each wait would have given it 10 s), and they are awaited once after.
-fn exclusive_transfer<R>(q: &Object, transfer: impl FnOnce() -> R) -> Option<R> {
-    let r = q.data.queue_state()?.exclusive(|| {
+/// `QueueState::exclusive` for a blocking transfer of several commands: `None` where it cannot
+/// be kept together without risking a wait for ever (another thread has used the queue, or the
+/// transfer has a wait list: its events may be another thread's to complete after its next
+/// enqueue). Earlier commands of this thread still running are waited for first with
+/// `clFinish` (as the transfer would wait for them), while other threads may still enqueue; an
+/// error of that `clFinish` (a late one) is the transfer's. While other threads' enqueues are
+/// held back, the transfer's waits do not wait for the notifier to run the application's
+/// callbacks (a callback may be one of those held back: each wait would have given it 10 s),
+/// and they are awaited once after.
+fn exclusive_transfer(
+    q: &Object,
+    sync: &EnqueueSync,
+    transfer: impl FnOnce() -> Result<cl_int, cl_int>,
+) -> Option<Result<cl_int, cl_int>> {
+    let state = q.data.queue_state()?;
+    if !state.in_order() {
+        return Some(transfer());
+    }
+    if !sync.wait.is_empty() || state.shared() {
+        return None;
+    }
+    if !state.idle_but_one() {
+        match super::queue::flush_or_finish_queue(q, true) {
+            CL_SUCCESS => {}
+            e => return Some(Ok(e)),
+        }
+    }
+    let r = state.exclusive(|| {
         let _held = crate::conn::HoldsNotifierLock::enter();
         transfer()
     })?;
     q.conn.await_completed_callbacks();
+    if r == Ok(CL_SUCCESS) {
+        state.blocking_call_returned();
+    }
     Some(r)
 }
 
@@ -1233,7 +1258,7 @@ unsafe fn in_place(
         return None;
     }
     // Three commands where the driver would run one: no other thread's may come between them.
-    exclusive_transfer(q, || {
+    exclusive_transfer(q, sync, || {
         let at = view.at(offset, size).ok_or(CL_INVALID_VALUE)?;
         let _settled = SettleAfter::new(q);
         let id = q.conn.alloc_id();
