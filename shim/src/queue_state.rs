@@ -88,9 +88,16 @@ impl QueueState {
         self.used_by_this_thread();
         self.enqueued.fetch_add(1, SeqCst);
         // A copy (or `exclusive` transfer) that began before this command existed finishes
-        // first, as if it had been enqueued (and completed) before it.
+        // first, as if it had been enqueued (and completed) before it. A copy takes
+        // microseconds; a transfer may take a while: past the first thousand turns the wait
+        // sleeps between looks, leaving the core to the threads the transfer waits for.
+        let mut turns = 0u32;
         while self.copying.load(SeqCst) != 0 {
-            std::thread::yield_now();
+            match turns < 1000 {
+                true => std::thread::yield_now(),
+                false => std::thread::sleep(std::time::Duration::from_micros(50)),
+            }
+            turns = turns.saturating_add(1);
         }
     }
 

@@ -1021,9 +1021,9 @@ const PIPE_CHUNK_MAX: usize = 8 << 20;
 /// application's event is the last chunk's, and the call returns only when all are done.
 ///
 /// On an in-order queue no other thread's command may run between the chunks, where the driver
-/// runs one command whole (a fill between the chunks of a read tore it): while no other thread
-/// has used the queue, the chunks go `exclusive`ly (another thread's first enqueue waits for
-/// them); once one has, the transfer is one command, through one segment of its size.
+/// runs one command whole (a fill between the chunks of a read tore it): the chunks go
+/// `exclusive_transfer`ly where they can (other threads' next enqueues wait for them); where
+/// they cannot, the transfer is one command, through one segment of its size.
 ///
 /// # Safety
 /// `app` holds `size` bytes, readable for a write, writable for a read; `event` is NULL or
