@@ -15,7 +15,8 @@ pub struct QueueState {
     in_order: bool,
     /// The thread that enqueued first (its `thread_token`), 0 before any enqueue.
     owner: AtomicUsize,
-    /// Set once a second thread enqueued: "idle" is then never trusted again.
+    /// Set once a second thread used the queue (`used_by_this_thread`): "idle" is then never
+    /// trusted again.
     shared: AtomicBool,
     /// Commands enqueued through the worker so far (on an in-order queue).
     enqueued: AtomicU64,

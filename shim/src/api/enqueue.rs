@@ -93,9 +93,9 @@ unsafe fn chunked(
     size: usize,
     mut step: impl FnMut(usize, usize, EnqueueSync) -> Result<cl_int, cl_int>,
 ) -> Result<cl_int, cl_int> {
-    // Several chunks are several commands: kept together against other threads' enqueues while
-    // one thread alone has used the queue (`QueueState::exclusive`; with more, they may come
-    // between, as README says).
+    // Several chunks are several commands: kept together against other threads' enqueues where
+    // that cannot wait for ever (`exclusive_transfer`); elsewhere another thread's command may
+    // come between them (README says so).
     let mut run = || {
         // SAFETY: forwarded.
         unsafe { chunked_in(q, sync, event, size, &mut step) }
@@ -586,12 +586,7 @@ pub unsafe fn clEnqueueCopyBuffer(
         s.id != d.id && s.data.buffer_range(c, src_offset, size) && d.data.buffer_range(c, dst_offset, size)
     });
     // SAFETY: the wait list and event per API contract.
-    unsafe {
-        match vouched {
-            true => enqueue_posted(&q, n, list, event, make),
-            false => super::enqueue_call(&q, n, list, event, make),
-        }
-    }
+    unsafe { super::enqueue_posted_if(vouched, &q, n, list, event, make) }
 }
 
 pub unsafe fn clEnqueueFillBuffer(
@@ -621,12 +616,7 @@ pub unsafe fn clEnqueueFillBuffer(
         && size.is_multiple_of(pattern_size)
         && q.data.queue_state().is_some_and(|state| m.data.buffer_range(state.context, offset, size));
     // SAFETY: the wait list and event per API contract.
-    unsafe {
-        match vouched {
-            true => enqueue_posted(&q, n, list, event, make),
-            false => super::enqueue_call(&q, n, list, event, make),
-        }
-    }
+    unsafe { super::enqueue_posted_if(vouched, &q, n, list, event, make) }
 }
 
 pub unsafe fn clEnqueueMapBuffer(

@@ -192,6 +192,27 @@ pub unsafe fn enqueue_posted<C: cloister_ipc::Call<Reply = cl_int>>(
     unsafe { enqueue_via(queue, n, list, event, make, |req| queue.conn.post_request(req)) }
 }
 
+/// `enqueue_posted` if the caller could vouch for the enqueue, else `enqueue_call` (the
+/// driver's refusal is then this call's error, not a late one).
+///
+/// # Safety
+/// As for `enqueue_call`.
+pub unsafe fn enqueue_posted_if<C: cloister_ipc::Call<Reply = cl_int>>(
+    vouched: bool,
+    queue: &Object,
+    n: cl_uint,
+    list: *const cl_event,
+    event: *mut cl_event,
+    make: impl FnOnce(EnqueueSync) -> C,
+) -> Result<cl_int, cl_int> {
+    let send = |req: &Request| match vouched {
+        true => queue.conn.post_request(req),
+        false => queue.conn.call_status(req),
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe { enqueue_via(queue, n, list, event, make, send) }
+}
+
 /// `enqueue_call` and `enqueue_posted`, by how the request travels (`send`).
 ///
 /// # Safety
