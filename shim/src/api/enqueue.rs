@@ -1030,7 +1030,7 @@ unsafe fn pipelined(
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
     let chunk = (size / 8).clamp(PIPE_CHUNK_MIN, PIPE_CHUNK_MAX);
-    // SAFETY (all three): forwarded from the caller.
+    // SAFETY: forwarded from the caller.
     let in_chunks = |chunk| unsafe { pipelined_in(q, m, write, offset, size, app, sync, event, chunk) };
     exclusive_transfer(q, sync, || in_chunks(chunk)).unwrap_or_else(|| in_chunks(size))
 }
