@@ -486,6 +486,25 @@ static void direct_rules(void) {
  * in place (256 KiB+) and pipelines (4 MiB+). With `main_first`, this thread enqueues before the
  * other starts; without, it never enqueues at all (only reads and clFinish). */
 #include <pthread.h>
+/* What each of these cases starts from: a queue of its own, made current in `q` (its reads must
+ * not change what the other sections' queue knows), and a buffer of `n` zero bytes (zeroed by
+ * creation, no enqueue) with host memory `got` as large. `scene_end` lets go of them. */
+struct scene { cl_command_queue saved; cl_mem m; unsigned char *got; };
+static struct scene scene_begin(size_t n) {
+  cl_int err;
+  struct scene s = { q, NULL, calloc(n, 1) };
+  q = clCreateCommandQueue(ctx, dev, 0, &err);
+  CHECK(err);
+  s.m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, s.got, &err);
+  CHECK(err);
+  return s;
+}
+static void scene_end(struct scene *s) {
+  CHECK(clReleaseMemObject(s->m));
+  CHECK(clReleaseCommandQueue(q));
+  q = s->saved;
+  free(s->got);
+}
 struct producer { cl_mem m; size_t n; volatile int done; };
 static void *produce(void *arg) {
   struct producer *p = arg;
@@ -499,15 +518,9 @@ static void *produce(void *arg) {
   return NULL;
 }
 static void reads_beside_a_producer(size_t n, int main_first) {
-  cl_int err;
-  /* A queue of its own: the reads here must not change what the other sections' queue knows. */
-  cl_command_queue saved = q;
-  q = clCreateCommandQueue(ctx, dev, 0, &err);
-  CHECK(err);
-  unsigned char *got = calloc(n, 1);
-  /* Zeros to begin with, by creation (no enqueue). */
-  struct producer p = { clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, got, &err), n, 0 };
-  CHECK(err);
+  struct scene s = scene_begin(n);
+  unsigned char *got = s.got;
+  struct producer p = { s.m, n, 0 };
   if (main_first) {
     unsigned char zero = 0;
     CHECK(clEnqueueFillBuffer(q, p.m, &zero, 1, 0, n, 0, NULL, NULL));
@@ -526,10 +539,7 @@ static void reads_beside_a_producer(size_t n, int main_first) {
   }
   EXPECT(pthread_join(t, NULL) == 0, "join");
   CHECK(clFinish(q));
-  CHECK(clReleaseMemObject(p.m));
-  CHECK(clReleaseCommandQueue(q));
-  q = saved;
-  free(got);
+  scene_end(&s);
 }
 /* A callback (on the driver's or the cage's callback thread) that enqueues on the queue while
  * this thread's large blocking read of it waits: the read must not wait for the callback,
@@ -558,12 +568,7 @@ static double seconds(void) {
 }
 static void read_beside_a_callback(size_t n) {
   cl_int err;
-  cl_command_queue saved = q;
-  q = clCreateCommandQueue(ctx, dev, 0, &err);
-  CHECK(err);
-  unsigned char *got = calloc(n, 1);
-  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, got, &err);
-  CHECK(err);
+  struct scene s = scene_begin(n);
   callback_target = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &err);
   CHECK(err);
   struct gates g = { clCreateUserEvent(ctx, &err), NULL };
@@ -575,7 +580,7 @@ static void read_beside_a_callback(size_t n) {
   pthread_t t;
   EXPECT(pthread_create(&t, NULL, open_gates, &g) == 0, "no thread");
   double start = seconds();
-  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, 1, &g.read_gate, NULL));
+  CHECK(clEnqueueReadBuffer(q, s.m, CL_TRUE, 0, n, s.got, 1, &g.read_gate, NULL));
   double took = seconds() - start;
   EXPECT(pthread_join(t, NULL) == 0, "join");
   EXPECT(took < 5, "a %zu-byte read took %.1f s beside a callback that enqueues", n, took);
@@ -584,10 +589,7 @@ static void read_beside_a_callback(size_t n) {
   CHECK(clReleaseEvent(g.callback_gate));
   CHECK(clReleaseEvent(g.read_gate));
   CHECK(clReleaseMemObject(callback_target));
-  CHECK(clReleaseMemObject(m));
-  CHECK(clReleaseCommandQueue(q));
-  q = saved;
-  free(got);
+  scene_end(&s);
 }
 
 /* This thread's large blocking read waits (behind a marker of its own, or by its wait list) for
@@ -604,28 +606,21 @@ static void *enqueue_then_open(void *arg) {
 }
 static void read_behind_another_threads_gate(size_t n, int by_wait_list) {
   cl_int err;
-  cl_command_queue saved = q;
-  q = clCreateCommandQueue(ctx, dev, 0, &err);
-  CHECK(err);
-  unsigned char *got = calloc(n, 1);
-  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, got, &err);
-  CHECK(err);
+  struct scene s = scene_begin(n);
+  unsigned char *got = s.got;
   struct gatekeeper g = { clCreateUserEvent(ctx, &err), clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &err) };
   CHECK(err);
   CHECK(clFinish(q));
   if (!by_wait_list) CHECK(clEnqueueMarkerWithWaitList(q, 1, &g.gate, NULL));
   pthread_t t;
   EXPECT(pthread_create(&t, NULL, enqueue_then_open, &g) == 0, "no thread");
-  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, by_wait_list, by_wait_list ? &g.gate : NULL, NULL));
+  CHECK(clEnqueueReadBuffer(q, s.m, CL_TRUE, 0, n, got, by_wait_list, by_wait_list ? &g.gate : NULL, NULL));
   EXPECT(pthread_join(t, NULL) == 0, "join");
   for (size_t k = 0; k < n; k += 4093) EXPECT(got[k] == 0, "byte %zu of a read behind a gate is %u", k, got[k]);
   CHECK(clFinish(q));
   CHECK(clReleaseEvent(g.gate));
   CHECK(clReleaseMemObject(g.m));
-  CHECK(clReleaseMemObject(m));
-  CHECK(clReleaseCommandQueue(q));
-  q = saved;
-  free(got);
+  scene_end(&s);
 }
 
 static void two_threads(void) {
