@@ -205,6 +205,31 @@ static void late(void) {
     int one;
     printf("late: then a blocking read -> %d\n", clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof one, &one, 0, NULL, NULL));
     printf("late: and the next one -> %d\n", clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof one, &one, 0, NULL, NULL));
+    /* A blocking write that meets a late error is still made, and the error is returned once: by
+     * the write (the shim's own copy into a zero-copy buffer; 8 MiB through the buffer's memory,
+     * or pipelined through staging), or by the clFinish after it where the write was posted (a
+     * small staged one). */
+    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &global, &local, 0, NULL, NULL));
+    int seven = 7, back = 0;
+    cl_int wrc = clEnqueueWriteBuffer(q, a, CL_TRUE, 0, sizeof seven, &seven, 0, NULL, NULL);
+    cl_int frc = clFinish(q);
+    CHECK(clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof back, &back, 0, NULL, NULL));
+    printf("late: then a blocking write -> %d, clFinish -> %d, read back %d\n", wrc, frc, back);
+    size_t big_size = 8 << 20;
+    cl_mem big = clCreateBuffer(ctx, CL_MEM_READ_WRITE, big_size, NULL, &err); CHECK(err);
+    unsigned char *src = malloc(big_size), *dst = malloc(big_size);
+    if (!src || !dst) { printf("FAIL out of memory\n"); exit(1); }
+    for (size_t i = 0; i < big_size; i++) src[i] = (unsigned char)(i * 7 + 3);
+    memset(dst, 0, big_size);
+    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &global, &local, 0, NULL, NULL));
+    cl_int brc = clEnqueueWriteBuffer(q, big, CL_TRUE, 0, big_size, src, 0, NULL, NULL);
+    cl_int bfrc = clFinish(q);
+    CHECK(clEnqueueReadBuffer(q, big, CL_TRUE, 0, big_size, dst, 0, NULL, NULL));
+    printf("late: then an 8 MiB blocking write -> %d, clFinish -> %d, read back %s\n", brc, bfrc,
+           memcmp(src, dst, big_size) ? "different" : "the same");
+    free(src);
+    free(dst);
+    CHECK(clReleaseMemObject(big));
     CHECK(clReleaseEvent(after));
     CHECK(clReleaseEvent(ev));
     print_heard("late");

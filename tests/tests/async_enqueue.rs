@@ -57,8 +57,18 @@ fn a_rejected_enqueue_reports_late_and_strict_mode_reports_at_once() {
         format!("late: then a blocking map -> {code} (NULL)"),
         format!("late: then a blocking read -> {code}"),
         "late: and the next one -> 0".to_string(),
+        // A blocking write meeting a late error is made and returns it, small and large alike.
+        format!("late: then a blocking write -> {code}, clFinish -> 0, read back 7"),
+        format!("late: then an 8 MiB blocking write -> {code}, clFinish -> 0, read back the same"),
     ];
     assert_eq!(out[..expected.len()], expected, "{t}");
+    // Staged: the small write is posted (the clFinish after it returns the late error), the
+    // large one pipelined; both land.
+    let staged = caged(&[], &exe, &["late"], &[("CLOISTER_ZERO_COPY", "0")]);
+    assert!(staged.status.success(), "{}", text(&staged));
+    let mut staged_expected = expected.clone();
+    staged_expected[9] = format!("late: then a blocking write -> 0, clFinish -> {code}, read back 7");
+    assert_eq!(lines(&staged)[..expected.len()], staged_expected, "staged:\n{}", text(&staged));
     let heard = out.iter().find(|l| l.starts_with("late: notify heard: ")).expect("a notify line");
     assert!(
         heard.contains("clEnqueueNDRangeKernel") && heard.contains("CL_INVALID_WORK_GROUP_SIZE (-54)"),

@@ -1056,21 +1056,27 @@ fn exclusive_transfer(
     if !sync.wait.is_empty() || state.shared() {
         return None;
     }
-    if !state.idle_but_one() {
-        match super::queue::flush_or_finish_queue(q, true) {
-            CL_SUCCESS => {}
-            e => return Some(Ok(e)),
-        }
-    }
+    let late = match state.idle_but_one() {
+        true => None,
+        false => match super::queue::finish_before_transfer(q) {
+            Ok(late) => late,
+            Err(e) => return Some(Ok(e)),
+        },
+    };
     let r = state.exclusive(|| {
         let _held = crate::conn::HoldsNotifierLock::enter();
         transfer()
-    })?;
+    });
+    let Some(r) = r else {
+        // Not kept together after all (another thread came): the caller's other way, which
+        // would not return the late error the `clFinish` took.
+        return late.map(Ok);
+    };
     q.conn.await_completed_callbacks();
     if r == Ok(CL_SUCCESS) {
         state.blocking_call_returned();
     }
-    Some(r)
+    Some(r.map(|rc| super::queue::after_late(rc, late)))
 }
 
 /// `pipelined` in chunks of `chunk` bytes.
@@ -1217,10 +1223,15 @@ unsafe fn direct(
     if !blocking {
         return None;
     }
-    match super::queue::flush_or_finish_queue(q, true) {
+    match super::queue::finish_before_transfer(q) {
         // SAFETY: forwarded from the caller.
-        CL_SUCCESS => unsafe { transfer.copy_if_idle(q, m) },
-        e => Some(e),
+        Ok(late) => match unsafe { transfer.copy_if_idle(q, m) } {
+            Some(rc) => Some(super::queue::after_late(rc, late)),
+            // Another thread came meanwhile: the worker's way, unless that would lose the late
+            // error the `clFinish` took.
+            None => late,
+        },
+        Err(e) => Some(e),
     }
 }
 

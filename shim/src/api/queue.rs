@@ -140,6 +140,31 @@ pub(super) fn flush_or_finish_queue(q: &Object, finish: bool) -> cl_int {
     rc
 }
 
+/// Waits for a queue's earlier commands before a blocking transfer the shim makes itself, as the
+/// driver's transfer would have waited for them: `Ok(None)` when they are done, `Ok(Some(code))`
+/// when they are done but the `clFinish` returned an earlier posted command's late error, which
+/// is then the transfer's to return after it is made (the worker's blocking transfers are made
+/// and return it the same way: a write still lands). The late error is taken by the first
+/// `clFinish`, so a second one says whether the queue is done; `Err(code)` when it is not.
+pub(super) fn finish_before_transfer(q: &Object) -> Result<Option<cl_int>, cl_int> {
+    match flush_or_finish_queue(q, true) {
+        CL_SUCCESS => Ok(None),
+        late => match flush_or_finish_queue(q, true) {
+            CL_SUCCESS => Ok(Some(late)),
+            _ => Err(late),
+        },
+    }
+}
+
+/// A transfer's code after `finish_before_transfer` met a late error: the transfer's own failure,
+/// or else the late error.
+pub(super) fn after_late(rc: cl_int, late: Option<cl_int>) -> cl_int {
+    match (rc, late) {
+        (CL_SUCCESS, Some(late)) => late,
+        _ => rc,
+    }
+}
+
 pub unsafe fn clFlush(queue: cl_command_queue) -> cl_int {
     flush_or_finish(queue, false)
 }
