@@ -484,18 +484,22 @@ static void direct_rules(void) {
  * queue) while this one reads it whole with blocking reads: on an in-order queue no fill runs
  * while a read does, so every read sees one value. Sizes the cage copies itself (64 KiB+), maps
  * in place (256 KiB+) and pipelines (4 MiB+). With `main_first`, this thread enqueues before the
- * other starts; without, it never enqueues at all (only reads and clFinish). */
+ * other starts; without, it never enqueues at all (only reads and clFinish). With `own_memory`,
+ * the buffer is made over the application's memory. */
 #include <pthread.h>
 /* What each of these cases starts from: a queue of its own, made current in `q` (its reads must
  * not change what the other sections' queue knows), and a buffer of `n` zero bytes (zeroed by
- * creation, no enqueue) with host memory `got` as large. `scene_end` lets go of them. */
-struct scene { cl_command_queue saved; cl_mem m; unsigned char *got; };
-static struct scene scene_begin(size_t n) {
+ * creation, no enqueue) with host memory `got` as large; with `own_memory`, the buffer is made
+ * over zeroed memory of the application's own (`CL_MEM_USE_HOST_PTR`). `scene_end` lets go of
+ * them. */
+struct scene { cl_command_queue saved; cl_mem m; unsigned char *got, *own; };
+static struct scene scene_begin(size_t n, int own_memory) {
   cl_int err;
-  struct scene s = { q, NULL, calloc(n, 1) };
+  struct scene s = { q, NULL, calloc(n, 1), own_memory ? calloc(n, 1) : NULL };
   q = clCreateCommandQueue(ctx, dev, 0, &err);
   CHECK(err);
-  s.m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, s.got, &err);
+  cl_mem_flags how = own_memory ? CL_MEM_USE_HOST_PTR : CL_MEM_COPY_HOST_PTR;
+  s.m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | how, n, own_memory ? s.own : s.got, &err);
   CHECK(err);
   return s;
 }
@@ -504,6 +508,7 @@ static void scene_end(struct scene *s) {
   CHECK(clReleaseCommandQueue(q));
   q = s->saved;
   free(s->got);
+  free(s->own);
 }
 struct producer { cl_mem m; size_t n; volatile int done; };
 static void *produce(void *arg) {
@@ -517,8 +522,8 @@ static void *produce(void *arg) {
   p->done = 1;
   return NULL;
 }
-static void reads_beside_a_producer(size_t n, int main_first) {
-  struct scene s = scene_begin(n);
+static void reads_beside_a_producer(size_t n, int main_first, int own_memory) {
+  struct scene s = scene_begin(n, own_memory);
   unsigned char *got = s.got;
   struct producer p = { s.m, n, 0 };
   if (main_first) {
@@ -534,8 +539,8 @@ static void reads_beside_a_producer(size_t n, int main_first) {
     CHECK(clEnqueueReadBuffer(q, p.m, CL_TRUE, 0, n, got, 0, NULL, NULL));
     reads++;
     for (size_t k = 1; k < n; k += 509)
-      EXPECT(got[k] == got[0], "read %d of %zu bytes beside another thread's fills is torn: byte %zu is %u, byte 0 %u",
-             reads, n, k, got[k], got[0]);
+      EXPECT(got[k] == got[0], "read %d of %zu bytes%s beside another thread's fills is torn: byte %zu is %u, byte 0 %u",
+             reads, n, own_memory ? " (CL_MEM_USE_HOST_PTR)" : "", k, got[k], got[0]);
   }
   EXPECT(pthread_join(t, NULL) == 0, "join");
   CHECK(clFinish(q));
@@ -568,7 +573,7 @@ static double seconds(void) {
 }
 static void read_beside_a_callback(size_t n) {
   cl_int err;
-  struct scene s = scene_begin(n);
+  struct scene s = scene_begin(n, 0);
   callback_target = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &err);
   CHECK(err);
   struct gates g = { clCreateUserEvent(ctx, &err), NULL };
@@ -606,7 +611,7 @@ static void *enqueue_then_open(void *arg) {
 }
 static void read_behind_another_threads_gate(size_t n, int by_wait_list) {
   cl_int err;
-  struct scene s = scene_begin(n);
+  struct scene s = scene_begin(n, 0);
   unsigned char *got = s.got;
   struct gatekeeper g = { clCreateUserEvent(ctx, &err), clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &err) };
   CHECK(err);
@@ -632,9 +637,12 @@ static void two_threads(void) {
   read_beside_a_callback((8 << 20) + 64);
   size_t sizes[] = { (64 << 10) + 64, (512 << 10) + 64, (8 << 20) + 64 };
   for (int i = 0; i < 3; i++) {
-    reads_beside_a_producer(sizes[i], 0);
-    reads_beside_a_producer(sizes[i], 1);
+    reads_beside_a_producer(sizes[i], 0, 0);
+    reads_beside_a_producer(sizes[i], 1, 0);
   }
+  /* Past the lane's 16 MiB, a buffer over the application's memory (its reads keep that memory
+   * in step). */
+  reads_beside_a_producer((17 << 20) + 64, 0, 1);
   printf("reads beside another thread's fills, behind its gates, and beside a callback's, ok\n");
 }
 

@@ -1,7 +1,10 @@
-//! Enqueues. Transfers go through the calling thread's lane in chunks of at most `BULK_CAP`;
-//! each chunk is one copy here and the driver's own copy there. Reads and writes run blocking
-//! in the worker (the lane's bulk area is reused by the next call), which is always correct:
-//! the data is in place when the call returns, before any event or wait can report it done.
+//! Enqueues. A blocking read or write is one command, as the driver's: below `PIPE_MIN` it goes
+//! whole through the calling thread's lane (one copy here, the driver's own copy there, run
+//! blocking in the worker, as the lane's bulk area is reused by the next call), from `PIPE_MIN`
+//! on it is `pipelined` through pooled segments, and a zero-copy buffer's may be the shim's own
+//! copy (`direct`, `in_place`). Either way the data is in place when the call returns, before
+//! any event or wait can report it done. Small non-blocking transfers are posted
+//! (`enqueue_pending`).
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -28,24 +31,6 @@ pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc
         return Err(crate::conn::mismatch(&q.conn, &m.conn, CL_INVALID_CONTEXT));
     }
     Ok((q, m))
-}
-
-/// Splits `[0, size)` into lane-sized chunks; a zero size is one empty chunk (the driver
-/// reports the error).
-fn chunks(size: usize) -> impl Iterator<Item = (usize, usize, bool, bool)> {
-    let n = size.div_ceil(BULK_CAP).max(1);
-    (0..n).map(move |i| {
-        let start = i * BULK_CAP;
-        (start, (size - start).min(BULK_CAP), i == 0, i + 1 == n)
-    })
-}
-
-/// The wait list goes with the first chunk, the event with the last.
-fn chunk_sync(sync: &EnqueueSync, first: bool, last: bool) -> EnqueueSync {
-    EnqueueSync {
-        wait: if first { sync.wait.clone() } else { Vec::new() },
-        event: if last { sync.event } else { None },
-    }
 }
 
 /// Settles the queue's finished non-blocking transfers when a blocking call on it returns.
@@ -80,58 +65,28 @@ impl Drop for SettleAfter<'_> {
     }
 }
 
-/// Runs a blocking transfer in lane-sized chunks, `step(start, len, sync)` making one chunk's
-/// call. The wait list goes with the first chunk, the event with the last; a failing chunk ends
-/// the transfer with its code. The queue's finished non-blocking transfers settle afterwards.
+/// Runs a blocking transfer through the lane, `call(sync)` making the worker's call: one command,
+/// as the driver's, the lane's bulk area holding all of it (larger transfers are `pipelined`).
+/// The queue's finished non-blocking transfers settle afterwards.
 ///
 /// # Safety
 /// `event` is NULL or valid for a write.
-unsafe fn chunked(
+unsafe fn through_lane(
     q: &Object,
     sync: &EnqueueSync,
     event: *mut cl_event,
-    size: usize,
-    mut step: impl FnMut(usize, usize, EnqueueSync) -> Result<cl_int, cl_int>,
-) -> Result<cl_int, cl_int> {
-    // Several chunks are several commands: kept together against other threads' enqueues where
-    // that cannot wait for ever (`exclusive_transfer`); elsewhere another thread's command may
-    // come between them (README says so).
-    let mut run = || {
-        // SAFETY: forwarded.
-        unsafe { chunked_in(q, sync, event, size, &mut step) }
-    };
-    match size > BULK_CAP {
-        true => exclusive_transfer(q, sync, &mut run).unwrap_or_else(run),
-        false => run(),
-    }
-}
-
-/// `chunked`'s chunks, one after the other.
-///
-/// # Safety
-/// As for `chunked`.
-unsafe fn chunked_in(
-    q: &Object,
-    sync: &EnqueueSync,
-    event: *mut cl_event,
-    size: usize,
-    step: &mut impl FnMut(usize, usize, EnqueueSync) -> Result<cl_int, cl_int>,
+    call: impl FnOnce(EnqueueSync) -> Result<cl_int, cl_int>,
 ) -> Result<cl_int, cl_int> {
     let settled = SettleAfter::new(q);
-    for (start, len, first, last) in chunks(size) {
-        let rc = step(start, len, chunk_sync(sync, first, last))?;
-        if rc == CL_SUCCESS && last {
-            if let Some(state) = q.data.queue_state() {
-                state.blocking_call_returned();
-            }
-            settled.completed();
+    let rc = call(sync.clone())?;
+    if rc == CL_SUCCESS {
+        if let Some(state) = q.data.queue_state() {
+            state.blocking_call_returned();
         }
-        if rc != CL_SUCCESS || last {
-            // SAFETY: forwarded.
-            return Ok(unsafe { finish_enqueue(q, sync, event, Ok(rc)) });
-        }
+        settled.completed();
     }
-    Ok(CL_SUCCESS)
+    // SAFETY: forwarded.
+    Ok(unsafe { finish_enqueue(q, sync, event, Ok(rc)) })
 }
 
 /// An enqueue the shim must finish itself when it completes always gets an event (the
@@ -356,17 +311,17 @@ pub unsafe fn clEnqueueReadBuffer(
         if let Some(rc) = unsafe { in_place(&q, &m, false, offset, size, ptr.cast(), &sync, event) } {
             return rc;
         }
-        if size >= PIPE_MIN && mirror.is_none() {
+        if size >= PIPE_MIN {
             // SAFETY: as above; event per API contract.
-            return unsafe { pipelined(&q, &m, false, offset, size, ptr.cast(), &sync, event) };
+            return unsafe { pipelined(&q, &m, false, offset, size, (ptr.cast(), mirror), &sync, event) };
         }
-        let step = |start: usize, len: usize, sync: EnqueueSync| {
+        let call = |sync| {
             let req = EnqueueReadBuffer {
                 queue: q.id,
                 mem: m.id,
                 blocking: true,
-                offset: (offset + start) as u64,
-                into: DataRef::Lane { offset: 0, len: len as u64 },
+                offset: offset as u64,
+                into: DataRef::Lane { offset: 0, len: size as u64 },
                 sync,
             };
             q.conn.call_with(
@@ -374,21 +329,21 @@ pub unsafe fn clEnqueueReadBuffer(
                 |_| Ok(()),
                 |rc, bulk| {
                     if *rc == CL_SUCCESS {
-                        // SAFETY: the application's ptr holds `size` bytes; the chunk is within
-                        // it and within the bulk area.
-                        unsafe { cloister_ipc::copy::copy(ptr.cast::<u8>().add(start), bulk, len) };
+                        // SAFETY: the application's ptr holds `size` bytes, the bulk area as many
+                        // (`size < PIPE_MIN <= BULK_CAP`).
+                        unsafe { cloister_ipc::copy::copy(ptr.cast(), bulk, size) };
                         if let Some(host) = mirror {
                             // CL_MEM_USE_HOST_PTR: the application's memory holds device results.
                             // SAFETY: the mirror's `size` bytes lie within the buffer's memory
-                            // (checked by use_host_ptr), and start+len <= size.
-                            unsafe { std::ptr::copy(bulk, (host.at as *mut u8).add(start), len) };
+                            // (checked by use_host_ptr).
+                            unsafe { std::ptr::copy(bulk, host.at as *mut u8, size) };
                         }
                     }
                 },
             )
         };
         // SAFETY: event per API contract.
-        unsafe { chunked(&q, &sync, event, size, step) }
+        unsafe { through_lane(&q, &sync, event, call) }
     })();
     let rc = r.unwrap_or_else(|e| e);
     if rc == CL_SUCCESS && blocking_read != CL_FALSE && crate::recovery::on() {
@@ -463,26 +418,27 @@ pub unsafe fn clEnqueueWriteBuffer(
         }
         if size >= PIPE_MIN {
             // SAFETY: as above (a write only reads `ptr`); event per API contract.
-            return unsafe { pipelined(&q, &m, true, offset, size, ptr.cast_mut().cast(), &sync, event) };
+            return unsafe { pipelined(&q, &m, true, offset, size, (ptr.cast_mut().cast(), None), &sync, event) };
         }
-        let step = |start: usize, len: usize, sync: EnqueueSync| {
+        let call = |sync| {
             let req = EnqueueWriteBuffer {
                 queue: q.id,
                 mem: m.id,
                 blocking: true,
-                offset: (offset + start) as u64,
-                data: DataRef::Lane { offset: 0, len: len as u64 },
+                offset: offset as u64,
+                data: DataRef::Lane { offset: 0, len: size as u64 },
                 sync,
             };
             let fill = |bulk: *mut u8| {
-                // SAFETY: ptr holds `size` bytes; the chunk fits the bulk area.
-                unsafe { cloister_ipc::copy::copy(bulk, ptr.cast::<u8>().add(start), len) };
+                // SAFETY: ptr holds `size` bytes, the bulk area as many (`size < PIPE_MIN <=
+                // BULK_CAP`).
+                unsafe { cloister_ipc::copy::copy(bulk, ptr.cast(), size) };
                 Ok(())
             };
             q.conn.call_with(req, fill, |_, _| ())
         };
         // SAFETY: event per API contract.
-        unsafe { chunked(&q, &sync, event, size, step) }
+        unsafe { through_lane(&q, &sync, event, call) }
     })();
     let rc = r.unwrap_or_else(|e| e);
     if rc == CL_SUCCESS && crate::recovery::on() {
@@ -1001,6 +957,8 @@ const NON_BLOCKING_MAX: usize = 64 << 20;
 /// Blocking transfers from this size on are pipelined (`pipelined`), in chunks of
 /// `PIPE_CHUNK_MIN..=PIPE_CHUNK_MAX`, about an eighth of the transfer each.
 const PIPE_MIN: usize = 4 << 20;
+// Every smaller transfer fits the lane's bulk area whole (`through_lane`).
+const _: () = assert!(PIPE_MIN <= BULK_CAP);
 const PIPE_CHUNK_MIN: usize = 1 << 20;
 const PIPE_CHUNK_MAX: usize = 8 << 20;
 
@@ -1015,8 +973,10 @@ const PIPE_CHUNK_MAX: usize = 8 << 20;
 /// `exclusive_transfer`ly where they can (other threads' next enqueues wait for them); where
 /// they cannot, the transfer is one command, through one segment of its size.
 ///
+/// A read's `CL_MEM_USE_HOST_PTR` mirror (`app.1`) is filled from each chunk too.
+///
 /// # Safety
-/// `app` holds `size` bytes, readable for a write, writable for a read; `event` is NULL or
+/// `app.0` holds `size` bytes, readable for a write, writable for a read; `event` is NULL or
 /// valid for a write.
 #[allow(clippy::too_many_arguments)]
 unsafe fn pipelined(
@@ -1025,7 +985,7 @@ unsafe fn pipelined(
     write: bool,
     offset: usize,
     size: usize,
-    app: *mut u8,
+    app: (*mut u8, Option<Mirror>),
     sync: &EnqueueSync,
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
@@ -1090,7 +1050,7 @@ unsafe fn pipelined_in(
     write: bool,
     offset: usize,
     size: usize,
-    app: *mut u8,
+    (app, mirror): (*mut u8, Option<Mirror>),
     sync: &EnqueueSync,
     event: *mut cl_event,
     chunk: usize,
@@ -1114,9 +1074,16 @@ unsafe fn pipelined_in(
         let (ev, start, len) = flight;
         let rc = wait_chunk(ev);
         if rc == Ok(CL_SUCCESS) && !write {
+            let from = slots[slot].region.as_ptr();
             // SAFETY: the slot holds `len` bytes the driver read (it is at least `chunk` long);
             // `start + len <= size` bytes of `app` per the caller.
-            unsafe { cloister_ipc::copy::copy(app.add(start), slots[slot].region.as_ptr(), len) };
+            unsafe { cloister_ipc::copy::copy(app.add(start), from, len) };
+            if let Some(host) = mirror {
+                // CL_MEM_USE_HOST_PTR: the application's memory holds device results.
+                // SAFETY: the mirror's `size` bytes lie within the buffer's memory (checked by
+                // `use_host_ptr`), and `start + len <= size`; it may be `app` itself, never the slot.
+                unsafe { std::ptr::copy(from, (host.at as *mut u8).add(start), len) };
+            }
         }
         rc
     };
