@@ -819,11 +819,46 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     if obj.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
         return CL_SUCCESS;
     }
+    if still_mapped(&obj) {
+        // Retired at its last unmap (`retire_if_unmapped`), as pocl keeps a released object
+        // until then: the application may still write through the mapping and unmap it, and
+        // the mapping's memory (a zero-copy buffer's own, a staged mapping's segment) must stay
+        // its own meanwhile: dropped with the object, a write through it faulted (a 1 MiB
+        // buffer's memory was unmapped) or landed in the next buffer carved from the same slab.
+        return CL_SUCCESS;
+    }
+    retire(h, &obj, kind)
+}
+
+/// Whether `obj` is a memory object with a mapping the application has not unmapped.
+fn still_mapped(obj: &Object) -> bool {
+    match &obj.data {
+        ObjData::Mem { maps, .. } => maps.lock().unwrap_or_else(|e| e.into_inner()).values().any(|l| !l.is_empty()),
+        _ => false,
+    }
+}
+
+/// After an unmap of `h`: a memory object the application released while mapped is retired
+/// with its last mapping (`release`).
+pub fn retire_if_unmapped(h: *mut c_void) {
+    if with_object(h, Kind::Mem, |obj| obj.refs.load(Ordering::Acquire) != 0).unwrap_or(true) {
+        return;
+    }
+    if let Ok(obj) = lookup(h, Kind::Mem) {
+        if !still_mapped(&obj) {
+            retire(h, &obj, Kind::Mem);
+        }
+    }
+}
+
+/// Lets go of an object no reference leads to any more: the worker's object, the handle (to
+/// the quarantine), the application's destructor callbacks. Once, whoever calls it first.
+fn retire(h: *mut c_void, obj: &Arc<Object>, kind: Kind) -> cl_int {
     if obj.released.swap(true, Ordering::AcqRel) {
         return CL_SUCCESS;
     }
     registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
-    forget_recent(|o| std::ptr::eq(o, &*obj));
+    forget_recent(|o| std::ptr::eq(o, &**obj));
     obj.conn.forget(obj.id);
     if obj.conn.replays() {
         obj.conn.above().released(&obj.conn, obj.id);
@@ -839,9 +874,6 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     // for its event (pyopencl does) releases one per command. The rest are calls, as the
     // shim's state after them may depend on them (a program's or context's release callbacks,
     // a queue's implicit flush).
-    if let ObjData::Mem { maps, shared, .. } = &obj.data {
-        keep_while_mapped(std::mem::take(&mut *maps.lock().unwrap_or_else(|e| e.into_inner())), shared);
-    }
     let release = cloister_ipc::Release { object: obj.id };
     let _ = match kind {
         Kind::Mem | Kind::Kernel | Kind::Sampler | Kind::Event => obj.conn.post(release),
@@ -855,23 +887,6 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     }
     quarantine(h as usize);
     CL_SUCCESS
-}
-
-/// The mappings a memory object still had when the application released it, with the memory
-/// they point into (a zero-copy buffer's own, a staged mapping's segment), kept for the rest of
-/// the process and out of every pool. Releasing a mapped object is legal (pocl keeps the object
-/// until the unmap), and the application may still write through the mapping: dropping the
-/// memory with the object made that write fault (a 1 MiB buffer's memory was unmapped) or land
-/// in the next buffer carved from the same slab. The unmap can no longer name the object
-/// (`CL_INVALID_MEM_OBJECT`), so what is kept here is never given back.
-type KeptMapping = (HashMap<usize, Vec<MapRecord>>, Option<crate::conn::SharedView>);
-static KEPT_WHILE_MAPPED: Mutex<Vec<KeptMapping>> = Mutex::new(Vec::new());
-
-fn keep_while_mapped(maps: HashMap<usize, Vec<MapRecord>>, shared: &Option<crate::conn::SharedView>) {
-    if maps.values().all(Vec::is_empty) {
-        return;
-    }
-    KEPT_WHILE_MAPPED.lock().unwrap_or_else(|e| e.into_inner()).push((maps, shared.clone()));
 }
 
 #[cfg(test)]

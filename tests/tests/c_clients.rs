@@ -54,6 +54,18 @@ fn semantics_match_directly_and_caged() {
     // with pocl directly.
     assert!(out.contains("impl: read map scribble written back"), "{out}");
     assert!(out.contains("impl: after a blocking read host_ptr holds the device's results"), "{out}");
+    released_while_mapped_as_pocl(&out);
+}
+
+/// A buffer released while mapped lives until its unmap, as with pocl directly: the unmap
+/// succeeds, and the memory is given back then (before, it was kept for the process's life and
+/// the unmap refused: "released while mapped" in `tests/c/semantics.c`).
+fn released_while_mapped_as_pocl(out: &str) {
+    for n in [4096, 64 << 10, 1 << 20] {
+        assert!(out.contains(&format!("impl: unmap of a released {n}-byte buffer -> success")), "{out}");
+    }
+    assert!(out.contains("impl: unmaps of 200 released buffers that failed: 0"), "{out}");
+    assert!(out.contains("200 buffers released while mapped, then unmapped: their memory given back"), "{out}");
 }
 
 /// The same semantics with staged buffers (`CLOISTER_ZERO_COPY=0`, the path of discrete GPUs),
@@ -67,6 +79,7 @@ fn semantics_match_with_staged_buffers() {
     assert!(c.status.success(), "caged run failed:\n{}", text(&c));
     assert_eq!(findings(&d), findings(&c));
     assert!(text(&c).contains("impl: read map scribble not written back"), "{}", text(&c));
+    released_while_mapped_as_pocl(&text(&c));
 }
 
 /// A semantics transcript without its "impl:" lines (where the spec leaves the answer to the

@@ -708,80 +708,86 @@ pub unsafe fn clEnqueueUnmapMemObject(
     list: *const cl_event,
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
-    let (q, m) = queue_and_mem(queue, memobj)?;
-    let ObjData::Mem { maps, context, .. } = &m.data else {
-        return Err(CL_INVALID_MEM_OBJECT);
-    };
-    // Refused before the mapping is taken off the record (the application's right unmap
-    // afterwards must still find it), as the driver refuses it (a quiet unmap of a mapping the
-    // shim made itself would otherwise have succeeded).
-    if q.data.queue_state().is_some_and(|state| state.context != *context) {
-        return Err(CL_INVALID_CONTEXT);
-    }
-    let record = {
-        let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
-        let list = maps.get_mut(&(mapped_ptr as usize)).ok_or(CL_INVALID_VALUE)?;
-        let rec = list.pop().ok_or(CL_INVALID_VALUE)?;
-        if list.is_empty() {
-            maps.remove(&(mapped_ptr as usize));
+    let rc = (|| {
+        let (q, m) = queue_and_mem(queue, memobj)?;
+        let ObjData::Mem { maps, context, .. } = &m.data else {
+            return Err(CL_INVALID_MEM_OBJECT);
+        };
+        // Refused before the mapping is taken off the record (the application's right unmap
+        // afterwards must still find it), as the driver refuses it (a quiet unmap of a mapping the
+        // shim made itself would otherwise have succeeded).
+        if q.data.queue_state().is_some_and(|state| state.context != *context) {
+            return Err(CL_INVALID_CONTEXT);
         }
-        rec
-    };
-    let quiet = n == 0 && list.is_null() && event.is_null();
-    if record.in_shim && !record.carried && quiet && !q.conn.is_dead() {
-        // The worker never had the mapping, and nothing is to wait for or to report: the bytes
-        // are in place, and the queue stays as idle as it was.
+        let record = {
+            let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
+            let list = maps.get_mut(&(mapped_ptr as usize)).ok_or(CL_INVALID_VALUE)?;
+            let rec = list.pop().ok_or(CL_INVALID_VALUE)?;
+            if list.is_empty() {
+                maps.remove(&(mapped_ptr as usize));
+            }
+            rec
+        };
+        let quiet = n == 0 && list.is_null() && event.is_null();
+        if record.in_shim && !record.carried && quiet && !q.conn.is_dead() {
+            // The worker never had the mapping, and nothing is to wait for or to report: the bytes
+            // are in place, and the queue stays as idle as it was.
+            if q.conn.replays() {
+                // SAFETY: the record was this mapping's, live until now.
+                unsafe { journal_unmap(&q, &m, mapped_ptr, &record, false, &EnqueueSync::default()) };
+            }
+            return Ok(CL_SUCCESS);
+        }
+        // SAFETY: API contract.
+        let sync = match unsafe { enqueue_sync(&q, n, list, event) } {
+            Ok(sync) => sync,
+            Err(e) => {
+                // The mapping stays the application's.
+                maps.lock().unwrap_or_else(|e| e.into_inner()).entry(mapped_ptr as usize).or_default().push(record);
+                return Err(e);
+            }
+        };
+        if record.carried {
+            // SAFETY: the record is the application's mapping at `mapped_ptr`, whose memory it
+            // holds; event per API contract.
+            return unsafe { unmap_carried(&q, &m, mapped_ptr, record, &sync, event) };
+        }
+        if record.in_shim {
+            // SAFETY: the record is the application's mapping at `mapped_ptr`; event per API
+            // contract.
+            return unsafe { unmap_in_shim(&q, &m, mapped_ptr, record, &sync, event) };
+        }
+        // A non-blocking map not yet seen complete needs no filling any more.
+        let unsettled_map = crate::pending::of(&q.conn).forget_map(&q.conn, record.id);
+        let write_back = record.writes_back();
+        pack_mirror(&record);
         if q.conn.replays() {
-            // SAFETY: the record was this mapping's, live until now.
-            unsafe { journal_unmap(&q, &m, mapped_ptr, &record, false, &EnqueueSync::default()) };
+            // SAFETY: the record was this mapping's, live until the unmap below.
+            unsafe { journal_unmap(&q, &m, mapped_ptr, &record, false, &sync) };
         }
-        return Ok(CL_SUCCESS);
-    }
-    // SAFETY: API contract.
-    let sync = match unsafe { enqueue_sync(&q, n, list, event) } {
-        Ok(sync) => sync,
-        Err(e) => {
-            // The mapping stays the application's.
-            maps.lock().unwrap_or_else(|e| e.into_inner()).entry(mapped_ptr as usize).or_default().push(record);
-            return Err(e);
+        let segment = match record.segment {
+            Some(segment) if write_back || unsettled_map => {
+                // The driver may still copy out of the segment (a write-back by DMA on a
+                // discrete device) or into it (a map not yet complete) after the call returns:
+                // the segment goes back to the pool once the unmap's event is complete.
+                let make =
+                    |_, sync| EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.id, write_back, sync };
+                // SAFETY: event per API contract.
+                return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, false, make) };
+            }
+            other => other,
+        };
+        let rc = unmap(&q, &m, record.id, write_back, sync.clone());
+        // The worker keeps the segment mapped: it goes back to the pool for the next map.
+        if let Some(segment) = segment {
+            q.conn.release_segment(segment);
         }
-    };
-    if record.carried {
-        // SAFETY: the record is the application's mapping at `mapped_ptr`, whose memory it
-        // holds; event per API contract.
-        return unsafe { unmap_carried(&q, &m, mapped_ptr, record, &sync, event) };
-    }
-    if record.in_shim {
-        // SAFETY: the record is the application's mapping at `mapped_ptr`; event per API
-        // contract.
-        return unsafe { unmap_in_shim(&q, &m, mapped_ptr, record, &sync, event) };
-    }
-    // A non-blocking map not yet seen complete needs no filling any more.
-    let unsettled_map = crate::pending::of(&q.conn).forget_map(&q.conn, record.id);
-    let write_back = record.writes_back();
-    pack_mirror(&record);
-    if q.conn.replays() {
-        // SAFETY: the record was this mapping's, live until the unmap below.
-        unsafe { journal_unmap(&q, &m, mapped_ptr, &record, false, &sync) };
-    }
-    let segment = match record.segment {
-        Some(segment) if write_back || unsettled_map => {
-            // The driver may still copy out of the segment (a write-back by DMA on a
-            // discrete device) or into it (a map not yet complete) after the call returns:
-            // the segment goes back to the pool once the unmap's event is complete.
-            let make = |_, sync| EnqueueUnmapMemObject { queue: q.id, mem: m.id, segment: record.id, write_back, sync };
-            // SAFETY: event per API contract.
-            return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, false, make) };
-        }
-        other => other,
-    };
-    let rc = unmap(&q, &m, record.id, write_back, sync.clone());
-    // The worker keeps the segment mapped: it goes back to the pool for the next map.
-    if let Some(segment) = segment {
-        q.conn.release_segment(segment);
-    }
-    // SAFETY: event per API contract.
-    Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
+        // SAFETY: event per API contract.
+        Ok(unsafe { finish_enqueue(&q, &sync, event, rc) })
+    })();
+    // An object the application released while mapped goes with its last mapping.
+    crate::handle::retire_if_unmapped(memobj);
+    rc
 }
 
 /// Unmaps a mapping the shim made itself (`direct_map`) where the application gave a wait list
