@@ -134,18 +134,22 @@ pub fn of(conn: &Conn) -> &Pending {
     conn.state()
 }
 
-/// Completes every finished transfer (of `queue`, or of all queues).
-pub fn settle(conn: &Conn, queue: Option<ObjectId>) {
-    settle_through(conn, queue, None);
+/// Completes every finished transfer, of every queue: a blocking call on one queue may have
+/// waited for a transfer on another (a marker waiting on its event, then `clFinish`), and the
+/// application may then look at its destination (a non-blocking read on one queue, then a
+/// `clFinish` of another that waited for it, left the destination unwritten).
+pub fn settle(conn: &Conn) {
+    settle_through(conn, None);
 }
 
 /// `settle`, after a `clFinish` or a blocking transfer on in-order `queue` returned success: the
-/// eventless writes stamped below `mark` (read before that call started) are complete too.
+/// eventless writes of that queue stamped below `mark` (read before that call started) are
+/// complete too.
 pub fn settle_finished(conn: &Conn, queue: ObjectId, mark: u64) {
-    settle_through(conn, Some(queue), Some(mark));
+    settle_through(conn, Some((queue, mark)));
 }
 
-fn settle_through(conn: &Conn, queue: Option<ObjectId>, finished_below: Option<u64>) {
+fn settle_through(conn: &Conn, finished_below: Option<(ObjectId, u64)>) {
     let pending = of(conn);
     // Lock first: another thread may have taken finished operations out of the list and still
     // be copying them; an empty list alone does not mean they have landed.
@@ -156,10 +160,7 @@ fn settle_through(conn: &Conn, queue: Option<ObjectId>, finished_below: Option<u
     }
     let (evented, eventless): (Vec<PendingOp>, Vec<PendingOp>) = {
         let mut ops = pending.ops.lock().unwrap_or_else(|e| e.into_inner());
-        let (mine, rest): (Vec<PendingOp>, Vec<PendingOp>) =
-            std::mem::take(&mut *ops).into_iter().partition(|op| queue.is_none_or(|q| q == op.queue));
-        *ops = rest;
-        mine.into_iter().partition(|op| op.event.is_some())
+        std::mem::take(&mut *ops).into_iter().partition(|op| op.event.is_some())
     };
     // Per (queue, lane): the latest stamp of a command seen complete. An in-order queue runs a
     // lane's commands in the order the lane posted them, so what that lane posted before is
@@ -191,7 +192,7 @@ fn settle_through(conn: &Conn, queue: Option<ObjectId>, finished_below: Option<u
         }
     }
     for op in eventless {
-        let done = finished_below.is_some_and(|mark| op.seq < mark)
+        let done = finished_below.is_some_and(|(queue, mark)| op.queue == queue && op.seq < mark)
             || complete_through.iter().any(|&(k, through)| k == (op.queue, op.lane) && op.seq < through);
         let status = match (done, conn.is_dead()) {
             (true, _) => CL_COMPLETE,

@@ -60,8 +60,13 @@ static void nonblocking_reads(cl_command_queue q) {
   fill(src, N, 5, 1);
   cl_int err;
   cl_mem b = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, sizeof src, src, &err); CHECK(err);
-  const char *how[] = { "poll", "wait", "finish", "callback" };
-  for (int way = 0; way < 4; way++) {
+  /* The ways from "another queue's" on wait on a second queue for the read's event; the last
+   * one maps another buffer on the read's own (in-order) queue. */
+  cl_command_queue q2 = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  cl_mem other = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err); CHECK(err);
+  const char *how[] = { "poll", "wait", "finish", "callback", "another queue's clFinish after a marker on it",
+                        "another queue's blocking read", "another queue's blocking map", "a blocking map on its queue" };
+  for (int way = 0; way < 8; way++) {
     memset(dst, 0, sizeof dst);
     cl_event gate = clCreateUserEvent(ctx, &err); CHECK(err);
     cl_event rd;
@@ -71,17 +76,28 @@ static void nonblocking_reads(cl_command_queue q) {
     EXPECT(status_of(rd) != CL_COMPLETE, "a read gated by a user event completed early");
     CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
     int ok = 0;
+    unsigned char tmp[64];
+    void *mapped = NULL;
     switch (way) {
-    case 0: while (status_of(rd) != CL_COMPLETE) usleep(100); ok = holds(dst, N, 5, 1); break;
-    case 1: CHECK(clWaitForEvents(1, &rd)); ok = holds(dst, N, 5, 1); break;
-    case 2: CHECK(clFinish(q)); ok = holds(dst, N, 5, 1); break;
-    case 3: CHECK(clFinish(q)); for (int i = 0; i < 2000 && !l.calls; i++) usleep(1000); ok = l.ok && l.calls == 1; break;
+    case 0: while (status_of(rd) != CL_COMPLETE) usleep(100); break;
+    case 1: CHECK(clWaitForEvents(1, &rd)); break;
+    case 2: CHECK(clFinish(q)); break;
+    case 3: CHECK(clFinish(q)); for (int i = 0; i < 2000 && !l.calls; i++) usleep(1000); break;
+    case 4: CHECK(clEnqueueMarkerWithWaitList(q2, 1, &rd, NULL)); CHECK(clFinish(q2)); break;
+    case 5: CHECK(clEnqueueReadBuffer(q2, other, CL_TRUE, 0, sizeof tmp, tmp, 1, &rd, NULL)); break;
+    case 6: mapped = clEnqueueMapBuffer(q2, other, CL_TRUE, CL_MAP_READ, 0, 64, 1, &rd, NULL, &err); CHECK(err); break;
+    case 7: mapped = clEnqueueMapBuffer(q, other, CL_TRUE, CL_MAP_READ, 0, 64, 0, NULL, NULL, &err); CHECK(err); break;
     }
+    ok = way == 3 ? l.ok && l.calls == 1 : holds(dst, N, 5, 1);
     EXPECT(ok, "non-blocking read not landed when completion was seen through %s", how[way]);
+    if (mapped) CHECK(clEnqueueUnmapMemObject(way == 6 ? q2 : q, other, mapped, 0, NULL, NULL));
+    CHECK(clFinish(q)); CHECK(clFinish(q2));
     CHECK(clReleaseEvent(rd)); CHECK(clReleaseEvent(gate));
   }
+  CHECK(clReleaseMemObject(other));
+  CHECK(clReleaseCommandQueue(q2));
   CHECK(clReleaseMemObject(b));
-  printf("non-blocking read landed: poll, wait, finish, callback\n");
+  printf("non-blocking read landed: poll, wait, finish, callback, another queue's finish, read and map, a map on its queue\n");
 }
 
 /* ---- maps: unmap writes back exactly the mapped region, as the flags say ---- */

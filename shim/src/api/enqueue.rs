@@ -33,7 +33,8 @@ pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc
     Ok((q, m))
 }
 
-/// Settles the queue's finished non-blocking transfers when a blocking call on it returns.
+/// Settles the finished non-blocking transfers when a blocking call on a queue returns: every
+/// queue's, as the call may have waited for another queue's (`pending::settle`).
 pub(super) struct SettleAfter<'a> {
     queue: &'a Object,
     /// `pending::mark` before the call.
@@ -60,7 +61,7 @@ impl Drop for SettleAfter<'_> {
         let q = self.queue;
         match self.completed.get() {
             true => crate::pending::settle_finished(&q.conn, q.id, self.mark),
-            false => settle(&q.conn, Some(q.id)),
+            false => settle(&q.conn),
         }
     }
 }
@@ -146,7 +147,7 @@ pub(super) unsafe fn track(
     // An application that never waits still gets its segments back: every so many pending
     // transfers, the finished ones settle (one call).
     if crate::pending::of(&q.conn).len() >= SETTLE_EVERY {
-        settle(&q.conn, None);
+        settle(&q.conn);
     }
     rc
 }
@@ -596,6 +597,9 @@ pub unsafe fn clEnqueueMapBuffer(
         }
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
+        // A blocking map may have waited for an earlier non-blocking transfer, of this queue or
+        // another: landed before the application looks.
+        let _settled = blocking.then(|| SettleAfter::new(&q));
         // CL_MEM_USE_HOST_PTR: the spec requires the application's own pointer, holding the
         // device's data once the map is complete.
         let mirror = use_host_ptr(&m, offset, size)?;

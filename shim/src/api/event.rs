@@ -19,7 +19,7 @@ pub unsafe fn clWaitForEvents(num_events: cl_uint, event_list: *const cl_event) 
     let (ids, conn) = ids_of(evs, Kind::Event, CL_INVALID_EVENT)?;
     let conn = conn.ok_or(CL_INVALID_VALUE)?;
     let rc = conn.call(WaitForEvents { events: ids });
-    crate::pending::settle(&conn, None);
+    crate::pending::settle(&conn);
     rc
 }
 
@@ -32,7 +32,7 @@ fn event_answers(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl
     }
     let v = info::query(obj, InfoTarget::Event, 0, param_name);
     if matches!(&v, Ok(b) if b.as_slice() == CL_COMPLETE.to_ne_bytes()) {
-        crate::pending::settle(&obj.conn, None);
+        crate::pending::settle(&obj.conn);
     }
     Some(v)
 }

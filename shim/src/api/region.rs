@@ -629,6 +629,9 @@ pub unsafe fn clEnqueueMapImage(
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let blocking = blocking_map != CL_FALSE;
+        // A blocking map may have waited for another queue's non-blocking transfer: landed
+        // before the application looks.
+        let _settled = blocking.then(|| SettleAfter::new(&q));
         let (wire_sync, event_id) = if blocking { (sync.clone(), 0) } else { with_own_event(&q, &sync) };
         let segment = q.conn.acquire_segment(size)?;
         // Replay reads the box again if the worker dies before a non-blocking map is complete.

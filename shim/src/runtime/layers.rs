@@ -27,7 +27,7 @@ impl Above for Layers {
     }
 
     fn settle(&self, conn: &Conn) {
-        crate::pending::settle(conn, None);
+        crate::pending::settle(conn);
     }
 
     fn release(&self, handle: usize, kind: ObjectKind) {
