@@ -73,6 +73,17 @@ impl Strided {
         self.row_bytes * self.rows * self.slices
     }
 
+    /// The bytes from the box's first byte to its last, inclusive (0 for an empty box); `None`
+    /// where that overflows (pitches or counts no memory can hold).
+    pub fn extent(&self) -> Option<usize> {
+        if self.row_bytes == 0 || self.rows == 0 || self.slices == 0 {
+            return Some(0);
+        }
+        let last_slice = (self.slices - 1).checked_mul(self.slice_pitch)?;
+        let last_row = (self.rows - 1).checked_mul(self.row_pitch)?;
+        last_slice.checked_add(last_row)?.checked_add(self.row_bytes)
+    }
+
     /// The offset of each row, in order.
     fn rows(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.slices).flat_map(move |z| (0..self.rows).map(move |y| z * self.slice_pitch + y * self.row_pitch))
@@ -128,6 +139,16 @@ mod tests {
         assert_eq!(element_size(0x10B0, 0x10D2), Some(1)); // R unorm8
         assert_eq!(element_size(0x10B4, 0x10D4), Some(2)); // RGB 565
         assert_eq!(element_size(0x1234, 0x10D2), None);
+    }
+
+    #[test]
+    fn a_box_extent_spans_first_to_last_byte_and_overflow_is_none() {
+        let b = Strided { row_bytes: 10, rows: 3, slices: 2, row_pitch: 16, slice_pitch: 64 };
+        assert_eq!(b.extent(), Some(64 + 2 * 16 + 10));
+        assert_eq!(Strided::packed(10, 3, 2).extent(), Some(60));
+        assert_eq!(Strided { rows: 0, ..b }.extent(), Some(0));
+        assert_eq!(Strided { slices: 1 << 40, slice_pitch: 1 << 40, ..b }.extent(), None);
+        assert_eq!(Strided { rows: 2, row_pitch: usize::MAX, ..b }.extent(), None);
     }
 
     #[test]

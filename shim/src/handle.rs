@@ -178,6 +178,9 @@ pub struct ImageMeta {
     pub elem: usize,
     pub image_type: u32,
     pub host: Option<HostImage>,
+    /// The image's size in pixels along the three coordinates of an origin or region (width;
+    /// height, or a 1D array's images; depth, or a 2D array's images; 1 where it has none).
+    pub pixels: [usize; 3],
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -17,15 +17,7 @@ impl Mirror {
     /// object's memory as it declared it); `CL_INVALID_VALUE` otherwise, whatever the driver
     /// would say, as the shim itself copies into it.
     pub fn within(at: usize, shape: Strided, base: usize, len: usize) -> Result<Mirror, cl_int> {
-        let extent = if shape.row_bytes == 0 || shape.rows == 0 || shape.slices == 0 {
-            Some(0)
-        } else {
-            (shape.slices - 1)
-                .checked_mul(shape.slice_pitch)
-                .and_then(|s| (shape.rows - 1).checked_mul(shape.row_pitch).and_then(|r| s.checked_add(r)))
-                .and_then(|e| e.checked_add(shape.row_bytes))
-        };
-        let end = extent.and_then(|e| at.checked_add(e)).ok_or(CL_INVALID_VALUE)?;
+        let end = shape.extent().and_then(|e| at.checked_add(e)).ok_or(CL_INVALID_VALUE)?;
         match at >= base && end <= base.saturating_add(len) {
             true => Ok(Mirror { at, shape }),
             false => Err(CL_INVALID_VALUE),

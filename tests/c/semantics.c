@@ -581,6 +581,40 @@ static void kernel_arguments(cl_command_queue q, cl_kernel plus) {
  * buffer until the unmap): writing through the mapping must not fault, nor land in buffers made
  * after the release. Blocking maps for writing, made idle and behind an event; 4 KiB and 64 KiB
  * buffers share slabs in the cage, 1 MiB ones have memory of their own. */
+/* Regions larger than the object, with the application's memory only 1 MiB: the driver refuses
+ * them before it touches any memory (CL_INVALID_VALUE), and so must the cage, which copies the
+ * application's rows itself (a caged 1 GiB rectangle write read past the 1 MiB and crashed), and
+ * regions whose byte counts overflow (the cage said CL_OUT_OF_HOST_MEMORY). */
+static void oversized_regions(cl_command_queue q) {
+  cl_int err;
+  unsigned char *host = calloc(1, 1 << 20);
+  cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &err); CHECK(err);
+  size_t o[3] = { 0, 0, 0 }, gib[3] = { 1 << 16, 1 << 14, 1 }, huge[3] = { (size_t)1 << 33, (size_t)1 << 33, 1 };
+  cl_int rect_nb = clEnqueueWriteBufferRect(q, b, CL_FALSE, o, o, gib, 0, 0, 0, 0, host, 0, NULL, NULL);
+  cl_int rect_b = clEnqueueWriteBufferRect(q, b, CL_TRUE, o, o, gib, 0, 0, 0, 0, host, 0, NULL, NULL);
+  cl_int rect_read = clEnqueueReadBufferRect(q, b, CL_TRUE, o, o, huge, 0, 0, 0, 0, host, 0, NULL, NULL);
+  printf("oversized buffer rectangles: write %d, blocking %d, overflowing read %d\n", rect_nb, rect_b, rect_read);
+  cl_image_format fmt = { CL_RGBA, CL_UNSIGNED_INT8 };
+  cl_image_desc d = { .image_type = CL_MEM_OBJECT_IMAGE2D, .image_width = 16, .image_height = 16 };
+  cl_mem im = clCreateImage(ctx, CL_MEM_READ_WRITE, &fmt, &d, NULL, &err);
+  if (err == CL_SUCCESS) {
+    size_t quarter_gib[3] = { 1 << 14, 1 << 14, 1 }, wide_row[3] = { (size_t)1 << 62, 1, 1 }, pitch;
+    cl_int img_b = clEnqueueWriteImage(q, im, CL_TRUE, o, quarter_gib, 0, 0, host, 0, NULL, NULL);
+    cl_int img_nb = clEnqueueWriteImage(q, im, CL_FALSE, o, quarter_gib, 0, 0, host, 0, NULL, NULL);
+    cl_int img_read = clEnqueueReadImage(q, im, CL_TRUE, o, huge, 0, 0, host, 0, NULL, NULL);
+    cl_int map = 1;
+    void *p = clEnqueueMapImage(q, im, CL_TRUE, CL_MAP_READ, o, wide_row, &pitch, NULL, 0, NULL, NULL, &map);
+    printf("oversized image regions: write %d, non-blocking %d, overflowing read %d, overflowing map %d (%s)\n", img_b,
+           img_nb, img_read, map, p ? "mapped" : "NULL");
+    CHECK(clReleaseMemObject(im));
+  } else {
+    printf("oversized image regions: no 2D images here\n");
+  }
+  CHECK(clFinish(q));
+  CHECK(clReleaseMemObject(b));
+  free(host);
+}
+
 /* The lines of /proc/self/maps: the process's memory mappings. */
 static int count_mappings(void) {
   FILE *f = fopen("/proc/self/maps", "r");
@@ -668,6 +702,7 @@ int main(void) {
   info_protocol(q, times3);
   kernel_arguments(q, plus);
   released_while_mapped(q);
+  oversized_regions(q);
   if (getenv("GARBAGE")) garbage_handles();
 
   CHECK(clReleaseKernel(times3)); CHECK(clReleaseKernel(plus)); CHECK(clReleaseKernel(spin));

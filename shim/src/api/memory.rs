@@ -433,7 +433,14 @@ unsafe fn create_image(
             HostImage { ptr: host_ptr as usize, len: size(total)?, row_pitch: size(row)?, slice_pitch: size(slice)? };
         (size(total)?, Some(host).filter(|_| flags & CL_MEM_USE_HOST_PTR != 0))
     };
-    let meta = ImageMeta { elem: elem as usize, image_type: d.image_type, host };
+    let pixels = match d.image_type {
+        CL_MEM_OBJECT_IMAGE1D_ARRAY => [d.image_width, d.image_array_size, 1],
+        CL_MEM_OBJECT_IMAGE2D_ARRAY => [d.image_width, d.image_height, d.image_array_size],
+        CL_MEM_OBJECT_IMAGE2D => [d.image_width, d.image_height, 1],
+        CL_MEM_OBJECT_IMAGE3D => [d.image_width, d.image_height, d.image_depth],
+        _ => [d.image_width, 1, 1],
+    };
+    let meta = ImageMeta { elem: elem as usize, image_type: d.image_type, host, pixels };
     let mirror = host.map_or(0, |h| h.ptr);
     let data = ObjData::mem(ctx.id, flags, mirror, host.map_or(0, |h| h.len), Some(meta));
     let conn = ctx.conn.clone();

@@ -70,6 +70,40 @@ fn image_mirror(meta: ImageMeta, origin: [usize; 3], region: [usize; 3]) -> Resu
     Mirror::within(offset.ok_or(CL_INVALID_VALUE)?, shape, h.ptr, h.len).map(Some)
 }
 
+/// `CL_INVALID_VALUE` unless the box at `origin` of `region` lies within the image, the driver's
+/// first refusal. The shim packs or unpacks the application's rows before the driver sees the
+/// call, so it must refuse first: a write of a 1 GiB region into a 16x16 image read past the
+/// application's memory and crashed it, where pocl says `CL_INVALID_VALUE`.
+fn image_box_within(meta: &ImageMeta, origin: [usize; 3], region: [usize; 3]) -> Result<(), cl_int> {
+    for ((o, r), pixels) in origin.into_iter().zip(region).zip(meta.pixels) {
+        if o.checked_add(r).is_none_or(|end| end > pixels) {
+            return Err(CL_INVALID_VALUE);
+        }
+    }
+    Ok(())
+}
+
+/// `CL_INVALID_VALUE` unless the box of a rectangle transfer at `origin` lies within `buffer`
+/// (as `image_box_within`, for a buffer: its size is the shim's record of it). A pipe (no size
+/// recorded) is left to the driver.
+fn rect_within_buffer(
+    buffer: &Object,
+    origin: [usize; 3],
+    region: [usize; 3],
+    row_pitch: usize,
+    slice_pitch: usize,
+) -> Result<(), cl_int> {
+    let ObjData::Mem { host_len: size, image: None, .. } = buffer.data else { return Ok(()) };
+    if size == 0 {
+        return Ok(());
+    }
+    let (shape, at) = rect_host_shape(origin, region, row_pitch, slice_pitch)?;
+    match shape.extent().and_then(|e| at.checked_add(e)) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(CL_INVALID_VALUE),
+    }
+}
+
 /// The application's side of an image transfer: its rows at `row_pitch`, or between the
 /// images of a 1D array at `slice_pitch`, with the spec's defaults for 0.
 fn image_host_shape(
@@ -84,7 +118,7 @@ fn image_host_shape(
         return Err(CL_INVALID_VALUE);
     }
     let array_1d = meta.image_type == CL_MEM_OBJECT_IMAGE1D_ARRAY;
-    let slice_default = if array_1d { row } else { row * region[1] };
+    let slice_default = if array_1d { row } else { row.checked_mul(region[1]).ok_or(CL_INVALID_VALUE)? };
     let slice = if slice_pitch == 0 { slice_default } else { slice_pitch };
     let row_step = if array_1d { slice } else { row };
     Ok(Strided { row_bytes, rows: region[1], slices: region[2], row_pitch: row_step, slice_pitch: slice })
@@ -98,11 +132,15 @@ fn rect_host_shape(
     slice_pitch: usize,
 ) -> Result<(Strided, usize), cl_int> {
     let row = if row_pitch == 0 { region[0] } else { row_pitch };
-    let slice = if slice_pitch == 0 { row * region[1] } else { slice_pitch };
-    if row < region[0] || slice < row * region[1] || (slice_pitch != 0 && row != 0 && slice % row != 0) {
+    let rows_bytes = row.checked_mul(region[1]).ok_or(CL_INVALID_VALUE)?;
+    let slice = if slice_pitch == 0 { rows_bytes } else { slice_pitch };
+    if row < region[0] || slice < rows_bytes || (slice_pitch != 0 && row != 0 && slice % row != 0) {
         return Err(CL_INVALID_VALUE);
     }
-    let offset = origin[2] * slice + origin[1] * row + origin[0];
+    let offset = [origin[2].checked_mul(slice), origin[1].checked_mul(row), Some(origin[0])]
+        .into_iter()
+        .try_fold(0usize, |acc, o| o.and_then(|o| acc.checked_add(o)))
+        .ok_or(CL_INVALID_VALUE)?;
     Ok((
         Strided { row_bytes: region[0], rows: region[1], slices: region[2], row_pitch: row, slice_pitch: slice },
         offset,
@@ -277,6 +315,7 @@ pub unsafe fn clEnqueueReadImage(
         // SAFETY: origin and region hold three values per the API contract.
         let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
         let meta = image_meta(m)?;
+        image_box_within(&meta, origin, region)?;
         let host = image_host_shape(meta, region, row_pitch, slice_pitch)?;
         let mirror = image_mirror(meta, origin, region)?;
         Ok(Shape { target: RegionTarget::Image { origin: wide(origin) }, region, host, offset: 0, mirror })
@@ -302,6 +341,7 @@ pub unsafe fn clEnqueueWriteImage(
         // SAFETY: origin and region hold three values per the API contract.
         let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
         let meta = image_meta(m)?;
+        image_box_within(&meta, origin, region)?;
         let host = image_host_shape(meta, region, row_pitch, slice_pitch)?;
         let mirror = image_mirror(meta, origin, region)?;
         Ok(Shape { target: RegionTarget::Image { origin: wide(origin) }, region, host, offset: 0, mirror })
@@ -327,6 +367,7 @@ unsafe fn rect_shape(
 ) -> Result<Shape, cl_int> {
     // SAFETY: guaranteed by the caller.
     let (b_origin, h_origin, region) = unsafe { (triple(buffer_origin)?, triple(host_origin)?, triple(region)?) };
+    rect_within_buffer(buffer, b_origin, region, buffer_row_pitch, buffer_slice_pitch)?;
     let (host, offset) = rect_host_shape(h_origin, region, host_row_pitch, host_slice_pitch)?;
     // A CL_MEM_USE_HOST_PTR buffer's memory: the same box at the buffer's origin and pitches.
     let mirror = match buffer.data {
@@ -615,6 +656,8 @@ pub unsafe fn clEnqueueMapImage(
         }
         // SAFETY: origin and region hold three values per the API contract.
         let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
+        // Within the image, the packed box is at most the image's bytes.
+        image_box_within(&meta, origin, region)?;
         let packed = Strided::packed(region[0] * meta.elem, region[1], region[2]);
         let size = packed.packed_len();
         // The segment holds the rows packed: the pitches the application gets are those, and
