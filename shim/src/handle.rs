@@ -216,6 +216,8 @@ pub enum ObjData {
         /// The worker has said the object exists (its creation, which may have been posted, did
         /// not fail): `crate::direct` maps only such a buffer itself.
         made: AtomicBool,
+        /// A sub-buffer's parent (`Object::storage`): two objects of one storage may overlap.
+        parent: Option<ObjectId>,
     },
     /// `app_source` is the application's own text when the driver was given a rewritten one
     /// (absolute `#include` names made relative to the staged headers' root).
@@ -255,6 +257,7 @@ impl ObjData {
             maps: Mutex::new(HashMap::new()),
             shared: None,
             made: AtomicBool::new(false),
+            parent: None,
         }
     }
 
@@ -269,7 +272,16 @@ impl ObjData {
             maps: Mutex::new(HashMap::new()),
             shared: Some(view),
             made: AtomicBool::new(false),
+            parent: None,
         }
+    }
+
+    /// The same memory object's data, for a sub-buffer of `parent`.
+    pub fn sub_buffer_of(mut self, parent: ObjectId) -> Self {
+        if let ObjData::Mem { parent: p, .. } = &mut self {
+            *p = Some(parent);
+        }
+        self
     }
 
     /// A queue's state for direct transfers, if this is a queue.
@@ -346,6 +358,16 @@ pub struct Object {
 }
 
 impl Object {
+    /// The id of the memory object whose memory this one is: a sub-buffer's parent's, any
+    /// other's own. Two memory objects of one storage may overlap (a copy between them may be
+    /// refused with `CL_MEM_COPY_OVERLAP`).
+    pub fn storage(&self) -> ObjectId {
+        match self.data {
+            ObjData::Mem { parent: Some(parent), .. } => parent,
+            _ => self.id,
+        }
+    }
+
     pub fn ref_count(&self) -> u32 {
         self.refs.load(Ordering::Acquire)
     }
@@ -504,7 +526,7 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
     let mut reg = registry().write().unwrap_or_else(|e| e.into_inner());
     let Some(old) = reg.get(&h).cloned() else { return };
     let data = match &old.data {
-        ObjData::Mem { context, flags, host_ptr, host_len, image, shared, maps, .. } => {
+        ObjData::Mem { context, flags, host_ptr, host_len, image, shared, maps, parent, .. } => {
             // Mappings the application still holds keep their memory (the dead worker's
             // segment or zero-copy memory) until it unmaps them (`MapRecord::carried`).
             let mut held = std::mem::take(&mut *maps.lock().unwrap_or_else(|e| e.into_inner()));
@@ -524,6 +546,7 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
                 shared: view.or_else(|| shared.clone()),
                 // Made again in the replacement, which says so in its own time.
                 made: AtomicBool::new(false),
+                parent: *parent,
             }
         }
         ObjData::Program { app_source, binary_sizes } => ObjData::Program {

@@ -240,6 +240,20 @@ static void late(void) {
   int got[2];
   CHECK(clEnqueueReadBuffer(q, a, CL_TRUE, (global - 2) * sizeof(int), sizeof got, got, 0, NULL, NULL));
   printf("afterwards a good NDRange: %d %d\n", got[0], got[1]);
+  /* Overlapping copies between a buffer and its sub-buffer, and between two sub-buffers of one
+   * buffer: the driver refuses them at the call, and so does the cage (before, it posted them:
+   * CL_SUCCESS, then clFinish -8). */
+  cl_mem parent = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 65536, NULL, &err); CHECK(err);
+  cl_buffer_region first = { 0, 8192 }, second = { 4096, 8192 };
+  cl_mem sub1 = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &first, &err); CHECK(err);
+  cl_mem sub2 = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &second, &err); CHECK(err);
+  cl_int subs = clEnqueueCopyBuffer(q, sub1, sub2, 4096, 0, 4096, 0, NULL, NULL);
+  cl_int parent_sub = clEnqueueCopyBuffer(q, parent, sub2, 4096, 0, 4096, 0, NULL, NULL);
+  cl_int disjoint = clEnqueueCopyBuffer(q, sub1, sub2, 0, 4096, 4096, 0, NULL, NULL);
+  cl_int fin = clFinish(q);
+  printf("overlapping copies: sub-buffer to sub-buffer %d, buffer to its sub-buffer %d; disjoint %d; clFinish %d\n",
+         subs, parent_sub, disjoint, fin);
+  CHECK(clReleaseMemObject(sub1)); CHECK(clReleaseMemObject(sub2)); CHECK(clReleaseMemObject(parent));
   CHECK(clReleaseMemObject(a)); CHECK(clReleaseKernel(inc)); CHECK(clReleaseCommandQueue(q));
 }
 

@@ -70,16 +70,21 @@ pub fn c_program(src: &Path) -> PathBuf {
     let newest = headers.map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "h")).map(|p| modified(&p));
     let fresh = newest.chain([modified(src)]).all(|m| modified(&exe) >= m);
     if !fresh || !exe.exists() {
+        // Tests run in processes of their own (nextest): each compiles into a file of its own and
+        // renames it into place, so none runs a binary another is still writing (one test failed
+        // so, at once, while another compiled the same client).
+        let partial = out_dir.join(format!(".{name}.{}", std::process::id()));
         let out = Command::new("cc")
             .arg("-O1")
             .arg("-Wno-deprecated-declarations")
             .arg(src)
             .arg("-o")
-            .arg(&exe)
+            .arg(&partial)
             .args(["-lOpenCL", "-lpthread"])
             .output()
             .expect("cannot run cc");
         assert!(out.status.success(), "compiling {}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
+        std::fs::rename(&partial, &exe).expect("move the compiled client into place");
     }
     exe
 }

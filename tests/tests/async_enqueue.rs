@@ -76,6 +76,11 @@ fn a_rejected_enqueue_reports_late_and_strict_mode_reports_at_once() {
     );
     // The queue and the kernel's arguments survive: the next NDRange works.
     assert!(out.contains(&"afterwards a good NDRange: 1 1".to_string()), "{t}");
+    // Overlapping copies of sub-buffers fail at the call, as directly.
+    let overlap =
+        "overlapping copies: sub-buffer to sub-buffer -8, buffer to its sub-buffer -8; disjoint 0; clFinish 0";
+    assert!(lines(&d).iter().any(|l| l == overlap), "{}", text(&d));
+    assert!(out.iter().any(|l| l == overlap), "{t}");
     assert_eq!(out.last().map(String::as_str), Some("done"), "{t}");
 }
 

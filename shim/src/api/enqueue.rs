@@ -535,12 +535,15 @@ pub unsafe fn clEnqueueCopyBuffer(
         sync,
     };
     // Posted only when the shim can make the driver's refusals itself: both ranges within their
-    // buffers of the queue's context, two different buffers (a copy within one may overlap:
+    // buffers of the queue's context, two buffers of different memory (a copy within one, or
+    // between a buffer and its sub-buffer or two sub-buffers of one buffer, may overlap:
     // `CL_MEM_COPY_OVERLAP`). Any other copy waits for the driver's answer, so its error is
     // this call's, not a late one.
     let context = q.data.queue_state().map(|state| state.context);
     let vouched = context.is_some_and(|c| {
-        s.id != d.id && s.data.buffer_range(c, src_offset, size) && d.data.buffer_range(c, dst_offset, size)
+        s.storage() != d.storage()
+            && s.data.buffer_range(c, src_offset, size)
+            && d.data.buffer_range(c, dst_offset, size)
     });
     // SAFETY: the wait list and event per API contract.
     unsafe { super::enqueue_posted_if(vouched, &q, n, list, event, make) }

@@ -362,6 +362,7 @@ pub unsafe fn clCreateSubBuffer(
             }
             None => ObjData::mem(*context, own, mirror, region.size, None),
         };
+        let data = data.sub_buffer_of(parent.storage());
         create(&parent.conn, Kind::Mem, data, |id| {
             crate::recovery::recorded(
                 &parent.conn,
