@@ -158,10 +158,16 @@ fn settle_through(conn: &Conn, finished_below: Option<(ObjectId, u64)>) {
     if pending.is_empty() {
         return;
     }
-    let (evented, eventless): (Vec<PendingOp>, Vec<PendingOp>) = {
+    let (mut evented, eventless): (Vec<PendingOp>, Vec<PendingOp>) = {
         let mut ops = pending.ops.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::take(&mut *ops).into_iter().partition(|op| op.event.is_some())
     };
+    // Asked newest first: a command seen complete was preceded by everything it waited for,
+    // which is then seen complete too (asked later), so no read lands without the reads it was
+    // ordered after. They land oldest first (below), in the order the driver ran them: two
+    // ordered reads into overlapping memory landed the other way round when a settle on another
+    // thread had put the older one back behind the newer one.
+    evented.sort_by_key(|op| std::cmp::Reverse(op.seq));
     // Per (queue, lane): the latest stamp of a command seen complete. An in-order queue runs a
     // lane's commands in the order the lane posted them, so what that lane posted before is
     // complete too.
@@ -173,6 +179,7 @@ fn settle_through(conn: &Conn, finished_below: Option<(ObjectId, u64)>) {
         let n = events.len();
         // A worker that cannot answer makes them all fail with its error.
         let statuses = conn.event_statuses(events, own).unwrap_or_else(|e| vec![e; n]);
+        let mut finished = Vec::with_capacity(n);
         for (op, status) in evented.into_iter().zip(statuses) {
             if status > CL_COMPLETE && !conn.is_dead() {
                 pending.push(op);
@@ -188,6 +195,9 @@ fn settle_through(conn: &Conn, finished_below: Option<(ObjectId, u64)>) {
             // A status the worker answered (not one the shim made up for a dead worker or a bad
             // answer) says the worker released the shim's own event.
             let released = status == CL_COMPLETE || (status < 0 && status != CL_INVALID_EVENT && !conn.is_dead());
+            finished.push((op, status, released));
+        }
+        for (op, status, released) in finished.into_iter().rev() {
             complete(conn, op, status, released);
         }
     }

@@ -141,6 +141,15 @@ impl QueueState {
         r
     }
 
+    /// Whether the queue is in order, only one thread has used it, and every command enqueued
+    /// on it is known complete: a command enqueued now waits for nothing but what it lists.
+    pub fn known_idle(&self) -> bool {
+        self.in_order
+            && !self.shared.load(SeqCst)
+            && !UNTRACKED_QUEUES.load(SeqCst)
+            && self.enqueued.load(SeqCst) == self.settled.load(SeqCst)
+    }
+
     /// Runs `copy` now if the queue is idle and only one thread uses it; `None` if not.
     pub fn while_idle<R>(&self, copy: impl FnOnce() -> R) -> Option<R> {
         self.copying.fetch_add(1, SeqCst);

@@ -100,6 +100,79 @@ static void nonblocking_reads(cl_command_queue q) {
   printf("non-blocking read landed: poll, wait, finish, callback, another queue's finish, read and map, a map on its queue\n");
 }
 
+/* Two ordered non-blocking reads into overlapping memory (the second waits for the first, which
+ * waits for a user event) land in the order they ran, the second's bytes last. A marker with a
+ * callback just before them has the cage's callback thread settle transfers meanwhile (one such
+ * settle put the older read back behind the newer one, which then landed first: 95-124 of 300
+ * wrong). */
+static void CL_CALLBACK nothing(cl_event e, cl_int st, void *ud) { (void)e; (void)st; (void)ud; }
+static void ordered_reads_into_overlapping_memory(cl_command_queue q) {
+  enum { HALF = N / 2 };
+  static int first[N], second[N], host[N + HALF], want[N + HALF];
+  fill(first, N, 100000, 1);
+  fill(second, N, 200000, 1);
+  memcpy(want, first, HALF * sizeof(int));
+  memcpy(want + HALF, second, N * sizeof(int));
+  cl_int err;
+  cl_mem a = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, sizeof first, first, &err); CHECK(err);
+  cl_mem b = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, sizeof second, second, &err); CHECK(err);
+  cl_command_queue other = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  int wrong = 0;
+  for (int i = 0; i < 200; i++) {
+    memset(host, 0, sizeof host);
+    cl_event gate = clCreateUserEvent(ctx, &err), marker, r1, r2;
+    CHECK(err);
+    CHECK(clEnqueueMarkerWithWaitList(other, 0, NULL, &marker));
+    CHECK(clSetEventCallback(marker, CL_COMPLETE, nothing, NULL));
+    CHECK(clEnqueueReadBuffer(q, a, CL_FALSE, 0, sizeof first, host, 1, &gate, &r1));
+    usleep(i % 7 * 20);
+    CHECK(clEnqueueReadBuffer(q, b, CL_FALSE, 0, sizeof second, host + HALF, 1, &r1, &r2));
+    CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+    CHECK(clWaitForEvents(1, &r2));
+    wrong += memcmp(host, want, sizeof want) != 0;
+    CHECK(clReleaseEvent(marker)); CHECK(clReleaseEvent(r1)); CHECK(clReleaseEvent(r2)); CHECK(clReleaseEvent(gate));
+  }
+  CHECK(clFinish(other)); CHECK(clReleaseCommandQueue(other));
+  CHECK(clReleaseMemObject(a)); CHECK(clReleaseMemObject(b));
+  printf("ordered reads into overlapping memory, 200 times: %d landed out of order\n", wrong);
+}
+
+/* Non-blocking transfers past 64 MiB behind a user event this thread sets only after the call
+ * returns (by the read's wait list, or behind a kernel that waits for it): the call must return
+ * at once (the cage made them before returning, and waited for ever). */
+static void large_non_blocking_behind_a_gate(cl_command_queue q, cl_kernel times3) {
+  size_t n = (size_t)70 << 20, ints = n / sizeof(int);
+  int *out = malloc(n), *src = malloc(n);
+  cl_int err;
+  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, n, NULL, &err); CHECK(err);
+  CHECK(clSetKernelArg(times3, 0, sizeof m, &m));
+  const char *how[] = { "a read waiting for it", "a read behind a kernel waiting for it",
+                        "a write behind a kernel waiting for it" };
+  for (int way = 0; way < 3; way++) {
+    cl_event gate = clCreateUserEvent(ctx, &err), done;
+    CHECK(err);
+    memset(out, 0, n);
+    fill(src, (int)ints, 7, 2);
+    CHECK(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, n, src, 0, NULL, NULL));
+    if (way == 0) {
+      CHECK(clEnqueueReadBuffer(q, m, CL_FALSE, 0, n, out, 1, &gate, &done));
+    } else {
+      CHECK(clEnqueueNDRangeKernel(q, times3, 1, NULL, &ints, NULL, 1, &gate, NULL));
+      if (way == 1) CHECK(clEnqueueReadBuffer(q, m, CL_FALSE, 0, n, out, 0, NULL, &done));
+      else CHECK(clEnqueueWriteBuffer(q, m, CL_FALSE, 0, n, src, 0, NULL, &done));
+    }
+    CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+    CHECK(clWaitForEvents(1, &done));
+    if (way == 2) CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, out, 0, NULL, NULL));
+    EXPECT(way == 1 ? holds(out, (int)ints, 0, 3) : holds(out, (int)ints, 7, 2), "70 MiB behind %s: wrong data", how[way]);
+    CHECK(clReleaseEvent(done)); CHECK(clReleaseEvent(gate));
+  }
+  CHECK(clReleaseMemObject(m));
+  free(out);
+  free(src);
+  printf("70 MiB non-blocking transfers behind a user event set after the call: returned, and right\n");
+}
+
 /* ---- maps: unmap writes back exactly the mapped region, as the flags say ---- */
 
 static void maps(cl_command_queue q) {
@@ -692,6 +765,8 @@ int main(void) {
   cl_kernel spin = clCreateKernel(prog, "spin", &err); CHECK(err);
 
   nonblocking_reads(q);
+  ordered_reads_into_overlapping_memory(q);
+  large_non_blocking_behind_a_gate(q, times3);
   maps(q);
   use_host_ptr(q, times3);
   callbacks(q, times3);

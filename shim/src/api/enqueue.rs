@@ -293,7 +293,7 @@ pub unsafe fn clEnqueueReadBuffer(
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let mirror = use_host_ptr(&m, offset, size)?;
-        if blocking_read == CL_FALSE && size <= NON_BLOCKING_MAX && transfer_vouched(&q, &m, false, offset, size) {
+        if blocking_read == CL_FALSE && posted_non_blocking(&q, &m, false, offset, size, &sync) {
             let shape = Strided::linear(size);
             let transfer = Transfer::Read { dst: ptr as usize, shape, mirror };
             let segment = q.conn.acquire_segment(size)?;
@@ -391,7 +391,7 @@ pub unsafe fn clEnqueueWriteBuffer(
         // SAFETY: API contract for the wait list and event.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
         let posted = match blocking_write {
-            CL_FALSE => size <= NON_BLOCKING_MAX && transfer_vouched(&q, &m, true, offset, size),
+            CL_FALSE => posted_non_blocking(&q, &m, true, offset, size, &sync),
             _ => n == 0 && event.is_null() && size < PIPE_MIN && vouched_write(&q, &m, offset, size),
         };
         if posted {
@@ -471,6 +471,23 @@ fn vouched_write(q: &Object, m: &Object, offset: usize, size: usize) -> bool {
 /// `CL_MEM_HOST_READ_ONLY` buffer, or a read past its end, said `CL_SUCCESS` and failed late).
 fn transfer_vouched(q: &Object, m: &Object, write: bool, offset: usize, size: usize) -> bool {
     q.data.queue_state().is_some_and(|state| m.data.host_transfer_allowed(state.context, write, offset, size))
+}
+
+/// Whether a non-blocking read or write is posted (through a segment, the call returning at
+/// once), its every refusal made by the shim (`transfer_vouched`). Past `NON_BLOCKING_MAX` it is
+/// made before the call returns (pipelined through two pooled segments), but only where that
+/// waits for nothing but the transfer itself (`waits_for_nothing`); elsewhere it is posted
+/// through a segment of its own size: an earlier command, or an event of the wait list, may wait
+/// for a user event the application sets only after this call returns (a 70 MiB read behind
+/// one hung in the call for ever).
+fn posted_non_blocking(q: &Object, m: &Object, write: bool, offset: usize, size: usize, sync: &EnqueueSync) -> bool {
+    transfer_vouched(q, m, write, offset, size) && (size <= NON_BLOCKING_MAX || !waits_for_nothing(q, sync))
+}
+
+/// Whether a command enqueued on `q` now with `sync` waits for nothing but itself: no wait list,
+/// an in-order queue one thread alone has used, every command enqueued on it known complete.
+fn waits_for_nothing(q: &Object, sync: &EnqueueSync) -> bool {
+    sync.wait.is_empty() && q.data.queue_state().is_some_and(|state| state.known_idle())
 }
 
 /// Below this a write's data is copied into the journal (cheap) rather than keeping its staging
