@@ -44,10 +44,27 @@ pub type EventNotifyFn = unsafe extern "C" fn(cl_event, cl_int, *mut c_void);
 /// program or event (taken at registration, dropped once the callback has run or is dropped),
 /// as the spec has the implementation keep them until their callbacks have run.
 pub enum Callback {
-    Context { pfn: ContextNotifyFn, user_data: usize },
-    Build { pfn: BuildNotifyFn, user_data: usize, program: usize },
-    Event { pfn: EventNotifyFn, user_data: usize, event: usize },
+    Context {
+        pfn: ContextNotifyFn,
+        user_data: usize,
+    },
+    Build {
+        pfn: BuildNotifyFn,
+        user_data: usize,
+        program: usize,
+    },
+    Event {
+        pfn: EventNotifyFn,
+        user_data: usize,
+        event: usize,
+    },
+    /// The shim's own, run on the notifier once an event completes (with its status, after the
+    /// finished transfers have landed), or with `FAULT` when the worker dies.
+    Shim(ShimCallback),
 }
+
+/// What `Callback::Shim` runs.
+pub type ShimCallback = Box<dyn FnOnce(&Conn, cl_int) + Send>;
 
 pub struct Conn {
     serial: u64,
@@ -1362,6 +1379,7 @@ impl Conn {
             // and its user_data; handles are the application's own.
             match cb {
                 Callback::Context { .. } => {}
+                Callback::Shim(run) => run(self, FAULT),
                 Callback::Build { pfn, user_data, program } => {
                     unsafe { pfn(program as cl_program, user_data as *mut c_void) };
                     self.above.release(program, ObjectKind::Program);
@@ -1422,8 +1440,17 @@ impl Conn {
                 });
             }
             Notification::EventStatus { token, status } => {
-                let Some(Callback::Event { pfn, user_data, event }) = cbs.remove(&token) else {
-                    return;
+                let (pfn, user_data, event) = match cbs.remove(&token) {
+                    Some(Callback::Event { pfn, user_data, event }) => (pfn, user_data, event),
+                    Some(Callback::Shim(run)) => {
+                        drop(cbs);
+                        if status <= CL_COMPLETE {
+                            self.above.settle(self);
+                        }
+                        run(self, status);
+                        return;
+                    }
+                    _ => return,
                 };
                 drop(cbs);
                 if status <= CL_COMPLETE {

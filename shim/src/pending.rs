@@ -60,6 +60,14 @@ pub struct Pending {
     next_seq: AtomicU64,
     /// How many of `ops` are eventless writes.
     eventless: AtomicUsize,
+    /// How many of `ops` land bytes in the application's memory (`lands_in_app`): while none
+    /// does, a posted write need not look for them (`reads_into`).
+    landing: AtomicUsize,
+}
+
+/// Whether `op` lands bytes in the application's memory when it completes.
+fn lands_in_app(op: &PendingOp) -> bool {
+    matches!(op.transfer, Transfer::Read { .. } | Transfer::Map { mirror: Some(_), .. })
 }
 
 impl Pending {
@@ -72,6 +80,9 @@ impl Pending {
     pub fn push_new(&self, op: PendingOp) {
         if op.event.is_none() {
             self.eventless.fetch_add(1, Ordering::AcqRel);
+        }
+        if lands_in_app(&op) {
+            self.landing.fetch_add(1, Ordering::AcqRel);
         }
         self.push(op);
     }
@@ -113,6 +124,40 @@ impl Pending {
             complete(conn, op, CL_QUEUED, false);
         }
         found
+    }
+
+    /// The events of the reads (and non-blocking maps' fills) under way whose destination in the
+    /// application's memory overlaps `[start, start + len)`: a write from that memory enqueued
+    /// after them must take its bytes once they have landed (`api::enqueue`'s
+    /// `write_after_reads`), as the driver reads its source when the write runs.
+    /// `then` runs with them, before any settle can land them (and release the shim's own
+    /// events of those that completed): what it registers on their events is registered while
+    /// they are still under way.
+    pub fn reads_into<R>(&self, start: usize, len: usize, then: impl FnOnce(Vec<ObjectId>) -> R) -> R {
+        if self.landing.load(Ordering::Acquire) == 0 {
+            return then(Vec::new());
+        }
+        // A settle under way holds the operations it took out: wait for it to put them back.
+        let _one = self.settling.lock().unwrap_or_else(|e| e.into_inner());
+        let _here = HoldsNotifierLock::enter();
+        let end = start.saturating_add(len);
+        let overlaps = |at: usize, shape: &Strided| {
+            shape.extent().is_none_or(|extent| at < end && start < at.saturating_add(extent))
+        };
+        let reads = {
+            let ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
+            ops.iter()
+                .filter(|op| match &op.transfer {
+                    Transfer::Read { dst, shape, mirror } => {
+                        overlaps(*dst, shape) || mirror.is_some_and(|m| overlaps(m.at, &m.shape))
+                    }
+                    Transfer::Map { mirror: Some(m), .. } => overlaps(m.at, &m.shape),
+                    _ => false,
+                })
+                .filter_map(|op| op.event)
+                .collect()
+        };
+        then(reads)
     }
 
     /// Whether an eventless write on `queue` is pending.
@@ -220,6 +265,9 @@ fn settle_through(conn: &Conn, finished_below: Option<(ObjectId, u64)>) {
 
 /// Completes `op` with `status`; `released`: the worker has released the shim's own event.
 fn complete(conn: &Conn, op: PendingOp, status: cl_int, released: bool) {
+    if lands_in_app(&op) {
+        of(conn).landing.fetch_sub(1, Ordering::AcqRel);
+    }
     if let (true, true, Some(event)) = (status < 0, conn.replays(), op.event) {
         if !matches!(op.transfer, Transfer::Write) {
             // A read or map that never landed: recovery must not call its event complete.

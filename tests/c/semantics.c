@@ -137,6 +137,49 @@ static void ordered_reads_into_overlapping_memory(cl_command_queue q) {
   printf("ordered reads into overlapping memory, 200 times: %d landed out of order\n", wrong);
 }
 
+/* A write whose source is memory a read enqueued before it fills: the driver reads the source
+ * when the write runs, after the read, so the write carries the read's bytes (the cage copied
+ * the source when the write was enqueued, before the read had landed: the old bytes). In order
+ * on one queue, across queues by the read's event, behind a user event set after both calls,
+ * and blocking. */
+static void writes_from_memory_a_read_fills(cl_command_queue q) {
+  cl_int err;
+  cl_command_queue q2 = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  const char *how[] = { "in order", "by the read's event on another queue", "behind a user event set after both",
+                        "blocking, in order", "blocking, by the read's event on another queue" };
+  int sizes[] = { N, 256 * N };
+  for (int si = 0; si < 2; si++) {
+    int n = sizes[si];
+    size_t bytes = n * sizeof(int);
+    int *src = malloc(bytes), *host = malloc(bytes), *got = malloc(bytes);
+    fill(src, n, 300 + si, 7);
+    cl_mem from = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, bytes, src, &err); CHECK(err);
+    for (int way = 0; way < 5; way++) {
+      cl_mem to = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err); CHECK(err);
+      memset(host, 0, bytes);
+      cl_event gate = clCreateUserEvent(ctx, &err), rd, wr = NULL;
+      CHECK(err);
+      int gated = way == 2;
+      CHECK(clEnqueueReadBuffer(q, from, CL_FALSE, 0, bytes, host, gated, gated ? &gate : NULL, &rd));
+      cl_bool blocking = way >= 3;
+      cl_command_queue wq = way == 1 || way == 4 ? q2 : q;
+      int listed = way == 1 || way == 2 || way == 4;
+      CHECK(clEnqueueWriteBuffer(wq, to, blocking, 0, bytes, host, listed, listed ? &rd : NULL, &wr));
+      CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
+      CHECK(clWaitForEvents(1, &wr));
+      CHECK(clEnqueueReadBuffer(q2, to, CL_TRUE, 0, bytes, got, 0, NULL, NULL));
+      EXPECT(holds(got, n, 300 + si, 7), "a %zu-byte write from memory a read fills, %s, carried the old bytes", bytes,
+             how[way]);
+      CHECK(clReleaseEvent(rd)); CHECK(clReleaseEvent(wr)); CHECK(clReleaseEvent(gate));
+      CHECK(clReleaseMemObject(to));
+    }
+    CHECK(clReleaseMemObject(from));
+    free(src); free(host); free(got);
+  }
+  CHECK(clFinish(q)); CHECK(clReleaseCommandQueue(q2));
+  printf("writes from memory a read fills carry the read's bytes: in order, by event, behind a gate, blocking\n");
+}
+
 /* Non-blocking transfers past 64 MiB behind a user event this thread sets only after the call
  * returns (by the read's wait list, or behind a kernel that waits for it): the call must return
  * at once (the cage made them before returning, and waited for ever). */
@@ -768,6 +811,7 @@ int main(void) {
 
   nonblocking_reads(q);
   ordered_reads_into_overlapping_memory(q);
+  writes_from_memory_a_read_fills(q);
   large_non_blocking_behind_a_gate(q, times3);
   maps(q);
   use_host_ptr(q, times3);

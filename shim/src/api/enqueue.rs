@@ -381,6 +381,9 @@ pub unsafe fn clEnqueueWriteBuffer(
             crate::recovery::journal_of(&q.conn).changing(m.id, true);
         }
         let app = ptr.cast_mut().cast();
+        if blocking_write != CL_FALSE {
+            land_reads_into(&q, ptr.cast(), size);
+        }
         // SAFETY: ptr holds `size` bytes per the API contract (only read, for a write).
         if let Some(rc) =
             unsafe { direct(&q, &m, true, blocking_write != CL_FALSE, offset, size, app, (n, list), event) }
@@ -396,10 +399,26 @@ pub unsafe fn clEnqueueWriteBuffer(
         };
         if posted {
             let segment = q.conn.acquire_segment(size)?;
-            // The application may reuse its memory once the call returns only after the event
-            // completes, but copying now costs the same and frees it at once.
-            // SAFETY: ptr holds `size` bytes; the segment at least as many.
-            unsafe { cloister_ipc::copy::copy(segment.region.as_ptr(), ptr.cast::<u8>(), size) };
+            let mut sync = sync;
+            // SAFETY: ptr holds `size` bytes, readable until the write completes (non-blocking)
+            // or the call returns (blocking).
+            let gate = match unsafe { write_after_reads(&q, ptr.cast(), size, blocking_write != CL_FALSE, &segment) } {
+                Ok(Some(gate)) => {
+                    sync.wait.push(gate.id);
+                    Some(gate)
+                }
+                Ok(None) => {
+                    // The application may reuse its memory once the call returns only after the
+                    // event completes, but copying now costs the same and frees it at once.
+                    // SAFETY: ptr holds `size` bytes; the segment at least as many.
+                    unsafe { cloister_ipc::copy::copy(segment.region.as_ptr(), ptr.cast::<u8>(), size) };
+                    None
+                }
+                Err(e) => {
+                    q.conn.release_segment(segment);
+                    return Err(e);
+                }
+            };
             staged = keep_staged(&q, &segment, 0, size);
             let make = |segment, sync| EnqueueWriteBuffer {
                 queue: q.id,
@@ -410,7 +429,12 @@ pub unsafe fn clEnqueueWriteBuffer(
                 sync,
             };
             // SAFETY: event per API contract.
-            return unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, true, make) };
+            let rc = unsafe { enqueue_pending(&q, &sync, event, segment, Transfer::Write, true, make) };
+            if let Some(gate) = gate {
+                // The write holds it now.
+                gate.let_go(&q.conn);
+            }
+            return rc;
         }
         // SAFETY: ptr holds `size` bytes per the API contract (only read).
         if let Some(rc) = unsafe { in_place(&q, &m, true, offset, size, ptr.cast_mut().cast(), &sync, event) } {
@@ -448,6 +472,112 @@ pub unsafe fn clEnqueueWriteBuffer(
         unsafe { record_write(queue, buffer, offset, size, ptr, n, list, event, landed, staged) };
     }
     rc
+}
+
+/// A user event of the worker's that a posted write waits for (`write_after_reads`): released
+/// once both have let go of it, the write's enqueue and the notifier that sets it (the worker
+/// forgets a released id, so neither may release it before the other is done with it).
+#[derive(Clone)]
+struct Gate {
+    id: ObjectId,
+    holders: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Gate {
+    fn let_go(&self, conn: &crate::conn::Conn) {
+        if self.holders.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            let _ = conn.post(Release { object: self.id });
+        }
+    }
+}
+
+/// Whether reads under way still land in `[src, src + size)` after a settle.
+fn reads_land_in(q: &Object, src: *const u8, size: usize) -> bool {
+    let pending = crate::pending::of(&q.conn);
+    let any = || !pending.reads_into(src as usize, size, |reads| reads).is_empty();
+    if !any() {
+        return false;
+    }
+    settle(&q.conn);
+    any()
+}
+
+/// Before a blocking write takes its bytes from `[src, src + size)` (the call takes them, and the
+/// driver would make the write after what was enqueued before it): waits for the reads under way
+/// that land there, and lands them (before, the write took the old bytes).
+fn land_reads_into(q: &Object, src: *const u8, size: usize) {
+    if !reads_land_in(q, src, size) {
+        return;
+    }
+    let reads = crate::pending::of(&q.conn).reads_into(src as usize, size, |reads| reads);
+    // Their failure is theirs: the write then takes the memory as it is.
+    let _ = q.conn.call(WaitForEvents { events: reads });
+    settle(&q.conn);
+}
+
+/// A posted write's source may be where reads enqueued before it, still under way, land (the shim
+/// copies a read's bytes into the application's memory when it settles it), while the driver
+/// would read the source when the write runs, after them (before, the write took the source's
+/// old bytes). `Ok(None)` when none is (or all have landed after a settle), and for a blocking
+/// write (`land_reads_into` has landed them): the caller copies the source now. A non-blocking
+/// one returns at once with `Ok(Some(gate))`: a user event of the worker's for the write to wait
+/// for, set by the notifier once every such read has landed and the source is copied into
+/// `segment`, so nothing waits for what the application does after the call; the caller
+/// releases it once the write is enqueued.
+///
+/// # Safety
+/// `src` holds `size` bytes the application leaves alone until the write completes.
+unsafe fn write_after_reads(
+    q: &Object,
+    src: *const u8,
+    size: usize,
+    blocking: bool,
+    segment: &Segment,
+) -> Result<Option<Gate>, cl_int> {
+    let pending = crate::pending::of(&q.conn);
+    if blocking || !reads_land_in(q, src, size) {
+        return Ok(None);
+    }
+    let context = q.data.queue_state().map(|state| state.context).ok_or(CL_INVALID_COMMAND_QUEUE)?;
+    let gate = Gate { id: q.conn.alloc_id(), holders: Arc::new(std::sync::atomic::AtomicUsize::new(2)) };
+    match q.conn.call(CreateUserEvent { id: gate.id, context })? {
+        CL_SUCCESS => {}
+        e => return Err(e),
+    }
+    // Registered while the reads are still under way (no settle can land them meanwhile): the
+    // worker hears of each callback before any call that could release the shim's own events.
+    let (src, region, setter) = (src as usize, segment.region.clone(), gate.clone());
+    pending.reads_into(src, size, move |reads| {
+        let gate = setter;
+        // Landed meanwhile (another thread's settle): one count for the copy made here.
+        let left = Arc::new(std::sync::atomic::AtomicUsize::new(reads.len().max(1)));
+        let fill = move |conn: &crate::conn::Conn, status: cl_int| {
+            if left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) != 1 {
+                return;
+            }
+            if status != crate::conn::FAULT {
+                // SAFETY: `src` holds `size` bytes the application leaves alone until the write
+                // completes, which waits for this; the segment holds at least `size` bytes, and
+                // the driver reads it only once the gate is set, below.
+                unsafe { cloister_ipc::copy::copy(region.as_ptr(), src as *const u8, size) };
+            }
+            let _ = conn.call(SetUserEventStatus { event: gate.id, status: CL_COMPLETE });
+            gate.let_go(conn);
+        };
+        if reads.is_empty() {
+            fill(&q.conn, CL_COMPLETE);
+            return;
+        }
+        let fill = Arc::new(fill);
+        for read in reads {
+            let fill = fill.clone();
+            let run: crate::conn::ShimCallback = Box::new(move |conn, status| fill(conn, status));
+            let token = q.conn.register_callback(crate::conn::Callback::Shim(run));
+            // Posted: a refusal in the worker runs the callback at once with its code.
+            let _ = q.conn.post(SetEventCallback { event: read, callback_type: CL_COMPLETE, token });
+        }
+    });
+    Ok(Some(gate))
 }
 
 /// Whether a blocking write may be posted like a non-blocking one: OpenCL lets a blocking write
