@@ -137,11 +137,12 @@ static void ordered_reads_into_overlapping_memory(cl_command_queue q) {
   printf("ordered reads into overlapping memory, 200 times: %d landed out of order\n", wrong);
 }
 
-/* A write whose source is memory a read enqueued before it fills: the driver reads the source
- * when the write runs, after the read, so the write carries the read's bytes (the cage copied
- * the source when the write was enqueued, before the read had landed: the old bytes). In order
- * on one queue, across queues by the read's event, behind a user event set after both calls,
- * and blocking. */
+/* A write whose source is memory a read enqueued before it fills (in order on one queue, across
+ * queues by the read's event, behind a user event set after both calls, and blocking): pocl
+ * reads the source when the write runs, after the read, so the write carries the read's bytes;
+ * NVIDIA's driver carries the old bytes (it takes the source at the call, as the spec lets it:
+ * the application may not use the read's memory before the read completes). The cage carries
+ * the read's bytes, as the commands' order says (it too took the source at the call before). */
 static void writes_from_memory_a_read_fills(cl_command_queue q) {
   cl_int err;
   cl_command_queue q2 = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
@@ -168,8 +169,8 @@ static void writes_from_memory_a_read_fills(cl_command_queue q) {
       CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
       CHECK(clWaitForEvents(1, &wr));
       CHECK(clEnqueueReadBuffer(q2, to, CL_TRUE, 0, bytes, got, 0, NULL, NULL));
-      EXPECT(holds(got, n, 300 + si, 7), "a %zu-byte write from memory a read fills, %s, carried the old bytes", bytes,
-             how[way]);
+      printf("impl: a %zu-byte write from memory a read fills, %s: %s\n", bytes, how[way],
+             holds(got, n, 300 + si, 7) ? "the read's bytes" : "the old bytes");
       CHECK(clReleaseEvent(rd)); CHECK(clReleaseEvent(wr)); CHECK(clReleaseEvent(gate));
       CHECK(clReleaseMemObject(to));
     }
@@ -177,7 +178,6 @@ static void writes_from_memory_a_read_fills(cl_command_queue q) {
     free(src); free(host); free(got);
   }
   CHECK(clFinish(q)); CHECK(clReleaseCommandQueue(q2));
-  printf("writes from memory a read fills carry the read's bytes: in order, by event, behind a gate, blocking\n");
 }
 
 /* Non-blocking transfers past 64 MiB behind a user event this thread sets only after the call
