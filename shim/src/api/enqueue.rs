@@ -419,7 +419,12 @@ pub unsafe fn clEnqueueWriteBuffer(
                     return Err(e);
                 }
             };
-            staged = keep_staged(&q, &segment, 0, size);
+            staged = match (&gate, q.conn.replays()) {
+                // The bytes are copied into the segment once the reads land: the journal keeps
+                // the segment itself, whatever the size.
+                (Some(_), true) => segment.kept(0, size),
+                _ => keep_staged(&q, &segment, 0, size),
+            };
             let make = |segment, sync| EnqueueWriteBuffer {
                 queue: q.id,
                 mem: m.id,
