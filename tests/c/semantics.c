@@ -147,7 +147,8 @@ static void writes_from_memory_a_read_fills(cl_command_queue q) {
   cl_int err;
   cl_command_queue q2 = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
   const char *how[] = { "in order", "by the read's event on another queue", "behind a user event set after both",
-                        "blocking, in order", "blocking, by the read's event on another queue" };
+                        "blocking, in order", "blocking, by the read's event on another queue",
+                        "as a rectangle, in order", "as a rectangle, blocking, in order" };
   int sizes[] = { N, 256 * N };
   for (int si = 0; si < 2; si++) {
     int n = sizes[si];
@@ -155,17 +156,24 @@ static void writes_from_memory_a_read_fills(cl_command_queue q) {
     int *src = malloc(bytes), *host = malloc(bytes), *got = malloc(bytes);
     fill(src, n, 300 + si, 7);
     cl_mem from = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, bytes, src, &err); CHECK(err);
-    for (int way = 0; way < 5; way++) {
+    for (int way = 0; way < 7; way++) {
       cl_mem to = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err); CHECK(err);
       memset(host, 0, bytes);
       cl_event gate = clCreateUserEvent(ctx, &err), rd, wr = NULL;
       CHECK(err);
       int gated = way == 2;
       CHECK(clEnqueueReadBuffer(q, from, CL_FALSE, 0, bytes, host, gated, gated ? &gate : NULL, &rd));
-      cl_bool blocking = way >= 3;
+      cl_bool blocking = way == 3 || way == 4 || way == 6;
       cl_command_queue wq = way == 1 || way == 4 ? q2 : q;
       int listed = way == 1 || way == 2 || way == 4;
-      CHECK(clEnqueueWriteBuffer(wq, to, blocking, 0, bytes, host, listed, listed ? &rd : NULL, &wr));
+      if (way >= 5) {
+        /* Rows of a quarter of the buffer each, at the same pitches both sides. */
+        size_t origin[3] = { 0, 0, 0 }, region[3] = { bytes / 4, 4, 1 };
+        CHECK(clEnqueueWriteBufferRect(wq, to, blocking, origin, origin, region, bytes / 4, 0, bytes / 4, 0, host, 0, NULL,
+                                       &wr));
+      } else {
+        CHECK(clEnqueueWriteBuffer(wq, to, blocking, 0, bytes, host, listed, listed ? &rd : NULL, &wr));
+      }
       CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
       CHECK(clWaitForEvents(1, &wr));
       CHECK(clEnqueueReadBuffer(q2, to, CL_TRUE, 0, bytes, got, 0, NULL, NULL));

@@ -402,7 +402,12 @@ pub unsafe fn clEnqueueWriteBuffer(
             let mut sync = sync;
             // SAFETY: ptr holds `size` bytes, readable until the write completes (non-blocking)
             // or the call returns (blocking).
-            let gate = match unsafe { write_after_reads(&q, ptr.cast(), size, blocking_write != CL_FALSE, &segment) } {
+            let src = ptr as usize;
+            // SAFETY: the source holds `size` bytes the application leaves alone until the write
+            // completes; the segment holds as many.
+            let fill = move |seg: *mut u8| unsafe { cloister_ipc::copy::copy(seg, src as *const u8, size) };
+            let blocking = blocking_write != CL_FALSE;
+            let gate = match unsafe { write_after_reads(&q, (ptr.cast(), size), blocking, &segment, fill) } {
                 Ok(Some(gate)) => {
                     sync.wait.push(gate.id);
                     Some(gate)
@@ -483,13 +488,13 @@ pub unsafe fn clEnqueueWriteBuffer(
 /// once both have let go of it, the write's enqueue and the notifier that sets it (the worker
 /// forgets a released id, so neither may release it before the other is done with it).
 #[derive(Clone)]
-struct Gate {
-    id: ObjectId,
+pub(super) struct Gate {
+    pub(super) id: ObjectId,
     holders: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Gate {
-    fn let_go(&self, conn: &crate::conn::Conn) {
+    pub(super) fn let_go(&self, conn: &crate::conn::Conn) {
         if self.holders.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
             let _ = conn.post(Release { object: self.id });
         }
@@ -510,7 +515,7 @@ fn reads_land_in(q: &Object, src: *const u8, size: usize) -> bool {
 /// Before a blocking write takes its bytes from `[src, src + size)` (the call takes them, and the
 /// driver would make the write after what was enqueued before it): waits for the reads under way
 /// that land there, and lands them (before, the write took the old bytes).
-fn land_reads_into(q: &Object, src: *const u8, size: usize) {
+pub(super) fn land_reads_into(q: &Object, src: *const u8, size: usize) {
     if !reads_land_in(q, src, size) {
         return;
     }
@@ -527,17 +532,18 @@ fn land_reads_into(q: &Object, src: *const u8, size: usize) {
 /// write (`land_reads_into` has landed them): the caller copies the source now. A non-blocking
 /// one returns at once with `Ok(Some(gate))`: a user event of the worker's for the write to wait
 /// for, set by the notifier once every such read has landed and the source is copied into
-/// `segment`, so nothing waits for what the application does after the call; the caller
-/// releases it once the write is enqueued.
+/// `segment` (`fill`, given the segment's memory), so nothing waits for what the application
+/// does after the call; the caller lets go of it once the write is enqueued.
 ///
 /// # Safety
-/// `src` holds `size` bytes the application leaves alone until the write completes.
-unsafe fn write_after_reads(
+/// `[src, src + size)` is the write's source, which the application leaves alone until the write
+/// completes; `fill` copies it into the segment.
+pub(super) unsafe fn write_after_reads(
     q: &Object,
-    src: *const u8,
-    size: usize,
+    (src, size): (*const u8, usize),
     blocking: bool,
     segment: &Segment,
+    fill: impl Fn(*mut u8) + Send + Sync + 'static,
 ) -> Result<Option<Gate>, cl_int> {
     let pending = crate::pending::of(&q.conn);
     if blocking || !reads_land_in(q, src, size) {
@@ -551,32 +557,30 @@ unsafe fn write_after_reads(
     }
     // Registered while the reads are still under way (no settle can land them meanwhile): the
     // worker hears of each callback before any call that could release the shim's own events.
-    let (src, region, setter) = (src as usize, segment.region.clone(), gate.clone());
-    pending.reads_into(src, size, move |reads| {
+    let (region, setter) = (segment.region.clone(), gate.clone());
+    pending.reads_into(src as usize, size, move |reads| {
         let gate = setter;
         // Landed meanwhile (another thread's settle): one count for the copy made here.
         let left = Arc::new(std::sync::atomic::AtomicUsize::new(reads.len().max(1)));
-        let fill = move |conn: &crate::conn::Conn, status: cl_int| {
+        // The segment is the driver's to read only once the gate is set, after this.
+        let fill_then_open = move |conn: &crate::conn::Conn, status: cl_int| {
             if left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) != 1 {
                 return;
             }
             if status != crate::conn::FAULT {
-                // SAFETY: `src` holds `size` bytes the application leaves alone until the write
-                // completes, which waits for this; the segment holds at least `size` bytes, and
-                // the driver reads it only once the gate is set, below.
-                unsafe { cloister_ipc::copy::copy(region.as_ptr(), src as *const u8, size) };
+                fill(region.as_ptr());
             }
             let _ = conn.call(SetUserEventStatus { event: gate.id, status: CL_COMPLETE });
             gate.let_go(conn);
         };
         if reads.is_empty() {
-            fill(&q.conn, CL_COMPLETE);
+            fill_then_open(&q.conn, CL_COMPLETE);
             return;
         }
-        let fill = Arc::new(fill);
+        let fill_then_open = Arc::new(fill_then_open);
         for read in reads {
-            let fill = fill.clone();
-            let run: crate::conn::ShimCallback = Box::new(move |conn, status| fill(conn, status));
+            let fill_then_open = fill_then_open.clone();
+            let run: crate::conn::ShimCallback = Box::new(move |conn, status| fill_then_open(conn, status));
             let token = q.conn.register_callback(crate::conn::Callback::Shim(run));
             // Posted: a refusal in the worker runs the callback at once with its code.
             let _ = q.conn.post(SetEventCallback { event: read, callback_type: CL_COMPLETE, token });

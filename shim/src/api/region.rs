@@ -11,7 +11,8 @@ use cloister_ipc::lane::BULK_CAP;
 use cloister_ipc::*;
 
 use super::enqueue::{
-    enqueue_pending, journal_map_in_flight, map_done, queue_and_mem, remember_map, with_own_event, SettleAfter,
+    enqueue_pending, journal_map_in_flight, land_reads_into, map_done, queue_and_mem, remember_map, with_own_event,
+    write_after_reads, SettleAfter,
 };
 use super::{enqueue_call, enqueue_sync, finish_enqueue};
 use crate::handle::{ImageMeta, Kind, MapArea, MapRecord, ObjData, Object};
@@ -164,11 +165,16 @@ unsafe fn transfer(
     host: Strided,
     ptr: *mut u8,
     mirror: Option<Mirror>,
-    sync: EnqueueSync,
+    mut sync: EnqueueSync,
     event: *mut cl_event,
 ) -> Result<cl_int, cl_int> {
     let len = host.packed_len();
     let mirror = mirror.filter(|_| !write);
+    if write && blocking {
+        // The rows are taken now: reads under way that land in them land first
+        // (`land_reads_into`, as for a buffer write).
+        land_reads_into(q, ptr, host.extent().unwrap_or(0));
+    }
     let req = |data, sync| EnqueueRegionTransfer {
         queue: q.id,
         mem: m.id,
@@ -182,7 +188,25 @@ unsafe fn transfer(
     if !blocking || len > BULK_CAP {
         let segment = q.conn.acquire_segment(len)?;
         let data = DataRef::Segment { id: segment.id, offset: 0, len: len as u64 };
-        if write {
+        let mut gate = None;
+        if write && !blocking {
+            let base = ptr as usize;
+            // SAFETY: the application's rows per the caller, left alone until the write
+            // completes; the segment holds `len` bytes.
+            let fill = move |seg: *mut u8| unsafe { host.pack(base as *const u8, seg) };
+            let source = (ptr.cast_const(), host.extent().unwrap_or(0));
+            // SAFETY: as for `fill`.
+            match unsafe { write_after_reads(q, source, false, &segment, fill) } {
+                Ok(g) => gate = g,
+                Err(e) => {
+                    q.conn.release_segment(segment);
+                    return Err(e);
+                }
+            }
+        }
+        if let Some(gate) = &gate {
+            sync.wait.push(gate.id);
+        } else if write {
             // SAFETY: the application's rows per the caller; the segment holds `len` bytes.
             unsafe { host.pack(ptr, segment.region.as_ptr()) };
         }
@@ -190,7 +214,12 @@ unsafe fn transfer(
             let transfer =
                 if write { Transfer::Write } else { Transfer::Read { dst: ptr as usize, shape: host, mirror } };
             // SAFETY: event per the caller.
-            return unsafe { enqueue_pending(q, &sync, event, segment, transfer, write, |_, s| req(data, s)) };
+            let rc = unsafe { enqueue_pending(q, &sync, event, segment, transfer, write, |_, s| req(data, s)) };
+            if let Some(gate) = gate {
+                // The write holds it now.
+                gate.let_go(&q.conn);
+            }
+            return rc;
         }
         let _settled = SettleAfter::new(q);
         let rc = q.conn.call(req(data, sync.clone()));
