@@ -140,9 +140,10 @@ static void ordered_reads_into_overlapping_memory(cl_command_queue q) {
 /* A write whose source is memory a read enqueued before it fills (in order on one queue, across
  * queues by the read's event, behind a user event set after both calls, and blocking): pocl
  * reads the source when the write runs, after the read, so the write carries the read's bytes;
- * NVIDIA's driver carries the old bytes (it takes the source at the call, as the spec lets it:
- * the application may not use the read's memory before the read completes). The cage carries
- * the read's bytes, as the commands' order says (it too took the source at the call before). */
+ * NVIDIA's driver now and then carries the old bytes (a 4 KiB write in order, once or twice a
+ * run on the H200), which the spec allows: the application may not use the read's memory before
+ * the read completes. The cage carries the read's bytes, as the commands' order says (before, it
+ * took the source at the call: the old bytes every time). */
 static void writes_from_memory_a_read_fills(cl_command_queue q) {
   cl_int err;
   cl_command_queue q2 = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
