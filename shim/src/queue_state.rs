@@ -144,8 +144,12 @@ impl QueueState {
     /// Whether the queue is in order, only one thread has used it, and every command enqueued
     /// on it is known complete: a command enqueued now waits for nothing but what it lists.
     pub fn known_idle(&self) -> bool {
-        self.in_order
-            && !self.shared.load(SeqCst)
+        self.in_order && self.idle()
+    }
+
+    /// One thread alone has used the queue, and every command counted on it is known complete.
+    fn idle(&self) -> bool {
+        !self.shared.load(SeqCst)
             && !UNTRACKED_QUEUES.load(SeqCst)
             && self.enqueued.load(SeqCst) == self.settled.load(SeqCst)
     }
@@ -153,10 +157,7 @@ impl QueueState {
     /// Runs `copy` now if the queue is idle and only one thread uses it; `None` if not.
     pub fn while_idle<R>(&self, copy: impl FnOnce() -> R) -> Option<R> {
         self.copying.fetch_add(1, SeqCst);
-        let idle = !self.shared.load(SeqCst)
-            && !UNTRACKED_QUEUES.load(SeqCst)
-            && self.enqueued.load(SeqCst) == self.settled.load(SeqCst);
-        let r = idle.then(copy);
+        let r = self.idle().then(copy);
         self.copying.fetch_sub(1, SeqCst);
         r
     }

@@ -400,30 +400,24 @@ pub unsafe fn clEnqueueWriteBuffer(
         if posted {
             let segment = q.conn.acquire_segment(size)?;
             let mut sync = sync;
-            // SAFETY: ptr holds `size` bytes, readable until the write completes (non-blocking)
-            // or the call returns (blocking).
             let src = ptr as usize;
+            // The application may reuse its memory once the call returns only after the event
+            // completes, but copying now costs the same and frees it at once.
             // SAFETY: the source holds `size` bytes the application leaves alone until the write
-            // completes; the segment holds as many.
+            // completes (or the call returns, blocking); the segment holds as many.
             let fill = move |seg: *mut u8| unsafe { cloister_ipc::copy::copy(seg, src as *const u8, size) };
             let blocking = blocking_write != CL_FALSE;
+            // SAFETY: as for `fill`.
             let gate = match unsafe { write_after_reads(&q, (ptr.cast(), size), blocking, &segment, fill) } {
-                Ok(Some(gate)) => {
-                    sync.wait.push(gate.id);
-                    Some(gate)
-                }
-                Ok(None) => {
-                    // The application may reuse its memory once the call returns only after the
-                    // event completes, but copying now costs the same and frees it at once.
-                    // SAFETY: ptr holds `size` bytes; the segment at least as many.
-                    unsafe { cloister_ipc::copy::copy(segment.region.as_ptr(), ptr.cast::<u8>(), size) };
-                    None
-                }
+                Ok(gate) => gate,
                 Err(e) => {
                     q.conn.release_segment(segment);
                     return Err(e);
                 }
             };
+            if let Some(gate) = &gate {
+                sync.wait.push(gate.id);
+            }
             staged = match (&gate, q.conn.replays()) {
                 // The bytes are copied into the segment once the reads land: the journal keeps
                 // the segment itself, whatever the size.
@@ -501,25 +495,25 @@ impl Gate {
     }
 }
 
-/// Whether reads under way still land in `[src, src + size)` after a settle.
-fn reads_land_in(q: &Object, src: *const u8, size: usize) -> bool {
+/// The events of the reads under way that still land in `[src, src + size)` after a settle.
+fn reads_landing_in(q: &Object, src: *const u8, size: usize) -> Vec<ObjectId> {
     let pending = crate::pending::of(&q.conn);
-    let any = || !pending.reads_into(src as usize, size, |reads| reads).is_empty();
-    if !any() {
-        return false;
+    let reads = || pending.reads_into(src as usize, size, |reads| reads);
+    if reads().is_empty() {
+        return Vec::new();
     }
     settle(&q.conn);
-    any()
+    reads()
 }
 
 /// Before a blocking write takes its bytes from `[src, src + size)` (the call takes them, and the
 /// driver would make the write after what was enqueued before it): waits for the reads under way
 /// that land there, and lands them (before, the write took the old bytes).
 pub(super) fn land_reads_into(q: &Object, src: *const u8, size: usize) {
-    if !reads_land_in(q, src, size) {
+    let reads = reads_landing_in(q, src, size);
+    if reads.is_empty() {
         return;
     }
-    let reads = crate::pending::of(&q.conn).reads_into(src as usize, size, |reads| reads);
     // Their failure is theirs: the write then takes the memory as it is.
     let _ = q.conn.call(WaitForEvents { events: reads });
     settle(&q.conn);
@@ -528,11 +522,11 @@ pub(super) fn land_reads_into(q: &Object, src: *const u8, size: usize) {
 /// A posted write's source may be where reads enqueued before it, still under way, land (the shim
 /// copies a read's bytes into the application's memory when it settles it), while the driver
 /// would read the source when the write runs, after them (before, the write took the source's
-/// old bytes). `Ok(None)` when none is (or all have landed after a settle), and for a blocking
-/// write (`land_reads_into` has landed them): the caller copies the source now. A non-blocking
-/// one returns at once with `Ok(Some(gate))`: a user event of the worker's for the write to wait
-/// for, set by the notifier once every such read has landed and the source is copied into
-/// `segment` (`fill`, given the segment's memory), so nothing waits for what the application
+/// old bytes). `fill` copies the source into `segment` (given the segment's memory): now, with
+/// `Ok(None)`, when no such read is (or all have landed after a settle), and for a blocking write
+/// (`land_reads_into` has landed them). A non-blocking one returns at once with
+/// `Ok(Some(gate))`: a user event of the worker's for the write to wait for, set by the notifier
+/// once every such read has landed and `fill` has run, so nothing waits for what the application
 /// does after the call; the caller lets go of it once the write is enqueued.
 ///
 /// # Safety
@@ -546,7 +540,8 @@ pub(super) unsafe fn write_after_reads(
     fill: impl Fn(*mut u8) + Send + Sync + 'static,
 ) -> Result<Option<Gate>, cl_int> {
     let pending = crate::pending::of(&q.conn);
-    if blocking || !reads_land_in(q, src, size) {
+    if blocking || reads_landing_in(q, src, size).is_empty() {
+        fill(segment.region.as_ptr());
         return Ok(None);
     }
     let context = q.data.queue_state().map(|state| state.context).ok_or(CL_INVALID_COMMAND_QUEUE)?;

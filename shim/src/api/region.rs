@@ -189,14 +189,14 @@ unsafe fn transfer(
         let segment = q.conn.acquire_segment(len)?;
         let data = DataRef::Segment { id: segment.id, offset: 0, len: len as u64 };
         let mut gate = None;
-        if write && !blocking {
+        if write {
             let base = ptr as usize;
             // SAFETY: the application's rows per the caller, left alone until the write
-            // completes; the segment holds `len` bytes.
+            // completes (or the call returns, blocking); the segment holds `len` bytes.
             let fill = move |seg: *mut u8| unsafe { host.pack(base as *const u8, seg) };
             let source = (ptr.cast_const(), host.extent().unwrap_or(0));
             // SAFETY: as for `fill`.
-            match unsafe { write_after_reads(q, source, false, &segment, fill) } {
+            match unsafe { write_after_reads(q, source, blocking, &segment, fill) } {
                 Ok(g) => gate = g,
                 Err(e) => {
                     q.conn.release_segment(segment);
@@ -206,9 +206,6 @@ unsafe fn transfer(
         }
         if let Some(gate) = &gate {
             sync.wait.push(gate.id);
-        } else if write {
-            // SAFETY: the application's rows per the caller; the segment holds `len` bytes.
-            unsafe { host.pack(ptr, segment.region.as_ptr()) };
         }
         if !blocking {
             let transfer =
