@@ -202,6 +202,22 @@ fn kernels_in_program_clones_and_mapped_writes_run_through_a_crash() {
     assert_client_survives_fault("replay_more", "enqueue:segv:once", "30", true);
 }
 
+/// Writes (a buffer's and a rectangle's) from memory a non-blocking read under way fills, held
+/// back by a user event: replay's journal must hold the read's bytes, which reach the shim's
+/// staging only once the read lands, not the memory's bytes at the call; the 11th NDRange
+/// crashes the driver. Zero-copy and staged buffers.
+#[test]
+fn writes_from_memory_a_read_fills_run_through_a_crash() {
+    assert_client_survives_fault("replay_readfill", "enqueue:segv:once", "10", true);
+    assert_client_survives_fault_with(
+        "replay_readfill",
+        "enqueue:segv:once",
+        "10",
+        true,
+        &[("CLOISTER_ZERO_COPY", "0")],
+    );
+}
+
 /// A program compiled with a header program and linked (`clCompileProgram`, `clLinkProgram`),
 /// every program released once its kernel exists: the 21st NDRange crashes the driver.
 #[test]

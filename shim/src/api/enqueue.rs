@@ -630,7 +630,7 @@ const KEEP_STAGED_MIN: usize = 64 << 10;
 
 /// In replay mode, the `len` bytes at `at` of a write's staging `segment`, for the journal to
 /// keep instead of copying them (`recovery::journal`).
-fn keep_staged(q: &Object, segment: &Segment, at: usize, len: usize) -> Option<KeptBytes> {
+pub(super) fn keep_staged(q: &Object, segment: &Segment, at: usize, len: usize) -> Option<KeptBytes> {
     (len >= KEEP_STAGED_MIN && q.conn.replays()).then(|| segment.kept(at, len)).flatten()
 }
 

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use cloister_ipc::cl::*;
 use cloister_ipc::image::Strided;
 use cloister_ipc::lane::BULK_CAP;
+use cloister_ipc::shm::KeptBytes;
 use cloister_ipc::*;
 
 use super::enqueue::{
-    enqueue_pending, journal_map_in_flight, land_reads_into, map_done, queue_and_mem, remember_map, with_own_event,
-    write_after_reads, SettleAfter,
+    enqueue_pending, journal_map_in_flight, keep_staged, land_reads_into, map_done, queue_and_mem, remember_map,
+    with_own_event, write_after_reads, SettleAfter,
 };
 use super::{enqueue_call, enqueue_sync, finish_enqueue};
 use crate::handle::{ImageMeta, Kind, MapArea, MapRecord, ObjData, Object};
@@ -149,7 +150,10 @@ fn rect_host_shape(
 }
 
 /// One rectangular read or write. Blocking ones go through the lane (or a segment when the
-/// region is larger than the bulk area); non-blocking ones through a pending segment.
+/// region is larger than the bulk area); non-blocking ones through a pending segment. In replay
+/// mode, a write staged in a segment leaves in `staged` the segment's bytes for the journal
+/// (`keep_staged`; whatever their size where reads under way fill the rows, as the segment
+/// alone gets their bytes).
 ///
 /// # Safety
 /// `host` describes application memory at `ptr`, readable (write) or writable (read); `event`
@@ -167,6 +171,7 @@ unsafe fn transfer(
     mirror: Option<Mirror>,
     mut sync: EnqueueSync,
     event: *mut cl_event,
+    staged: &mut Option<KeptBytes>,
 ) -> Result<cl_int, cl_int> {
     let len = host.packed_len();
     let mirror = mirror.filter(|_| !write);
@@ -206,6 +211,12 @@ unsafe fn transfer(
         }
         if let Some(gate) = &gate {
             sync.wait.push(gate.id);
+        }
+        if write {
+            *staged = match (&gate, q.conn.replays()) {
+                (Some(_), true) => segment.kept(0, len),
+                _ => keep_staged(q, &segment, 0, len),
+            };
         }
         if !blocking {
             let transfer =
@@ -288,9 +299,11 @@ unsafe fn read_or_write(
         if replay.is_some() && write {
             crate::recovery::journal_of(&q.conn).changing(m.id, true);
         }
+        let mut staged = None;
+        let blocking = blocking != CL_FALSE;
         // SAFETY: forwarded.
         let rc =
-            unsafe { transfer(&q, &m, write, blocking != CL_FALSE, target, region, host, base, mirror, sync, event) };
+            unsafe { transfer(&q, &m, write, blocking, target, region, host, base, mirror, sync, event, &mut staged) };
         if let (Some((target, sync)), Ok(CL_SUCCESS)) = (replay, &rc) {
             let packed = || {
                 let mut data = vec![0u8; host.packed_len()];
@@ -313,8 +326,8 @@ unsafe fn read_or_write(
                     data: DataRef::Lane { offset: 0, len: 0 },
                     sync,
                 };
-                crate::recovery::journal_of(&q.conn).wrote_region(req, packed());
-            } else if blocking != CL_FALSE && matches!(target, RegionTarget::Image { origin: [0, 0, 0] }) {
+                crate::recovery::journal_of(&q.conn).wrote_region(req, staged, packed);
+            } else if blocking && matches!(target, RegionTarget::Image { origin: [0, 0, 0] }) {
                 // A blocking read of an image from its corner: a checkpoint if it is all of it.
                 crate::recovery::journal_of(&q.conn).read(&q.conn, q.id, m.id, 0, &packed());
             }

@@ -780,9 +780,20 @@ impl Journal {
         });
     }
 
-    /// A rectangular or image write went to the worker with `data`, packed.
-    pub fn wrote_region(&self, req: EnqueueRegionTransfer, data: Vec<u8>) {
-        self.with(|s| s.push_write(req.mem, data.len(), || Cmd::Region { req, data: Bytes::Copy(data) }));
+    /// A rectangular or image write went to the worker, packed: where the shim staged it
+    /// (`staged`, kept instead of copied, and the only place holding the bytes of reads under way
+    /// at the call that fill its rows), else `packed()`'s copy of the application's rows.
+    pub fn wrote_region(
+        &self,
+        req: EnqueueRegionTransfer,
+        staged: Option<KeptBytes>,
+        packed: impl FnOnce() -> Vec<u8>,
+    ) {
+        let data = match staged {
+            Some(k) => Bytes::Staged(k),
+            None => Bytes::Copy(packed()),
+        };
+        self.with(|s| s.push_write(req.mem, data.footprint(), || Cmd::Region { req, data }));
     }
 
     /// An enqueue went to the worker: recorded if replay knows it, else what it may write is
