@@ -337,6 +337,26 @@ unsafe fn read_or_write(
     r.unwrap_or_else(|e| e)
 }
 
+/// The image side and the host side of a `clEnqueueRead/WriteImage`.
+///
+/// # Safety
+/// `origin` and `region` hold three values each or are NULL.
+unsafe fn image_shape(
+    image: &Object,
+    origin: *const usize,
+    region: *const usize,
+    row_pitch: usize,
+    slice_pitch: usize,
+) -> Result<Shape, cl_int> {
+    // SAFETY: guaranteed by the caller.
+    let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
+    let meta = image_meta(image)?;
+    image_box_within(&meta, origin, region)?;
+    let host = image_host_shape(meta, region, row_pitch, slice_pitch)?;
+    let mirror = image_mirror(meta, origin, region)?;
+    Ok(Shape { target: RegionTarget::Image { origin: wide(origin) }, region, host, offset: 0, mirror })
+}
+
 pub unsafe fn clEnqueueReadImage(
     queue: cl_command_queue,
     image: cl_mem,
@@ -350,15 +370,8 @@ pub unsafe fn clEnqueueReadImage(
     list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    let shape = |m: &Object| {
-        // SAFETY: origin and region hold three values per the API contract.
-        let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
-        let meta = image_meta(m)?;
-        image_box_within(&meta, origin, region)?;
-        let host = image_host_shape(meta, region, row_pitch, slice_pitch)?;
-        let mirror = image_mirror(meta, origin, region)?;
-        Ok(Shape { target: RegionTarget::Image { origin: wide(origin) }, region, host, offset: 0, mirror })
-    };
+    // SAFETY: origin and region hold three values per the API contract.
+    let shape = |m: &Object| unsafe { image_shape(m, origin, region, row_pitch, slice_pitch) };
     // SAFETY: forwarded API contract.
     unsafe { read_or_write(queue, image, false, blocking, ptr, n, list, event, shape) }
 }
@@ -376,15 +389,8 @@ pub unsafe fn clEnqueueWriteImage(
     list: *const cl_event,
     event: *mut cl_event,
 ) -> cl_int {
-    let shape = |m: &Object| {
-        // SAFETY: origin and region hold three values per the API contract.
-        let (origin, region) = unsafe { (triple(origin)?, triple(region)?) };
-        let meta = image_meta(m)?;
-        image_box_within(&meta, origin, region)?;
-        let host = image_host_shape(meta, region, row_pitch, slice_pitch)?;
-        let mirror = image_mirror(meta, origin, region)?;
-        Ok(Shape { target: RegionTarget::Image { origin: wide(origin) }, region, host, offset: 0, mirror })
-    };
+    // SAFETY: origin and region hold three values per the API contract.
+    let shape = |m: &Object| unsafe { image_shape(m, origin, region, row_pitch, slice_pitch) };
     // SAFETY: forwarded API contract.
     unsafe { read_or_write(queue, image, true, blocking, ptr, n, list, event, shape) }
 }
