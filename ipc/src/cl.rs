@@ -164,6 +164,8 @@ pub const CL_PROGRAM_SOURCE: cl_uint = 0x1164;
 pub const CL_PROGRAM_BINARY_SIZES: cl_uint = 0x1165;
 pub const CL_PROGRAM_BINARIES: cl_uint = 0x1166;
 pub const CL_PROGRAM_BUILD_STATUS: cl_uint = 0x1181;
+pub const CL_PROGRAM_BUILD_OPTIONS: cl_uint = 0x1182;
+pub const CL_PROGRAM_BUILD_LOG: cl_uint = 0x1183;
 
 // Kernel.
 pub const CL_KERNEL_FUNCTION_NAME: cl_uint = 0x1190;

@@ -226,6 +226,10 @@ pub enum ObjData {
         /// The `CL_PROGRAM_BINARY_SIZES` the application was last told: it sized its
         /// `CL_PROGRAM_BINARIES` buffers from them, so no binary may be longer.
         binary_sizes: Mutex<Option<Vec<usize>>>,
+        /// The options of its last build or compile as the application gave them, where the
+        /// driver got others (the application's headers staged, `-I` pointing at them): what
+        /// `CL_PROGRAM_BUILD_OPTIONS` answers.
+        build_options: Mutex<Option<Vec<u8>>>,
     },
     Kernel {
         num_args: u32,
@@ -244,7 +248,7 @@ impl ObjData {
 
     /// A program whose source the driver has rewritten; `app_source` is the application's.
     pub fn program_with(app_source: Option<Vec<u8>>) -> Self {
-        ObjData::Program { app_source, binary_sizes: Mutex::new(None) }
+        ObjData::Program { app_source, binary_sizes: Mutex::new(None), build_options: Mutex::new(None) }
     }
 
     pub fn mem(context: ObjectId, flags: u64, host_ptr: usize, host_len: usize, image: Option<ImageMeta>) -> Self {
@@ -549,9 +553,10 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
                 parent: *parent,
             }
         }
-        ObjData::Program { app_source, binary_sizes } => ObjData::Program {
+        ObjData::Program { app_source, binary_sizes, build_options } => ObjData::Program {
             app_source: app_source.clone(),
             binary_sizes: Mutex::new(binary_sizes.lock().unwrap_or_else(|e| e.into_inner()).clone()),
+            build_options: Mutex::new(build_options.lock().unwrap_or_else(|e| e.into_inner()).clone()),
         },
         // Every argument set goes with the next enqueue: the rebuilt kernel has those of the
         // last command replayed, not necessarily the latest.

@@ -1,6 +1,7 @@
 /* Kernel printf between host lines, from a kernel that includes a header of the application's
  * ("inc.h", found through OPTS="-I DIR" or in the working folder; or the header named by
- * INCLUDE, an absolute path, with the program's source read back as written). */
+ * INCLUDE, an absolute path, with the program's source read back as written), and the build's
+ * options read back; a build that fails prints its log and exits 1. */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <stdio.h>
@@ -23,6 +24,9 @@ int main(void) {
   }
   err = clBuildProgram(prog, 1, &d, getenv("OPTS"), NULL, NULL);
   if (err) { char log[4096]; clGetProgramBuildInfo(prog, d, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL); printf("build failed %d: %s\n", err, log); return 1; }
+  char opts[4096] = "";
+  cl_int opts_err = clGetProgramBuildInfo(prog, d, CL_PROGRAM_BUILD_OPTIONS, sizeof opts, opts, NULL);
+  printf("build options read back (%d): '%s'\n", opts_err, opts);
   cl_kernel k = clCreateKernel(prog, "k", &err);
   for (int i = 0; i < 3; i++) {
     printf("host before %d\n", i); fflush(stdout);

@@ -39,6 +39,23 @@ fn includes_resolve_to_the_applications_files_and_printf_keeps_its_order() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A header with an error: the build log names the application's header (by its absolute path,
+/// where the driver saw `-I inc` relative to the working folder), never the worker's copy of it.
+#[test]
+fn a_build_log_names_the_applications_headers() {
+    let exe = c_client("printf_include");
+    let dir = header_dir("log", 3);
+    std::fs::write(dir.join("inc/inc.h"), "#define VAL 3\nint broken(;\n").unwrap();
+    let direct = text(&Command::new(&exe).current_dir(&dir).env("OPTS", "-I inc").output().unwrap());
+    let out = Command::new(cloister()).args(["run", "--"]).arg(&exe).current_dir(&dir).env("OPTS", "-I inc").output();
+    let caged = text(&out.unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(direct.contains("build failed -11") && direct.contains("inc/inc.h:2:"), "{direct}");
+    let header = format!("{}/inc/inc.h:2:", dir.display());
+    assert!(caged.contains("build failed -11") && caged.contains(&header), "{caged}");
+    assert!(!caged.contains("cloister-includes"), "the log names the worker's copy:\n{caged}");
+}
+
 /// `#include "/abs/path.h"`, also from inside a header: the caged driver may not open the
 /// application's files, yet the build finds them, and the program's source reads back as the
 /// application wrote it.
@@ -84,7 +101,7 @@ fn printf_reaches_the_application_through_a_shared_broker() {
         .env("XDG_RUNTIME_DIR", &runtime));
     let _ = broker.kill();
     let _ = broker.wait();
-    let lines: Vec<&str> = out.lines().collect();
+    let lines: Vec<&str> = out.lines().skip_while(|l| l.starts_with("build options")).collect();
     let want = ["host before 0", "kernel line 7", "host after 0", "host before 1", "kernel line 17", "host after 1"];
     assert_eq!(&lines[..want.len()], want, "{out}");
     let _ = std::fs::remove_dir_all(&dir);

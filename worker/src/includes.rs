@@ -177,9 +177,55 @@ pub fn stage(inc: &AppIncludes, options: Option<&[u8]>) -> Result<Vec<u8>, cl_in
     Ok(out)
 }
 
+/// `text` (a build log) with every path into a staged header set given back as the
+/// application's own: `<staging base>/<set>/tmp/app/inc/a.h` becomes `/tmp/app/inc/a.h`, so a
+/// log names the application's files, not the worker's copies of them.
+pub fn unstaged(text: &[u8]) -> Vec<u8> {
+    let base = std::env::temp_dir().join("cloister-includes");
+    unstaged_under(text, base.as_os_str().as_encoded_bytes())
+}
+
+fn unstaged_under(text: &[u8], base: &[u8]) -> Vec<u8> {
+    /// `/` and a set's name (`content_name`: 16 hexadecimal digits).
+    const SET: usize = 17;
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let rest = &text[i..];
+        let set = rest.strip_prefix(base).and_then(|r| r.get(..SET));
+        if let Some(set) = set.filter(|s| s[0] == b'/' && s[1..].iter().all(u8::is_ascii_hexdigit)) {
+            debug_assert_eq!(set.len(), SET);
+            i += base.len() + SET;
+            continue;
+        }
+        out.push(text[i]);
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn build_logs_name_the_applications_headers() {
+        let base = b"/cache/tmp/cloister-includes";
+        let log = b"/cache/tmp/cloister-includes/0123456789abcdef/app/inc/bad.h:2:23: error\n\
+                    In file included from /cache/tmp/cloister-includes/fedcba9876543210/app/a.h:1:";
+        let want = b"/app/inc/bad.h:2:23: error\n\
+                    In file included from /app/a.h:1:";
+        assert_eq!(unstaged_under(log, base), want.to_vec());
+        // Not a set's name (too short, not hexadecimal), or another folder: left alone.
+        for kept in [
+            &b"/cache/tmp/cloister-includes/0123/x.h"[..],
+            b"/cache/tmp/cloister-includes/0123456789abcdeg/x.h",
+            b"/other/0123456789abcdef/x.h",
+        ] {
+            assert_eq!(unstaged_under(kept, base), kept.to_vec());
+        }
+        assert_eq!(unstaged_under(b"/cache/tmp/cloister-includes", base), b"/cache/tmp/cloister-includes".to_vec());
+    }
 
     #[test]
     fn paths_cannot_leave_the_staging_folder() {

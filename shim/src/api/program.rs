@@ -139,16 +139,21 @@ fn forget_build_callback(conn: &Conn, token: u64) {
 }
 
 /// A build's options, with the application's headers it needs gathered for the worker (which
-/// cannot read them itself).
+/// cannot read them itself). The program keeps the application's options where the driver
+/// gets others, for `CL_PROGRAM_BUILD_OPTIONS`.
 fn with_includes(p: &Object, options: Option<Vec<u8>>) -> (Option<Vec<u8>>, Option<AppIncludes>) {
     let source = match &p.data {
         ObjData::Program { app_source: Some(s), .. } => s.clone(),
         _ => info::query(p, InfoTarget::Program, 0, CL_PROGRAM_SOURCE).unwrap_or_default(),
     };
-    match crate::includes::gather(&source, options.as_deref()) {
-        Some((includes, rest)) => (Some(rest), Some(includes)),
-        None => (options, None),
+    let (options, includes, app_options) = match crate::includes::gather(&source, options.as_deref()) {
+        Some((includes, rest)) => (Some(rest), Some(includes), Some(options.unwrap_or_default())),
+        None => (options, None, None),
+    };
+    if let ObjData::Program { build_options, .. } = &p.data {
+        *build_options.lock().unwrap_or_else(|e| e.into_inner()) = app_options;
     }
+    (options, includes)
 }
 
 /// A device list argument: `None` for NULL (all devices), ids otherwise.
@@ -535,8 +540,15 @@ pub unsafe fn clGetProgramBuildInfo(
     };
     // SAFETY: forwarded API contract.
     unsafe {
-        info::get_info(program, Kind::Program, InfoTarget::ProgramBuild, dev, param_name, size, value, size_ret, |_| {
-            None
+        info::get_info(program, Kind::Program, InfoTarget::ProgramBuild, dev, param_name, size, value, size_ret, |p| {
+            match (&p.data, param_name) {
+                // The options as the application gave them, NUL-terminated as drivers return them.
+                (ObjData::Program { build_options, .. }, CL_PROGRAM_BUILD_OPTIONS) => {
+                    let given = build_options.lock().unwrap_or_else(|e| e.into_inner());
+                    given.as_ref().map(|o| Ok(o.iter().copied().chain([0]).collect()))
+                }
+                _ => None,
+            }
         })
     }
 }

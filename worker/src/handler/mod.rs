@@ -622,6 +622,9 @@ impl Serve<GetInfo> for LaneServer<'_> {
         if let Some(layout) = handle_layout(r.target, r.param) {
             self.translate_handles(layout, &mut value);
         }
+        if r.target == InfoTarget::ProgramBuild && r.param == CL_PROGRAM_BUILD_LOG && value_status == CL_SUCCESS {
+            value = crate::includes::unstaged(&value);
+        }
         if r.target == InfoTarget::Event && r.param == CL_EVENT_COMMAND_EXECUTION_STATUS && value_status == CL_SUCCESS {
             if let Ok(status) = <[u8; 4]>::try_from(value.as_slice()) {
                 // Complete or failed: its callbacks go now (see `notify::event_reached`).
