@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use cloister_ipc::cl::*;
 use cloister_ipc::dispatch::IcdDispatch;
@@ -98,17 +98,37 @@ pub struct Handle {
 /// `CL_INVALID_*`, so freeing it at once would turn a use-after-release into a crash.
 const QUARANTINE: usize = 1 << 16;
 
-fn quarantine(h: usize) {
-    static Q: Mutex<std::collections::VecDeque<usize>> = Mutex::new(std::collections::VecDeque::new());
-    let mut q = Q.lock().unwrap_or_else(|e| e.into_inner());
-    q.push_back(h);
-    if q.len() > QUARANTINE {
-        if let Some(old) = q.pop_front() {
+/// The retired handles still allocated, oldest first, and the kind of object each was.
+#[derive(Default)]
+struct Quarantine {
+    order: std::collections::VecDeque<usize>,
+    kinds: HashMap<usize, Kind>,
+}
+
+fn quarantined() -> std::sync::MutexGuard<'static, Quarantine> {
+    static Q: OnceLock<Mutex<Quarantine>> = OnceLock::new();
+    Q.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn quarantine(h: usize, kind: Kind) {
+    let mut q = quarantined();
+    q.order.push_back(h);
+    q.kinds.insert(h, kind);
+    if q.order.len() > QUARANTINE {
+        if let Some(old) = q.order.pop_front() {
+            q.kinds.remove(&old);
             // SAFETY: `old` came from Box::into_raw in new_handle, was unregistered before it
             // entered the quarantine, and leaves it exactly once.
             drop(unsafe { Box::from_raw(old as *mut Handle) });
         }
     }
+}
+
+/// The kind of object `h` was, if it is a handle the application released (still in the
+/// quarantine): a released buffer passed as a kernel argument is refused as the spec says,
+/// where its bytes would reach the driver as a pointer it dereferences.
+pub fn retired_kind(h: usize) -> Option<Kind> {
+    quarantined().kinds.get(&h).copied()
 }
 
 /// A mapping the application holds: where it points, and the segment behind it.
@@ -916,7 +936,7 @@ fn retire(h: *mut c_void, obj: &Arc<Object>, kind: Kind) -> cl_int {
         // is still allocated (quarantined below), as the callback may look at its address.
         unsafe { f(h, user_data as *mut c_void) };
     }
-    quarantine(h as usize);
+    quarantine(h as usize, kind);
     CL_SUCCESS
 }
 

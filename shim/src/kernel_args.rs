@@ -34,6 +34,16 @@ const EMPTY: u8 = 0;
 const BYTES: u8 = 0x10;
 const MEM: u8 = 0x20;
 const SAMPLER: u8 = 0x30;
+/// A pointer-sized zero: a NULL buffer, or a value of 0. A shape of its own: the driver taking
+/// NULL at an index says nothing of a non-zero value there, which a buffer argument refuses
+/// (it takes no address but an object's, and the worker checks that: `pointer_arg`).
+const NULL_WORD: u8 = 0x40;
+
+/// Whether `b` is a pointer-sized zero (`NULL_WORD`).
+#[inline(always)]
+fn is_null_word(b: &[u8]) -> bool {
+    b.len() == std::mem::size_of::<usize>() && pack(b) == 0
+}
 
 /// An argument as `clSetKernelArg` received it, before anything is allocated for it.
 pub enum Incoming<'a> {
@@ -53,6 +63,7 @@ impl Incoming<'_> {
     fn shape_kind(&self) -> u8 {
         match self {
             Incoming::Local(_) => 0,
+            Incoming::Bytes(b) if is_null_word(b) => 4,
             Incoming::Bytes(_) => 1,
             Incoming::Object { sampler: false, .. } => 2,
             Incoming::Object { sampler: true, .. } => 3,
@@ -71,6 +82,7 @@ impl Incoming<'_> {
     #[inline(always)]
     fn in_cell(&self) -> Option<(u8, u64)> {
         match *self {
+            Incoming::Bytes(b) if is_null_word(b) => Some((NULL_WORD, 0)),
             Incoming::Bytes(b) if (1..=8).contains(&b.len()) => Some((BYTES | b.len() as u8, pack(b))),
             Incoming::Object { id, sampler } => Some((if sampler { SAMPLER } else { MEM }, id)),
             _ => None,
@@ -83,7 +95,11 @@ impl Incoming<'_> {
     #[inline]
     fn update(&self, slot: Option<&mut ArgValue>) -> Option<bool> {
         match (self, slot?) {
-            (Incoming::Bytes(new), ArgValue::Bytes(old)) if old.len() == new.len() => Some(overwrite(old, new)),
+            (Incoming::Bytes(new), ArgValue::Bytes(old))
+                if old.len() == new.len() && is_null_word(old) == is_null_word(new) =>
+            {
+                Some(overwrite(old, new))
+            }
             (Incoming::Local(n), ArgValue::Local(old)) if old == n => Some(false),
             (Incoming::Object { id, .. }, ArgValue::Object(old)) if old == id => Some(false),
             _ => None,
@@ -125,6 +141,7 @@ fn pack(b: &[u8]) -> u64 {
 fn unpack(shape: u8, value: u64) -> ArgValue {
     match shape & 0xf0 {
         BYTES => ArgValue::Bytes(ArgBytes::from(&value.to_ne_bytes()[..usize::from(shape & 0x0f)])),
+        NULL_WORD => ArgValue::Bytes(ArgBytes::from(&[0u8; std::mem::size_of::<usize>()][..])),
         _ => ArgValue::Object(value),
     }
 }
@@ -384,6 +401,24 @@ mod tests {
         assert!(!args.record_in_shape(0, 8, &Incoming::Object { id: 5, sampler: false }), "another kind");
         assert!(!args.record_in_shape(1, 4, &Incoming::Bytes(&four)), "another index");
         assert_eq!(args.take_dirty(), vec![(0, bytes(&9u32.to_ne_bytes()))]);
+    }
+
+    #[test]
+    fn a_null_word_accepted_says_nothing_of_other_words() {
+        // In a cell (index 0) and in the table (index CELLS, which has no cell).
+        for index in [0, CELLS as u32] {
+            let args = KernelArgs::new(CELLS as u32 + 1);
+            let null = 0usize.to_ne_bytes();
+            let word = 0x1000usize.to_ne_bytes();
+            let size = null.len();
+            args.accept(index, size, &Incoming::Bytes(&null));
+            assert!(args.record_in_shape(index, size, &Incoming::Bytes(&null)));
+            assert!(!args.record_in_shape(index, size, &Incoming::Bytes(&word)), "the driver must see it");
+            args.accept(index, size, &Incoming::Bytes(&word));
+            assert!(args.record_in_shape(index, size, &Incoming::Bytes(&0x2000usize.to_ne_bytes())));
+            assert!(args.record_in_shape(index, size, &Incoming::Bytes(&null)), "both accepted now");
+            assert_eq!(args.all(), vec![(index, bytes(&null))]);
+        }
     }
 
     #[test]

@@ -249,3 +249,32 @@ fn semantics_hold_with_pinned_staging() {
     let err = String::from_utf8_lossy(&c.stderr);
     assert!(err.contains("staging: pinning") && err.contains("status 0"), "the path was not taken:\n{err}");
 }
+
+/// Pointer-sized values that are none of the application's objects (a released buffer, its own
+/// memory's address, a made-up address) given to a buffer argument, and a value given to a
+/// `__local` one, are refused as the spec says; before, the worker's driver dereferenced them
+/// as its own objects' addresses and died, again on every replay, until the crash-loop policy
+/// gave the device up (pocl takes them directly and crashes the application where nothing is
+/// mapped). The kernel runs with good values after each, in the same worker.
+#[test]
+fn kernel_arguments_of_no_object_are_refused_without_the_driver_dying() {
+    let exe = c_client("kernel_arg_values");
+    for env in [&[][..], &[("CLOISTER_SYNC", "1")], &[("CLOISTER_ZERO_COPY", "0")]] {
+        let c = caged(&[], &exe, &[], env);
+        let out = text(&c);
+        assert!(c.status.success() && !out.contains("died"), "{env:?}:\n{out}");
+        for line in [
+            "ARG released buffer: -38",
+            "ARG own memory's address: -38",
+            "ARG made-up address: -38",
+            "ARG value for __local: -50",
+            "run 0: ok",
+            "run 1: ok",
+            "run 2: ok",
+            "run 3: ok",
+            "done",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{env:?}: no line {line:?}:\n{out}");
+        }
+    }
+}

@@ -206,7 +206,16 @@ unsafe fn set_kernel_arg(kernel: cl_kernel, arg_index: cl_uint, arg_size: usize,
         } else {
             // SAFETY: arg_value points at arg_size bytes per the API contract.
             let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
-            object_arg(bytes, &k.conn, also).unwrap_or(Incoming::Bytes(bytes))
+            match object_arg(bytes, &k.conn, also) {
+                Some(object) => object,
+                // A memory object or sampler the application released: the driver would get
+                // the handle's bytes as its own object's address, and crash on it.
+                None => match handle_in(bytes).and_then(|raw| crate::handle::retired_kind(raw as usize)) {
+                    Some(Kind::Mem) => return CL_INVALID_MEM_OBJECT,
+                    Some(Kind::Sampler) => return CL_INVALID_SAMPLER,
+                    _ => Incoming::Bytes(bytes),
+                },
+            }
         };
         if args.record_in_shape(arg_index, arg_size, &incoming) {
             return CL_SUCCESS;

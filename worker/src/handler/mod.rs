@@ -133,6 +133,21 @@ pub struct Worker {
     /// read, see `Mapping::staged`), by driver handle: the command type the application asked
     /// for, which `CL_EVENT_COMMAND_TYPE` answers.
     stand_ins: Mutex<FastMap<usize, cl_uint>>,
+    /// What each kernel argument that was given a pointer-sized value of no object is
+    /// (`pointer_arg`), by driver handle and index.
+    pointer_args: Mutex<FastMap<(usize, u32), PointerArg>>,
+}
+
+/// What a kernel argument takes, as far as a pointer-sized value of no object goes: the driver
+/// dereferences such a value as its own object's address where the argument is a buffer.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum PointerArg {
+    /// A `__global` or `__constant` pointer: a buffer, or NULL.
+    Buffer,
+    /// A `__local` pointer: a size, no value.
+    Local,
+    /// A value (or an argument the driver does not tell apart from one).
+    Value,
 }
 
 /// One lane's server: the worker state plus that lane's bulk area.
@@ -401,6 +416,17 @@ impl LaneServer<'_> {
         // SAFETY: k is a live kernel handle from the object table.
         let set_arg = unsafe { crate::driver::dispatch(k) }.clSetKernelArg.ok_or(CL_INVALID_OPERATION)?;
         for (index, arg) in args {
+            if let ArgValue::Bytes(b) = arg {
+                if b.len() == HANDLE && b.iter().any(|&x| x != 0) {
+                    // No object of ours (those travel as ids): the application's bytes, which a
+                    // buffer argument would take as the address of a driver object here.
+                    match self.pointer_arg(k, *index) {
+                        PointerArg::Buffer => return Err(CL_INVALID_MEM_OBJECT),
+                        PointerArg::Local => return Err(CL_INVALID_ARG_VALUE),
+                        PointerArg::Value => {}
+                    }
+                }
+            }
             // SAFETY: live kernel; each value pointer is valid for the size passed.
             let rc = unsafe {
                 match arg {
@@ -423,6 +449,44 @@ impl LaneServer<'_> {
 }
 
 impl LaneServer<'_> {
+    /// What argument `index` of kernel `k` takes (`PointerArg`), asked of the driver once on a
+    /// clone of the kernel (the kernel's own values stay as they are): only a pointer argument
+    /// takes NULL for its value, and only a `__local` one any size with it. A driver without
+    /// `clCloneKernel`, or one that takes NULL for more than pointers, answers `Value`: its
+    /// arguments are set as before. (pocl 3.1 also takes a zero for an image or a sampler, so
+    /// those read as values too.)
+    fn pointer_arg(&self, k: usize, index: u32) -> PointerArg {
+        let key = (k, index);
+        if let Some(&known) = self.worker.pointer_args.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return known;
+        }
+        // SAFETY: k is a live kernel handle from the object table.
+        let table = unsafe { crate::driver::dispatch(k) };
+        let (Some(clone), Some(set_arg), Some(release)) =
+            (table.clCloneKernel, table.clSetKernelArg, table.clReleaseKernel)
+        else {
+            return PointerArg::Value;
+        };
+        let mut rc = CL_SUCCESS;
+        // SAFETY: a live kernel; the clone is released below.
+        let probe = unsafe { clone(k as _, &mut rc) };
+        if probe.is_null() || rc != CL_SUCCESS {
+            return PointerArg::Value;
+        }
+        // SAFETY: the clone is a live kernel; a NULL value with a size is a valid call.
+        let kind = unsafe {
+            match (set_arg(probe, index, HANDLE, null()), set_arg(probe, index, 4, null())) {
+                (CL_SUCCESS, CL_SUCCESS) => PointerArg::Local,
+                (CL_SUCCESS, _) => PointerArg::Buffer,
+                _ => PointerArg::Value,
+            }
+        };
+        // SAFETY: the clone made above, released once.
+        unsafe { release(probe) };
+        self.worker.pointer_args.lock().unwrap_or_else(|e| e.into_inner()).insert(key, kind);
+        kind
+    }
+
     /// A posted enqueue (`Request::posted`) failed with `code` after the application's call
     /// returned CL_SUCCESS: reported as OpenCL reports asynchronous errors. The application's
     /// event exists anyway, as a user event of the queue's context failed with `code` (so its
@@ -656,6 +720,9 @@ impl Serve<Release> for LaneServer<'_> {
             Kind::Queue => {
                 self.worker.staging.forget_queue(h);
                 self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.object);
+            }
+            Kind::Kernel => {
+                self.worker.pointer_args.lock().unwrap_or_else(|e| e.into_inner()).retain(|&(k, _), _| k != h);
             }
             _ => {}
         }
