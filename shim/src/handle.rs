@@ -365,7 +365,11 @@ pub struct Object {
     pub kind: Kind,
     pub id: ObjectId,
     pub conn: Arc<Conn>,
+    /// The application's references: one at creation, `clRetain*` and `clRelease*`.
     refs: AtomicU32,
+    /// How many objects keep this one alive (`hold`): a program's kernels, a context's buffers.
+    /// The object goes when both counts are down to zero.
+    held: AtomicU32,
     /// Platform and device info never changes: cached after the first query (`cached_info`).
     info_cache: InfoCache,
     pub data: ObjData,
@@ -379,6 +383,8 @@ pub struct Object {
     /// its release, so no later notification or worker death calls the application with
     /// `user_data` it has freed since.
     owned_callbacks: Mutex<Vec<u64>>,
+    /// The object this one keeps alive, as the driver does (`hold`): released with it.
+    holds: OnceLock<(usize, Kind)>,
 }
 
 impl Object {
@@ -392,7 +398,14 @@ impl Object {
         }
     }
 
+    /// The reference count the application is told: its own references and those of the
+    /// objects that keep this one alive, as drivers count them.
     pub fn ref_count(&self) -> u32 {
+        self.refs.load(Ordering::Acquire).saturating_add(self.held.load(Ordering::Acquire))
+    }
+
+    /// The application's own references.
+    pub fn app_refs(&self) -> u32 {
         self.refs.load(Ordering::Acquire)
     }
 
@@ -480,11 +493,13 @@ pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjDat
         id,
         conn: conn.clone(),
         refs: AtomicU32::new(1),
+        held: AtomicU32::new(0),
         info_cache: InfoCache::default(),
         data,
         released: AtomicBool::new(false),
         destructors: Mutex::new(Vec::new()),
         owned_callbacks: Mutex::new(Vec::new()),
+        holds: OnceLock::new(),
     });
     let old = registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj);
     if let Some(old) = old {
@@ -597,11 +612,13 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
         id: old.id,
         conn: conn.clone(),
         refs: AtomicU32::new(old.refs.load(Ordering::Acquire)),
+        held: AtomicU32::new(old.held.load(Ordering::Acquire)),
         info_cache: InfoCache::default(),
         data,
         released: AtomicBool::new(false),
         destructors: Mutex::new(take(&old.destructors)),
         owned_callbacks: Mutex::new(take(&old.owned_callbacks)),
+        holds: old.holds.clone(),
     });
     reg.insert(h, obj);
     old.released.store(true, Ordering::Release);
@@ -867,7 +884,15 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     if matches!(kind, Kind::Platform) || (kind == Kind::Device && obj.id & cloister_ipc::WORKER_ID_BIT != 0) {
         return CL_SUCCESS; // root devices and platforms are not reference counted
     }
-    if obj.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
+    // The application's count only: a release past its last reference is refused, even while
+    // other objects keep this one alive (`hold`).
+    match obj.refs.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1)) {
+        Err(_) => return kind.invalid(),
+        Ok(1) => {}
+        Ok(_) => return CL_SUCCESS,
+    }
+    if obj.held.load(Ordering::SeqCst) != 0 {
+        // Retired when the last object keeping it alive goes (`unhold`).
         return CL_SUCCESS;
     }
     if still_mapped(&obj) {
@@ -892,7 +917,7 @@ fn still_mapped(obj: &Object) -> bool {
 /// After an unmap of `h`: a memory object the application released while mapped is retired
 /// with its last mapping (`release`).
 pub fn retire_if_unmapped(h: *mut c_void) {
-    if with_object(h, Kind::Mem, |obj| obj.refs.load(Ordering::Acquire) != 0).unwrap_or(true) {
+    if with_object(h, Kind::Mem, |obj| obj.ref_count() != 0).unwrap_or(true) {
         return;
     }
     if let Ok(obj) = lookup(h, Kind::Mem) {
@@ -925,10 +950,10 @@ fn retire(h: *mut c_void, obj: &Arc<Object>, kind: Kind) -> cl_int {
     // for its event (pyopencl does) releases one per command. The rest are calls, as the
     // shim's state after them may depend on them (a program's or context's release callbacks,
     // a queue's implicit flush).
-    let release = cloister_ipc::Release { object: obj.id };
+    let request = cloister_ipc::Release { object: obj.id };
     let _ = match kind {
-        Kind::Mem | Kind::Kernel | Kind::Sampler | Kind::Event => obj.conn.post(release),
-        _ => obj.conn.call(release),
+        Kind::Mem | Kind::Kernel | Kind::Sampler | Kind::Event => obj.conn.post(request),
+        _ => obj.conn.call(request),
     };
     let destructors = std::mem::take(&mut *obj.destructors.lock().unwrap_or_else(|e| e.into_inner()));
     for (f, user_data) in destructors.into_iter().rev() {
@@ -937,7 +962,41 @@ fn retire(h: *mut c_void, obj: &Arc<Object>, kind: Kind) -> cl_int {
         unsafe { f(h, user_data as *mut c_void) };
     }
     quarantine(h as usize, kind);
+    if let Some(&(parent, parent_kind)) = obj.holds.get() {
+        unhold(parent as *mut c_void, parent_kind);
+    }
     CL_SUCCESS
+}
+
+/// An object that kept `h` alive (`hold`) went: `h` goes too if nothing else holds it.
+fn unhold(h: *mut c_void, kind: Kind) {
+    let Ok(obj) = lookup(h, kind) else { return };
+    // SeqCst with `release`'s: of the two last lets-go racing, at least one sees the other's.
+    if obj.held.fetch_sub(1, Ordering::SeqCst) == 1 && obj.refs.load(Ordering::SeqCst) == 0 && !still_mapped(&obj) {
+        retire(h, &obj, kind);
+    }
+}
+
+/// Makes `child` keep `parent` alive, as the driver does: a kernel its program, a sub-buffer or
+/// an image made from a buffer that buffer, other objects their context. The application may
+/// release its own references to the parent first; its handle then stays valid (info queries
+/// that name it, `CL_KERNEL_PROGRAM`, `CL_MEM_ASSOCIATED_MEMOBJECT`, `CL_QUEUE_CONTEXT`, answer
+/// it, and the application may use and retain it again) until the child goes (`retire`), and
+/// its destructor callbacks run then, when the driver's would.
+pub fn hold(child: *mut c_void, parent: *const c_void, parent_kind: Kind) {
+    let Some(obj) = registry().read().unwrap_or_else(|e| e.into_inner()).get(&(child as usize)).cloned() else {
+        return;
+    };
+    if let Ok(p) = lookup(parent, parent_kind) {
+        if obj.holds.set((parent as usize, parent_kind)).is_ok() {
+            p.held.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The object `h` keeps alive (`hold`), if any.
+pub fn held_by(h: *const c_void) -> Option<(usize, Kind)> {
+    registry().read().unwrap_or_else(|e| e.into_inner()).get(&(h as usize)).and_then(|o| o.holds.get().copied())
 }
 
 #[cfg(test)]

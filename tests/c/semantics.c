@@ -3,8 +3,8 @@
  * arguments, free to call the API, never on a thread the application is blocked in), user
  * events gating work across queues, out-of-order queues, events across contexts, profiling
  * timestamps, the info-query size protocol for every kind of value, kernel arguments set
- * in a loop (swapped buffers, values set twice, errors after many calls), and writes through
- * the mapping of a buffer released while mapped.
+ * in a loop (swapped buffers, values set twice, errors after many calls), writes through
+ * the mapping of a buffer released while mapped, and objects released while others keep them.
  *
  * Every line printed is a finding that must be the same directly and caged, except lines
  * starting with "impl:": what the spec leaves undefined or to the implementation, where drivers
@@ -805,6 +805,63 @@ static void released_while_mapped(cl_command_queue q) {
   printf("writes through mappings of released buffers ok\n");
 }
 
+/* Objects the application released stay while others keep them alive, as the driver keeps
+ * them: a kernel its program, a sub-buffer its buffer, a queue and a buffer their context. Their
+ * handles still answer (the info queries that name them, new kernels and buffers made from
+ * them), and the context's destructor callback runs only once its last object is gone. */
+static int context_destroyed;
+static void CL_CALLBACK context_gone(cl_context c, void *ud) { (void)c; (void)ud; context_destroyed++; }
+
+static void parents_outlive_their_release(void) {
+  cl_int err;
+  cl_context c2 = clCreateContext(NULL, 1, &dev, NULL, NULL, &err); CHECK(err);
+  CHECK(clSetContextDestructorCallback(c2, context_gone, NULL));
+  cl_command_queue q2 = clCreateCommandQueueWithProperties(c2, dev, NULL, &err); CHECK(err);
+  cl_program p2 = clCreateProgramWithSource(c2, 1, &SRC, NULL, &err); CHECK(err);
+  CHECK(clBuildProgram(p2, 1, &dev, NULL, NULL, NULL));
+  cl_kernel k2 = clCreateKernel(p2, "times3", &err); CHECK(err);
+  cl_mem whole = clCreateBuffer(c2, CL_MEM_READ_WRITE, 2 * N * sizeof(int), NULL, &err); CHECK(err);
+  cl_buffer_region half = { N * sizeof(int), N * sizeof(int) };
+  cl_mem sub = clCreateSubBuffer(whole, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &half, &err); CHECK(err);
+
+  CHECK(clReleaseProgram(p2));
+  cl_program kp = NULL;
+  CHECK(clGetKernelInfo(k2, CL_KERNEL_PROGRAM, sizeof kp, &kp, NULL));
+  size_t kernels_in = 0;
+  cl_int info_rc = clGetProgramInfo(kp, CL_PROGRAM_NUM_KERNELS, sizeof kernels_in, &kernels_in, NULL);
+  cl_kernel again = clCreateKernel(kp, "plus", &err);
+  printf("a released program its kernel keeps: CL_KERNEL_PROGRAM %s, its info %d (%zu kernels), a new kernel from it %d\n",
+         kp == p2 ? "the same handle" : "another handle", info_rc, kernels_in, err);
+  if (err == CL_SUCCESS) CHECK(clReleaseKernel(again));
+
+  CHECK(clReleaseMemObject(whole));
+  cl_mem parent = NULL;
+  CHECK(clGetMemObjectInfo(sub, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL));
+  size_t parent_size = 0;
+  cl_int size_rc = clGetMemObjectInfo(parent, CL_MEM_SIZE, sizeof parent_size, &parent_size, NULL);
+  CHECK(clSetKernelArg(k2, 0, sizeof sub, &sub));
+  size_t g = N;
+  CHECK(clEnqueueNDRangeKernel(q2, k2, 1, NULL, &g, NULL, 0, NULL, NULL));
+  int got[N];
+  CHECK(clEnqueueReadBuffer(q2, sub, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+  printf("a released buffer its sub-buffer keeps: CL_MEM_ASSOCIATED_MEMOBJECT %s, its size %d (%zu), the sub-buffer %s\n",
+         parent == whole ? "the same handle" : "another handle", size_rc, parent_size,
+         holds(got, N, 0, 3) ? "works" : "WRONG");
+
+  CHECK(clReleaseContext(c2));
+  cl_context qc = NULL;
+  CHECK(clGetCommandQueueInfo(q2, CL_QUEUE_CONTEXT, sizeof qc, &qc, NULL));
+  cl_mem more = clCreateBuffer(qc, CL_MEM_READ_WRITE, 64, NULL, &err);
+  printf("a released context its queue keeps: CL_QUEUE_CONTEXT %s, a new buffer in it %d, destroyed %d\n",
+         qc == c2 ? "the same handle" : "another handle", err, context_destroyed);
+  if (err == CL_SUCCESS) CHECK(clReleaseMemObject(more));
+  CHECK(clReleaseKernel(k2));
+  CHECK(clReleaseMemObject(sub));
+  printf("context destroyed once its objects were released, its queue last: before the queue %d, ", context_destroyed);
+  CHECK(clReleaseCommandQueue(q2));
+  printf("after %d\n", context_destroyed);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   main_thread = pthread_self();
@@ -833,6 +890,7 @@ int main(void) {
   kernel_arguments(q, plus);
   released_while_mapped(q);
   oversized_regions(q);
+  parents_outlive_their_release();
   if (getenv("GARBAGE")) garbage_handles();
 
   CHECK(clReleaseKernel(times3)); CHECK(clReleaseKernel(plus)); CHECK(clReleaseKernel(spin));

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use cloister_ipc::cl::*;
 use cloister_ipc::{CreateUserEvent, InfoTarget, SetEventCallback, SetUserEventStatus, WaitForEvents};
 
-use super::{create, creation, forward_info, ids_of, retain_release, slice};
+use super::{creation, forward_info, ids_of, retain_release, slice};
 use crate::conn::{Callback, EventNotifyFn};
 use crate::handle::{lookup, Kind, ObjData, Object};
 use crate::info;
@@ -47,7 +47,7 @@ forward_info!(
 
 pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -> cl_event {
     let r = lookup(context, Kind::Context).and_then(|ctx| {
-        create(&ctx.conn, Kind::Event, ObjData::Event, |id| {
+        super::create_held((context.cast_const(), Kind::Context), &ctx.conn, Kind::Event, ObjData::Event, |id| {
             crate::recovery::recorded(&ctx.conn, CreateUserEvent { id, context: ctx.id })
         })
     });

@@ -50,7 +50,9 @@ pub unsafe fn clCreateKernel(program: cl_program, kernel_name: *const c_char, er
             crate::recovery::note(&p.conn, &req);
         }
         let num_args = checked_num_args(&p.conn, "clCreateKernel", reply.num_args)?;
-        Ok(new_handle(Kind::Kernel, id, &p.conn, kernel_data(num_args)))
+        let h = new_handle(Kind::Kernel, id, &p.conn, kernel_data(num_args));
+        crate::handle::hold(h, program.cast_const(), Kind::Program);
+        Ok(h)
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
@@ -92,6 +94,7 @@ pub unsafe fn clCreateKernelsInProgram(
     if !kernels.is_null() {
         for (i, (&id, &n)) in ids.iter().zip(&reply.num_args).enumerate() {
             let h = new_handle(Kind::Kernel, id, &p.conn, kernel_data(n));
+            crate::handle::hold(h, program.cast_const(), Kind::Program);
             // SAFETY: kernels holds num_kernels slots and reply.num_args has at most that many.
             unsafe { *kernels.add(i) = h };
             if p.conn.replays() {
@@ -351,7 +354,9 @@ pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) 
             return Err(CL_INVALID_KERNEL);
         };
         let data = ObjData::Kernel { num_args: *num_args, args: args.copy(false) };
-        super::create(&k.conn, Kind::Kernel, data, |id| {
+        // Of the source's program, which it keeps alive too.
+        let program = crate::handle::held_by(source_kernel.cast_const()).map(|(h, kind)| (h as *const c_void, kind));
+        let made = super::create(&k.conn, Kind::Kernel, data, |id| {
             let rc = k.conn.call(cloister_ipc::CloneKernel { id, source: k.id });
             if rc == Ok(CL_SUCCESS) && k.conn.replays() {
                 // The replacement makes it as its source was made: every enqueue carries all
@@ -359,7 +364,11 @@ pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) 
                 crate::recovery::journal_of(&k.conn).cloned(id, k.id);
             }
             rc
-        })
+        })?;
+        if let Some((program, kind)) = program {
+            crate::handle::hold(made, program, kind);
+        }
+        Ok(made)
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }

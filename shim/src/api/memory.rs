@@ -157,7 +157,19 @@ pub(super) fn device_value(dev: &Object, param: cl_uint) -> Option<u64> {
     }
 }
 
+/// A buffer, which keeps its context alive (`handle::hold`).
 fn create_buffer(
+    context: cl_context,
+    properties: Option<Vec<u64>>,
+    flags: cl_bitfield,
+    size: usize,
+    host_ptr: *mut c_void,
+) -> Result<*mut c_void, cl_int> {
+    create_unheld_buffer(context, properties, flags, size, host_ptr)
+        .inspect(|&h| crate::handle::hold(h, context.cast_const(), Kind::Context))
+}
+
+fn create_unheld_buffer(
     context: cl_context,
     properties: Option<Vec<u64>>,
     flags: cl_bitfield,
@@ -363,7 +375,7 @@ pub unsafe fn clCreateSubBuffer(
             None => ObjData::mem(*context, own, mirror, region.size, None),
         };
         let data = data.sub_buffer_of(parent.storage());
-        create(&parent.conn, Kind::Mem, data, |id| {
+        super::create_held((buffer.cast_const(), Kind::Mem), &parent.conn, Kind::Mem, data, |id| {
             crate::recovery::recorded(
                 &parent.conn,
                 CreateSubBuffer {
@@ -491,6 +503,16 @@ fn record_image(conn: &Conn, req: CreateImage, elem: usize, host_ptr: *mut c_voi
     crate::recovery::journal_of(conn).image(CreateImage { desc, ..req }, initial.as_deref());
 }
 
+/// An image keeps the buffer it was made from alive, any other its context (`handle::hold`).
+fn hold_image_parent(image: *mut c_void, context: cl_context, desc: *const cl_image_desc) {
+    // SAFETY: the image was just made from `desc`, valid per the API contract (or NULL).
+    let buffer = unsafe { desc.as_ref() }.map_or(std::ptr::null_mut(), |d| d.buffer);
+    match buffer.is_null() {
+        true => crate::handle::hold(image, context.cast_const(), Kind::Context),
+        false => crate::handle::hold(image, buffer.cast_const(), Kind::Mem),
+    }
+}
+
 pub unsafe fn clCreateImage(
     context: cl_context,
     flags: cl_bitfield,
@@ -501,6 +523,7 @@ pub unsafe fn clCreateImage(
 ) -> cl_mem {
     // SAFETY: format/desc per the API contract.
     let r = unsafe { create_image(context, None, flags, format.cast(), desc.cast(), host_ptr) };
+    let r = r.inspect(|&h| hold_image_parent(h, context, desc.cast()));
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
 }
@@ -518,6 +541,7 @@ pub unsafe fn clCreateImageWithProperties(
     let props = unsafe { property_list(properties) }.unwrap_or_default();
     // SAFETY: format/desc per the API contract.
     let r = unsafe { create_image(context, Some(props), flags, format.cast(), desc.cast(), host_ptr) };
+    let r = r.inspect(|&h| hold_image_parent(h, context, desc.cast()));
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
 }
@@ -585,7 +609,8 @@ pub unsafe fn clCreatePipe(
         if !properties.is_null() && unsafe { *properties } != 0 {
             return Err(CL_INVALID_VALUE);
         }
-        create(&ctx.conn, Kind::Mem, ObjData::mem(ctx.id, flags, 0, 0, None), |id| {
+        let held = (context.cast_const(), Kind::Context);
+        super::create_held(held, &ctx.conn, Kind::Mem, ObjData::mem(ctx.id, flags, 0, 0, None), |id| {
             ctx.conn.call(CreatePipe { id, context: ctx.id, flags, packet_size, max_packets })
         })
     })();

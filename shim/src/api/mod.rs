@@ -255,6 +255,18 @@ pub fn create(
     }
 }
 
+/// `create` for an object that keeps `parent` (a handle of `parent_kind`) alive, as the driver
+/// does (`handle::hold`).
+pub fn create_held(
+    (parent, parent_kind): (*const c_void, Kind),
+    conn: &Arc<Conn>,
+    kind: Kind,
+    data: ObjData,
+    call: impl FnOnce(ObjectId) -> Result<cl_int, cl_int>,
+) -> Result<*mut c_void, cl_int> {
+    create(conn, kind, data, call).inspect(|&h| crate::handle::hold(h, parent, parent_kind))
+}
+
 /// Generates a `clGetXInfo` entry point that forwards to the driver, with the shim's
 /// reference count and the size protocol applied (`info::get_info`).
 ///

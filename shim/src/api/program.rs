@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cloister_ipc::cl::*;
 use cloister_ipc::*;
 
-use super::{create, creation, ids_of, retain_release, slice};
+use super::{creation, ids_of, retain_release, slice};
 use crate::conn::{BuildNotifyFn, Callback, Conn};
 use crate::handle::{lookup, new_handle, Kind, ObjData, Object};
 use crate::info;
@@ -55,7 +55,8 @@ pub unsafe fn clCreateProgramWithSource(
                 sources[i] = relative;
             }
         }
-        create(&ctx.conn, Kind::Program, ObjData::program_with(app_source), |id| {
+        let held = (context.cast_const(), Kind::Context);
+        super::create_held(held, &ctx.conn, Kind::Program, ObjData::program_with(app_source), |id| {
             crate::recovery::recorded(&ctx.conn, CreateProgramWithSource { id, context: ctx.id, sources })
         })
     })();
@@ -240,7 +241,11 @@ pub unsafe fn clCreateProgramWithBinary(
             }
         }
         match reply.status {
-            CL_SUCCESS => Ok(new_handle(Kind::Program, id, &ctx.conn, ObjData::program())),
+            CL_SUCCESS => {
+                let h = new_handle(Kind::Program, id, &ctx.conn, ObjData::program());
+                crate::handle::hold(h, context.cast_const(), Kind::Context);
+                Ok(h)
+            }
             e => Err(e),
         }
     })();
@@ -261,7 +266,7 @@ pub unsafe fn clCreateProgramWithIL(
         if il.is_empty() {
             return Err(CL_INVALID_VALUE);
         }
-        create(&ctx.conn, Kind::Program, ObjData::program(), |id| {
+        super::create_held((context.cast_const(), Kind::Context), &ctx.conn, Kind::Program, ObjData::program(), |id| {
             ctx.conn.call(CreateProgramWithIl { id, context: ctx.id, il })
         })
     })();
@@ -282,7 +287,7 @@ pub unsafe fn clCreateProgramWithBuiltInKernels(
         let devices = unsafe { self::device_list(num_devices, device_list)? }.ok_or(CL_INVALID_VALUE)?;
         // SAFETY: kernel_names is NUL-terminated.
         let names = unsafe { c_bytes(kernel_names) }.ok_or(CL_INVALID_VALUE)?;
-        create(&ctx.conn, Kind::Program, ObjData::program(), |id| {
+        super::create_held((context.cast_const(), Kind::Context), &ctx.conn, Kind::Program, ObjData::program(), |id| {
             ctx.conn.call(CreateProgramWithBuiltInKernels { id, context: ctx.id, devices, names })
         })
     })();
@@ -356,6 +361,7 @@ pub unsafe fn clLinkProgram(
         // The callback names the new program, so its handle exists before the driver links.
         let id = ctx.conn.alloc_id();
         let handle = new_handle(Kind::Program, id, &ctx.conn, ObjData::program());
+        crate::handle::hold(handle, context.cast_const(), Kind::Context);
         let discard = |e| {
             crate::handle::release(handle, Kind::Program);
             Err(e)

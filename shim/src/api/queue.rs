@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use cloister_ipc::cl::*;
 use cloister_ipc::{CreateCommandQueue, CreateCommandQueueWithProperties, FlushOrFinish, InfoTarget};
 
-use super::{create, creation, forward_info};
+use super::{creation, forward_info};
 use crate::handle::{lookup, Kind, ObjData, Object};
 use crate::info;
 use crate::queue_state::QueueState;
@@ -39,7 +39,7 @@ pub unsafe fn clCreateCommandQueue(
     let (properties, traced) = crate::intercept::device::add_profiling(properties);
     let r = context_and_device(context, device).and_then(|(ctx, dev)| {
         let state = queue_state(&ctx, properties);
-        create(&ctx.conn, Kind::Queue, ObjData::Queue(state), |id| {
+        super::create_held((context.cast_const(), Kind::Context), &ctx.conn, Kind::Queue, ObjData::Queue(state), |id| {
             crate::recovery::recorded(&ctx.conn, CreateCommandQueue { id, context: ctx.id, device: dev, properties })
         })
     });
@@ -81,7 +81,8 @@ pub unsafe fn clCreateCommandQueueWithProperties(
             .and_then(|p| p.chunks_exact(2).find(|kv| kv[0] == CL_QUEUE_PROPERTIES as u64).map(|kv| kv[1]));
         let state = queue_state(&ctx, queue_properties.unwrap_or(0));
         let (props, traced) = crate::intercept::device::add_profiling_list(props);
-        let r = create(&ctx.conn, Kind::Queue, ObjData::Queue(state), |id| {
+        let held = (context.cast_const(), Kind::Context);
+        let r = super::create_held(held, &ctx.conn, Kind::Queue, ObjData::Queue(state), |id| {
             let req = CreateCommandQueueWithProperties { id, context: ctx.id, device: dev, properties: props };
             crate::recovery::recorded(&ctx.conn, req)
         });
@@ -198,7 +199,7 @@ pub unsafe fn clRetainCommandQueue(queue: cl_command_queue) -> cl_int {
 /// segments would never return to the pool.
 pub unsafe fn clReleaseCommandQueue(queue: cl_command_queue) -> cl_int {
     if let Ok(q) = lookup(queue, Kind::Queue) {
-        if q.ref_count() == 1 && crate::pending::of(&q.conn).has_eventless(q.id) {
+        if q.app_refs() == 1 && crate::pending::of(&q.conn).has_eventless(q.id) {
             flush_or_finish_queue(&q, true);
         }
     }

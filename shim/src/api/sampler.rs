@@ -6,13 +6,13 @@ use cloister_ipc::cl::*;
 use cloister_ipc::{CreateSampler, InfoTarget};
 
 use super::memory::property_list;
-use super::{create, creation, forward_info, retain_release};
+use super::{creation, forward_info, retain_release};
 use crate::handle::{lookup, Kind, ObjData};
 use crate::info;
 
 fn create_sampler(context: cl_context, properties: Option<Vec<u64>>, legacy: bool) -> Result<*mut c_void, cl_int> {
     let ctx = lookup(context, Kind::Context)?;
-    create(&ctx.conn, Kind::Sampler, ObjData::Sampler, |id| {
+    super::create_held((context.cast_const(), Kind::Context), &ctx.conn, Kind::Sampler, ObjData::Sampler, |id| {
         crate::recovery::recorded(&ctx.conn, CreateSampler { id, context: ctx.id, properties, legacy })
     })
 }
