@@ -133,21 +133,9 @@ pub struct Worker {
     /// read, see `Mapping::staged`), by driver handle: the command type the application asked
     /// for, which `CL_EVENT_COMMAND_TYPE` answers.
     stand_ins: Mutex<FastMap<usize, cl_uint>>,
-    /// What each kernel argument that was given a pointer-sized value of no object is
-    /// (`pointer_arg`), by driver handle and index.
-    pointer_args: Mutex<FastMap<(usize, u32), PointerArg>>,
-}
-
-/// What a kernel argument takes, as far as a pointer-sized value of no object goes: the driver
-/// dereferences such a value as its own object's address where the argument is a buffer.
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum PointerArg {
-    /// A `__global` or `__constant` pointer: a buffer, or NULL.
-    Buffer,
-    /// A `__local` pointer: a size, no value.
-    Local,
-    /// A value (or an argument the driver does not tell apart from one).
-    Value,
+    /// For each kernel argument that was given a pointer-sized value of no object, what such a
+    /// value is refused with (`object_arg`), by driver handle and index.
+    object_args: Mutex<FastMap<(usize, u32), Option<cl_int>>>,
 }
 
 /// One lane's server: the worker state plus that lane's bulk area.
@@ -418,12 +406,10 @@ impl LaneServer<'_> {
         for (index, arg) in args {
             if let ArgValue::Bytes(b) = arg {
                 if b.len() == HANDLE && b.iter().any(|&x| x != 0) {
-                    // No object of ours (those travel as ids): the application's bytes, which a
-                    // buffer argument would take as the address of a driver object here.
-                    match self.pointer_arg(k, *index) {
-                        PointerArg::Buffer => return Err(CL_INVALID_MEM_OBJECT),
-                        PointerArg::Local => return Err(CL_INVALID_ARG_VALUE),
-                        PointerArg::Value => {}
+                    // No object of ours (those travel as ids): the application's bytes, which an
+                    // object argument would take as the address of a driver object here.
+                    if let Some(refused) = self.object_arg(k, *index) {
+                        return Err(refused);
                     }
                 }
             }
@@ -449,15 +435,24 @@ impl LaneServer<'_> {
 }
 
 impl LaneServer<'_> {
-    /// What argument `index` of kernel `k` takes (`PointerArg`), asked of the driver once on a
-    /// clone of the kernel (the kernel's own values stay as they are): only a pointer argument
-    /// takes NULL for its value, and only a `__local` one any size with it. A driver without
-    /// `clCloneKernel`, or one that takes NULL for more than pointers, answers `Value`: its
-    /// arguments are set as before. (pocl 3.1 also takes a zero for an image or a sampler, so
-    /// those read as values too.)
-    fn pointer_arg(&self, k: usize, index: u32) -> PointerArg {
+    /// What a non-zero pointer-sized value of no object given to argument `index` of kernel `k`
+    /// is refused with, as the spec says, where the driver would take it for the address of an
+    /// object of its own: `None` for an argument that takes plain bytes. Asked of the driver once
+    /// per argument, on a clone of the kernel (the kernel's own values stay as they are), with a
+    /// NULL value and a zero one:
+    ///
+    /// | NULL | zero | the argument | a non-zero word |
+    /// | --- | --- | --- | --- |
+    /// | taken | taken | a `__global` or `__constant` buffer | `CL_INVALID_MEM_OBJECT` |
+    /// | taken | refused | `__local` | `CL_INVALID_ARG_VALUE` |
+    /// | refused | `CL_INVALID_MEM_OBJECT`, `CL_INVALID_SAMPLER` | an image, a sampler | that code |
+    /// | refused | taken, or another code | a value | set as it is |
+    ///
+    /// (NVIDIA's driver refuses a zero image or sampler; pocl 3.1 takes it, so there an image
+    /// or sampler argument reads as a value.) A driver without `clCloneKernel` answers `None`.
+    fn object_arg(&self, k: usize, index: u32) -> Option<cl_int> {
         let key = (k, index);
-        if let Some(&known) = self.worker.pointer_args.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(&known) = self.worker.object_args.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return known;
         }
         // SAFETY: k is a live kernel handle from the object table.
@@ -465,26 +460,30 @@ impl LaneServer<'_> {
         let (Some(clone), Some(set_arg), Some(release)) =
             (table.clCloneKernel, table.clSetKernelArg, table.clReleaseKernel)
         else {
-            return PointerArg::Value;
+            return None;
         };
         let mut rc = CL_SUCCESS;
         // SAFETY: a live kernel; the clone is released below.
         let probe = unsafe { clone(k as _, &mut rc) };
         if probe.is_null() || rc != CL_SUCCESS {
-            return PointerArg::Value;
+            return None;
         }
-        // SAFETY: the clone is a live kernel; a NULL value with a size is a valid call.
-        let kind = unsafe {
-            match (set_arg(probe, index, HANDLE, null()), set_arg(probe, index, 4, null())) {
-                (CL_SUCCESS, CL_SUCCESS) => PointerArg::Local,
-                (CL_SUCCESS, _) => PointerArg::Buffer,
-                _ => PointerArg::Value,
-            }
+        let zero = 0usize;
+        // SAFETY: the clone is a live kernel; a NULL value, and a pointer to a zero word of
+        // HANDLE bytes, are valid calls.
+        let (null, zeroed) = unsafe {
+            (set_arg(probe, index, HANDLE, null()), set_arg(probe, index, HANDLE, (&zero as *const usize).cast()))
+        };
+        let refused = match (null, zeroed) {
+            (CL_SUCCESS, CL_SUCCESS) => Some(CL_INVALID_MEM_OBJECT),
+            (CL_SUCCESS, _) => Some(CL_INVALID_ARG_VALUE),
+            (_, e @ (CL_INVALID_MEM_OBJECT | CL_INVALID_SAMPLER)) => Some(e),
+            _ => None,
         };
         // SAFETY: the clone made above, released once.
         unsafe { release(probe) };
-        self.worker.pointer_args.lock().unwrap_or_else(|e| e.into_inner()).insert(key, kind);
-        kind
+        self.worker.object_args.lock().unwrap_or_else(|e| e.into_inner()).insert(key, refused);
+        refused
     }
 
     /// A posted enqueue (`Request::posted`) failed with `code` after the application's call
@@ -722,7 +721,7 @@ impl Serve<Release> for LaneServer<'_> {
                 self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).remove(&r.object);
             }
             Kind::Kernel => {
-                self.worker.pointer_args.lock().unwrap_or_else(|e| e.into_inner()).retain(|&(k, _), _| k != h);
+                self.worker.object_args.lock().unwrap_or_else(|e| e.into_inner()).retain(|&(k, _), _| k != h);
             }
             _ => {}
         }
