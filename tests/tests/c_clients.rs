@@ -278,3 +278,24 @@ fn kernel_arguments_of_no_object_are_refused_without_the_driver_dying() {
         }
     }
 }
+
+/// Callbacks registered on 2 000 complete events, each event released by the application at
+/// once (its callback's release is the last), after another thread of the application enqueued
+/// once: directly they all run; caged this deadlocked the application and its worker (the
+/// thread running callbacks waited, in that release, for the worker to take the main thread's
+/// commands, while the worker's thread serving them waited to hand it a notification).
+#[test]
+fn callbacks_on_many_complete_events_do_not_deadlock() {
+    let exe = c_client("callback_flood");
+    for (mode, value) in [("1", "value 2002"), ("2", "value 2001")] {
+        let out = std::process::Command::new("timeout")
+            .args(["120", cloister().to_str().unwrap(), "run", "--"])
+            .arg(&exe)
+            .args(["2000", mode])
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert!(out.status.success(), "mode {mode}: hung or failed ({:?}):\n{t}", out.status);
+        assert!(t.contains("callbacks 2000 of 2000") && t.contains(value), "mode {mode}:\n{t}");
+    }
+}

@@ -5,29 +5,41 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, OnceLock};
 
 use cloister_ipc::cl::*;
-use cloister_ipc::{channel, Notification, WorkerMessage};
+use cloister_ipc::{Notification, WorkerMessage};
 
-struct Notifier {
-    sock: RawFd,
-    lock: Mutex<()>,
-}
-
-static NOTIFIER: OnceLock<Notifier> = OnceLock::new();
+/// Where notifications go: a thread of their own writes them to the socket, in the order they
+/// were sent. A sender never waits for the shim to read: the shim's notifier thread runs the
+/// application's callbacks, which may wait for this worker's lanes (a release after other
+/// threads' enqueues, any call), while a lane thread sends a notification from inside a driver
+/// call (pocl calls a callback registered on a complete event inside `clSetEventCallback`).
+/// Written by that lane thread itself, a full socket deadlocked the two processes: 500 callbacks
+/// registered on complete events, each event released by its own callback, hung the
+/// application's next `clFinish`.
+static NOTIFIER: OnceLock<Sender<WorkerMessage>> = OnceLock::new();
 
 pub fn init(sock: RawFd) {
-    let _ = NOTIFIER.set(Notifier { sock, lock: Mutex::new(()) });
+    let (tx, rx) = channel::<WorkerMessage>();
+    let spawned = std::thread::Builder::new().name("notify-send".into()).spawn(move || {
+        // A failed send means the shim is gone; the control loop notices the EOF and exits.
+        while let Ok(msg) = rx.recv() {
+            if cloister_ipc::channel::send(&sock, &msg, &[]).is_err() {
+                break;
+            }
+        }
+    });
+    if spawned.is_ok() {
+        let _ = NOTIFIER.set(tx);
+    }
 }
 
 pub fn send(n: Notification) {
-    let Some(notifier) = NOTIFIER.get() else {
-        return;
-    };
-    let _guard = notifier.lock.lock().unwrap_or_else(|e| e.into_inner());
-    // A failed send means the shim is gone; the control loop notices the EOF and exits.
-    let _ = channel::send(&notifier.sock, &WorkerMessage::Notify(n), &[]);
+    if let Some(notifier) = NOTIFIER.get() {
+        let _ = notifier.send(WorkerMessage::Notify(n));
+    }
 }
 
 /// `pfn_notify` of `clCreateContext`; `user_data` carries the shim's token.
