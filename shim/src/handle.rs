@@ -385,6 +385,10 @@ pub struct Object {
     owned_callbacks: Mutex<Vec<u64>>,
     /// The object this one keeps alive, as the driver does (`hold`): released with it.
     holds: OnceLock<(usize, Kind)>,
+    /// An event's first command, where it stands for several (the chunks of a pipelined
+    /// transfer): a worker event whose timestamps its queued, submit and start times are, which
+    /// the worker keeps until this one's release (`started_by`).
+    started_by: OnceLock<ObjectId>,
 }
 
 impl Object {
@@ -407,6 +411,19 @@ impl Object {
     /// The application's own references.
     pub fn app_refs(&self) -> u32 {
         self.refs.load(Ordering::Acquire)
+    }
+
+    /// Makes `first`, a worker event of an earlier command of the same transfer, this event's
+    /// start (`started_by`); it is released with this one.
+    pub fn start_with(&self, first: ObjectId) {
+        if self.started_by.set(first).is_err() {
+            let _ = self.conn.post(cloister_ipc::Release { object: first });
+        }
+    }
+
+    /// The worker event whose timestamps this event's queued, submit and start times are.
+    pub fn started_by(&self) -> Option<ObjectId> {
+        self.started_by.get().copied()
     }
 
     /// `other`, if it lives in the same worker as `self` (ids mean nothing across workers).
@@ -500,6 +517,7 @@ pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjDat
         destructors: Mutex::new(Vec::new()),
         owned_callbacks: Mutex::new(Vec::new()),
         holds: OnceLock::new(),
+        started_by: OnceLock::new(),
     });
     let old = registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj);
     if let Some(old) = old {
@@ -619,6 +637,8 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
         destructors: Mutex::new(take(&old.destructors)),
         owned_callbacks: Mutex::new(take(&old.owned_callbacks)),
         holds: old.holds.clone(),
+        // The replacement has no such event: the event's own times answer.
+        started_by: OnceLock::new(),
     });
     reg.insert(h, obj);
     old.released.store(true, Ordering::Release);
@@ -950,6 +970,9 @@ fn retire(h: *mut c_void, obj: &Arc<Object>, kind: Kind) -> cl_int {
     // for its event (pyopencl does) releases one per command. The rest are calls, as the
     // shim's state after them may depend on them (a program's or context's release callbacks,
     // a queue's implicit flush).
+    if let Some(&first) = obj.started_by.get() {
+        let _ = obj.conn.post(cloister_ipc::Release { object: first });
+    }
     let request = cloister_ipc::Release { object: obj.id };
     let _ = match kind {
         Kind::Mem | Kind::Kernel | Kind::Sampler | Kind::Event => obj.conn.post(request),

@@ -24,6 +24,8 @@ pub struct QueueState {
     settled: AtomicU64,
     /// Direct copies under way: an enqueue from another thread waits for them.
     copying: AtomicU32,
+    /// Its commands' events carry timestamps (`CL_QUEUE_PROFILING_ENABLE`).
+    profiling: bool,
 }
 
 impl QueueState {
@@ -37,6 +39,7 @@ impl QueueState {
             enqueued: AtomicU64::new(0),
             settled: AtomicU64::new(0),
             copying: AtomicU32::new(0),
+            profiling: false,
         }
     }
 
@@ -45,10 +48,21 @@ impl QueueState {
         self.capable
     }
 
+    /// The same, its commands' events carrying timestamps or not.
+    pub fn with_profiling(self, profiling: bool) -> Self {
+        Self { profiling, ..self }
+    }
+
+    /// Its commands' events carry timestamps (a pipelined transfer's event then starts with its
+    /// first chunk: `api::enqueue::pipelined_in`).
+    pub fn profiling(&self) -> bool {
+        self.profiling
+    }
+
     /// The state of a queue rebuilt in a replacement worker (`recovery`): nothing is known to be
     /// complete until its next blocking call.
     pub fn rebuilt(&self) -> Self {
-        let s = Self::new(self.context, self.in_order, self.capable);
+        let s = Self::new(self.context, self.in_order, self.capable).with_profiling(self.profiling);
         s.enqueued.store(1, SeqCst);
         s.shared.store(self.shared.load(SeqCst), SeqCst);
         s

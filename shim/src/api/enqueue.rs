@@ -1224,19 +1224,24 @@ unsafe fn pipelined_in(
     let slots = (0..n.min(2)).map(|_| q.conn.acquire_segment(chunk)).collect::<Result<Vec<_>, _>>()?;
     // Per slot: the chunk in flight in it (its event, where it goes in `app`, its length).
     let mut in_flight: [Option<(ObjectId, usize, usize)>; 2] = [None, None];
-    // Waits for a chunk's event, then lets go of it unless it is the application's (posted:
-    // nothing waits for the worker's release).
-    let wait_chunk = |ev: ObjectId| {
+    // On a profiling queue the application's event (the last chunk's) starts with the first
+    // chunk: that one's event is kept for its timestamps (`Object::start_with`).
+    let profiled =
+        sync.event.is_some() && n > 1 && q.data.queue_state().is_some_and(crate::queue_state::QueueState::profiling);
+    let mut first = None;
+    // Waits for a chunk's event, then lets go of it unless it is the application's or the one
+    // that starts it (posted: nothing waits for the worker's release).
+    let wait_chunk = |ev: ObjectId, first: Option<ObjectId>| {
         let rc = q.conn.call(WaitForEvents { events: vec![ev] });
-        if Some(ev) != sync.event {
+        if Some(ev) != sync.event && Some(ev) != first {
             let _ = q.conn.post(Release { object: ev });
         }
         rc
     };
     // Waits for a slot's chunk; a read's bytes then go to the application.
-    let land = |slot: usize, flight: (ObjectId, usize, usize)| -> Result<cl_int, cl_int> {
+    let land = |slot: usize, flight: (ObjectId, usize, usize), first: Option<ObjectId>| -> Result<cl_int, cl_int> {
         let (ev, start, len) = flight;
-        let rc = wait_chunk(ev);
+        let rc = wait_chunk(ev, first);
         if rc == Ok(CL_SUCCESS) && !write {
             let from = slots[slot].region.as_ptr();
             // SAFETY: the slot holds `len` bytes the driver read (it is at least `chunk` long);
@@ -1255,7 +1260,7 @@ unsafe fn pipelined_in(
         for i in 0..n {
             let slot = i % 2;
             if let Some(flight) = in_flight[slot].take() {
-                match land(slot, flight)? {
+                match land(slot, flight, first)? {
                     CL_SUCCESS => {}
                     rc => return Ok(rc),
                 }
@@ -1271,6 +1276,9 @@ unsafe fn pipelined_in(
                 (true, Some(app_event)) => app_event,
                 _ => q.conn.alloc_id(),
             };
+            if profiled && i == 0 {
+                first = Some(ev);
+            }
             let chunk_sync = EnqueueSync { wait: sync.wait.clone(), event: Some(ev) };
             let data = DataRef::Segment { id: seg.id, offset: 0, len: len as u64 };
             let at = (offset + start) as u64;
@@ -1299,7 +1307,7 @@ unsafe fn pipelined_in(
         }
         for j in n..n + 2 {
             if let Some(flight) = in_flight[j % 2].take() {
-                match land(j % 2, flight)? {
+                match land(j % 2, flight, first)? {
                     CL_SUCCESS => {}
                     rc => return Ok(rc),
                 }
@@ -1309,14 +1317,25 @@ unsafe fn pipelined_in(
     };
     let rc = run();
     // After a failure, chunks still in flight must be done before their segments are reused.
-    let clean = in_flight.iter().flatten().all(|&(ev, _, _)| wait_chunk(ev).is_ok());
+    let clean = in_flight.iter().flatten().all(|&(ev, _, _)| wait_chunk(ev, first).is_ok());
     if clean {
         for seg in slots {
             q.conn.release_segment(seg);
         }
     }
     // SAFETY: event per the caller.
-    Ok(unsafe { finish_enqueue(q, sync, event, rc) })
+    let rc = unsafe { finish_enqueue(q, sync, event, rc) };
+    if let Some(first) = first {
+        // SAFETY: event per the caller, written by finish_enqueue if the transfer succeeded.
+        match (rc, event.is_null()) {
+            (CL_SUCCESS, false) => match lookup(unsafe { *event }, Kind::Event) {
+                Ok(e) => e.start_with(first),
+                Err(_) => drop(q.conn.post(Release { object: first })),
+            },
+            _ => drop(q.conn.post(Release { object: first })),
+        }
+    }
+    Ok(rc)
 }
 
 /// Smallest blocking transfer that goes through a zero-copy buffer's own memory: below it, one

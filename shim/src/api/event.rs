@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 
 use cloister_ipc::cl::*;
-use cloister_ipc::{CreateUserEvent, InfoTarget, SetEventCallback, SetUserEventStatus, WaitForEvents};
+use cloister_ipc::{CreateUserEvent, GetInfo, InfoTarget, SetEventCallback, SetUserEventStatus, WaitForEvents};
 
 use super::{creation, forward_info, ids_of, retain_release, slice};
 use crate::conn::{Callback, EventNotifyFn};
@@ -37,13 +37,22 @@ fn event_answers(obj: &Object, param_name: cl_uint) -> Option<Result<Vec<u8>, cl
     Some(v)
 }
 
-forward_info!(
-    clGetEventProfilingInfo,
-    cl_event,
-    Kind::Event,
-    InfoTarget::EventProfiling,
-    crate::intercept::device::profiling_answers
-);
+forward_info!(clGetEventProfilingInfo, cl_event, Kind::Event, InfoTarget::EventProfiling, profiling_answers);
+
+/// An event's timestamps: hidden where only the shim asked for them (`intercept`); those up to
+/// its start from its first command where it stands for several (`Object::started_by`, a
+/// pipelined transfer's first chunk), so they span the whole transfer as the driver's would.
+fn profiling_answers(obj: &Object, param: cl_uint) -> Option<Result<Vec<u8>, cl_int>> {
+    crate::intercept::device::profiling_answers(obj, param).or_else(|| {
+        let first = obj.started_by()?;
+        if !matches!(param, CL_PROFILING_COMMAND_QUEUED | CL_PROFILING_COMMAND_SUBMIT | CL_PROFILING_COMMAND_START) {
+            return None;
+        }
+        let reply = obj.conn.call(GetInfo { target: InfoTarget::EventProfiling, object: first, aux: 0, param }).ok()?;
+        (reply.status == CL_SUCCESS && reply.value_status == CL_SUCCESS && reply.value.len() == 8)
+            .then_some(Ok(reply.value))
+    })
+}
 
 pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -> cl_event {
     let r = lookup(context, Kind::Context).and_then(|ctx| {

@@ -15,7 +15,7 @@ use crate::queue_state::QueueState;
 fn queue_state(ctx: &Object, properties: cl_bitfield) -> QueueState {
     let in_order = properties & (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_ON_DEVICE) == 0;
     let capable = in_order && super::memory::zero_copy_context(ctx) && super::memory::cpu_context(ctx);
-    QueueState::new(ctx.id, in_order, capable)
+    QueueState::new(ctx.id, in_order, capable).with_profiling(properties & CL_QUEUE_PROFILING_ENABLE != 0)
 }
 
 fn context_and_device(

@@ -15,8 +15,6 @@ use cloister_ipc::cl::*;
 
 use crate::handle::{lookup, Kind, Object};
 
-const CL_QUEUE_PROFILING_ENABLE: cl_bitfield = 1 << 1;
-
 /// Whether device commands are timed: for the trace and the timing report.
 fn profiling() -> bool {
     super::active() & super::DEVICE != 0
