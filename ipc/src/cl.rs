@@ -178,6 +178,8 @@ pub const CL_KERNEL_PROGRAM: cl_uint = 0x1194;
 // Events.
 pub const CL_EVENT_COMMAND_QUEUE: cl_uint = 0x11D0;
 pub const CL_EVENT_COMMAND_TYPE: cl_uint = 0x11D1;
+pub const CL_COMMAND_READ_BUFFER: cl_uint = 0x11F3;
+pub const CL_COMMAND_WRITE_BUFFER: cl_uint = 0x11F4;
 pub const CL_COMMAND_MAP_BUFFER: cl_uint = 0x11FB;
 pub const CL_COMMAND_UNMAP_MEM_OBJECT: cl_uint = 0x11FD;
 pub const CL_EVENT_REFERENCE_COUNT: cl_uint = 0x11D2;

@@ -604,9 +604,11 @@ wire_calls! {
     } -> i32;
     /// A non-blocking map has completed: copy the mapped region into its segment now.
     FillMapping { segment: u64 } -> i32;
-    /// Copies `segment` back (if `write_back`), unmaps and forgets the segment.
+    /// Copies `segment` back (if `write_back`), unmaps and forgets the segment. `stands_for`:
+    /// 0, or the command type the event answers (`CL_COMMAND_READ_BUFFER` where the map and
+    /// unmap carried a blocking read the shim made itself).
     EnqueueUnmapMemObject {
-        queue: ObjectId, mem: ObjectId, segment: u64, write_back: bool, sync: EnqueueSync,
+        queue: ObjectId, mem: ObjectId, segment: u64, write_back: bool, stands_for: u32, sync: EnqueueSync,
     } -> i32;
     /// `clEnqueueRead/WriteImage` and `clEnqueueRead/WriteBufferRect`; `data` holds the packed
     /// region (see `RegionTarget`).

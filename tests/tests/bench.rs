@@ -54,7 +54,17 @@ fn every_workload_is_measured_both_ways_under_load() {
             expected.push(format!("{op}_{size}_nb"));
         }
     }
-    expected.extend(["map_read_64m", "map_write_64m", "kernel_finish_64m", "roundtrip_64m_arg"].map(String::from));
+    expected.extend(
+        [
+            "map_read_64m",
+            "map_write_64m",
+            "write_16m_event",
+            "read_16m_event",
+            "kernel_finish_64m",
+            "roundtrip_64m_arg",
+        ]
+        .map(String::from),
+    );
     for run in ["direct", "caged"] {
         let mut got = names(&doc[run]);
         got.sort();
@@ -79,8 +89,15 @@ fn every_workload_is_measured_both_ways_under_load() {
     // Issue 12's targets, judged for every workload that has one; pocl shares the host's memory,
     // so its maps have the tighter one.
     assert_eq!(doc["direct"]["host_unified"].as_bool(), Some(true), "{doc:#}");
-    let untargeted =
-        ["platform_init", "create_release_4k", "create_release_64k_data", "event_callback", "kernel_finish_64m"];
+    let untargeted = [
+        "platform_init",
+        "create_release_4k",
+        "create_release_64k_data",
+        "event_callback",
+        "write_16m_event",
+        "read_16m_event",
+        "kernel_finish_64m",
+    ];
     for name in expected.iter().filter(|n| !untargeted.contains(&n.as_str()) && *n != "roundtrip_64m_arg") {
         assert!(doc["targets"][name]["met"].is_boolean(), "no target for {name}: {doc:#}");
     }

@@ -522,6 +522,33 @@ fn main() {
             });
             check("clReleaseMemObject", clReleaseMemObject(buf));
         }
+        // Blocking 16 MiB transfers that each ask for their event, as pyopencl's do, and release
+        // it: the cage takes another way for a transfer with an event (its event must be the
+        // transfer's, complete when the call returns).
+        if bench.wanted("write_16m_event") || bench.wanted("read_16m_event") {
+            let size = 16usize << 20;
+            let buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, null_mut(), &mut err);
+            check("clCreateBuffer", err);
+            let mut host = vec![1u8; size];
+            let fill = clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, size, host.as_ptr().cast(), 0, null(), null_mut());
+            check("clEnqueueWriteBuffer", fill);
+            for write in [true, false] {
+                let name = if write { "write_16m_event" } else { "read_16m_event" };
+                bench.measure(name, Throughput::Bytes(size), 1, |n| {
+                    for _ in 0..n {
+                        let mut ev: Handle = null_mut();
+                        let at = host.as_mut_ptr().cast();
+                        let rc = match write {
+                            true => clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, size, at, 0, null(), &mut ev),
+                            false => clEnqueueReadBuffer(q, buf, CL_TRUE, 0, size, at, 0, null(), &mut ev),
+                        };
+                        check(name, rc);
+                        check("clReleaseEvent", clReleaseEvent(ev));
+                    }
+                });
+            }
+            check("clReleaseMemObject", clReleaseMemObject(buf));
+        }
         // A kernel rewriting all of a 64 MiB buffer, then clFinish: what recovery costs an
         // application that rewrites its working set between waits. Then the same kernel on one
         // item: a short kernel whose argument is a large buffer (replay's copy of it spaces the

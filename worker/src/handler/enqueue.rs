@@ -229,17 +229,23 @@ impl Serve<EnqueueUnmapMemObject> for LaneServer<'_> {
                 unsafe { driver_fn!(ev, clReleaseEvent)(ev as *mut c_void) };
             }
         }
-        if let Some(offset) = mapping.staged {
-            return self.unmap_by_writing(&r, q, m, offset, &mapping, write_back);
+        let rc = match mapping.staged {
+            Some(offset) => self.unmap_by_writing(&r, q, m, offset, &mapping, write_back),
+            None => {
+                if write_back {
+                    mapping.write_back();
+                }
+                let f = driver_fn!(q, clEnqueueUnmapMemObject);
+                let ptr = mapping.ptr as *mut c_void;
+                // SAFETY: ptr is the driver's own mapping of m. The segment stays mapped: the
+                // shim pools it for the next map.
+                self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, ptr, n, w, e) })
+            }
+        };
+        if rc == CL_SUCCESS && r.stands_for != 0 {
+            self.stand_in(&r.sync, r.stands_for);
         }
-        if write_back {
-            mapping.write_back();
-        }
-        let f = driver_fn!(q, clEnqueueUnmapMemObject);
-        let ptr = mapping.ptr as *mut c_void;
-        // SAFETY: ptr is the driver's own mapping of m. The segment stays mapped: the shim pools
-        // it for the next map.
-        self.enqueue(&r.sync, |n, w, e| unsafe { f(q as _, m as _, ptr, n, w, e) })
+        rc
     }
 }
 
