@@ -8,8 +8,7 @@
  *
  * usage: callback_flood [N=2000] [MODE=1]
  * Prints "callbacks N of N" and "value V" (N + 2 with MODE 1, N + 1 with MODE 2). */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "check.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,12 +39,9 @@ static void CL_CALLBACK counted(cl_event ev, cl_int st, void *ud) {
 
 int main(int argc, char **argv) {
     int total = argc > 1 ? atoi(argv[1]) : 2000, mode = argc > 2 ? atoi(argv[2]) : 1;
-    cl_platform_id p;
     cl_device_id d;
     cl_int err;
-    clGetPlatformIDs(1, &p, NULL);
-    clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &d, NULL);
-    cl_context ctx = clCreateContext(NULL, 1, &d, NULL, NULL, &err);
+    cl_context ctx = first_device_context(&d);
     q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
     cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
     if (clBuildProgram(prog, 1, &d, NULL, NULL, NULL) != CL_SUCCESS) return 1;

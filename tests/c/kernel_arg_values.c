@@ -9,8 +9,7 @@
  *
  * Prints "ARG <what>: <code>" per refused value, then "run <n>: ok" or "run <n>: WRONG ..."
  * per run, and "done". */
-#define CL_TARGET_OPENCL_VERSION 300
-#include <CL/cl.h>
+#include "check.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,12 +25,9 @@ static const char *src =
 #define N 16
 
 int main(void) {
-    cl_platform_id p;
     cl_device_id d;
     cl_int err;
-    clGetPlatformIDs(1, &p, NULL);
-    clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &d, NULL);
-    cl_context ctx = clCreateContext(NULL, 1, &d, NULL, NULL, &err);
+    cl_context ctx = first_device_context(&d);
     cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
     cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
     if (clBuildProgram(prog, 1, &d, "", NULL, NULL) != CL_SUCCESS) {
