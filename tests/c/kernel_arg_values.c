@@ -8,7 +8,7 @@
  * checked: the driver never died on the way.
  *
  * Prints "ARG <what>: <code>" per refused value, then "run <n>: ok" or "run <n>: WRONG ..."
- * per run, and "done". */
+ * per run, then "ARG released sampler: <code>" (a sampler argument), and "done". */
 #include "check.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -75,6 +75,19 @@ int main(void) {
         else
             printf("run %d: ok\n", run);
         run++;
+    }
+    /* A sampler the application released, given to a sampler argument. */
+    const char *sampling = "__kernel void s(__read_only image2d_t img, sampler_t smp, __global float4 *out) {\n"
+                           "  out[0] = read_imagef(img, smp, (int2)(0, 0));\n"
+                           "}\n";
+    cl_program sprog = clCreateProgramWithSource(ctx, 1, &sampling, NULL, &err);
+    if (clBuildProgram(sprog, 1, &d, "", NULL, NULL) == CL_SUCCESS) {
+        cl_kernel sk = clCreateKernel(sprog, "s", &err);
+        cl_sampler_properties props[] = {CL_SAMPLER_NORMALIZED_COORDS, CL_FALSE, 0};
+        cl_sampler smp = clCreateSamplerWithProperties(ctx, props, &err);
+        clReleaseSampler(smp);
+        printf("ARG released sampler: %d\n", clSetKernelArg(sk, 1, sizeof smp, &smp));
+        clReleaseKernel(sk);
     }
     printf("done\n");
     return 0;

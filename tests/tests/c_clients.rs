@@ -272,6 +272,7 @@ fn kernel_arguments_of_no_object_are_refused_without_the_driver_dying() {
             "run 1: ok",
             "run 2: ok",
             "run 3: ok",
+            "ARG released sampler: -41",
             "done",
         ] {
             assert!(out.lines().any(|l| l == line), "{env:?}: no line {line:?}:\n{out}");
