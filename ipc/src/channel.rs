@@ -42,6 +42,20 @@ pub fn readable_within(sock: &impl AsRawFd, limit: std::time::Duration) -> bool 
 
 /// Sends one frame with optional fds attached.
 pub fn send_raw(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<(), IpcError> {
+    send_raw_with(sock, bytes, fds, 0)
+}
+
+/// `send_raw` without fds that never waits for room: `Ok(false)` where the socket is full (the
+/// frame was not sent).
+pub fn try_send_raw(sock: RawFd, bytes: &[u8]) -> Result<bool, IpcError> {
+    match send_raw_with(sock, bytes, &[], libc::MSG_DONTWAIT) {
+        Ok(()) => Ok(true),
+        Err(IpcError::Os(_, e)) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn send_raw_with(sock: RawFd, bytes: &[u8], fds: &[RawFd], flags: libc::c_int) -> Result<(), IpcError> {
     if bytes.len() > MAX_FRAME || fds.len() > MAX_FDS {
         return Err(IpcError::Protocol("frame too large"));
     }
@@ -69,7 +83,7 @@ pub fn send_raw(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<(), IpcError
     }
     loop {
         // SAFETY: msg is fully initialised and its buffers outlive the call.
-        let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL | flags) };
         if n >= 0 {
             return Ok(());
         }
@@ -157,8 +171,12 @@ fn recv_into(sock: RawFd, landing: &mut Vec<u8>) -> Result<Option<Frame>, IpcErr
 
 /// Encodes and sends a message.
 pub fn send<T: Serialize>(sock: &impl AsRawFd, msg: &T, fds: &[RawFd]) -> Result<(), IpcError> {
-    let bytes = postcard::to_allocvec(msg).map_err(IpcError::Encode)?;
-    send_raw(sock.as_raw_fd(), &bytes, fds)
+    send_raw(sock.as_raw_fd(), &encode(msg)?, fds)
+}
+
+/// A message's frame, as `send` writes it (for a sender that writes it later: `send_raw`).
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, IpcError> {
+    postcard::to_allocvec(msg).map_err(IpcError::Encode)
 }
 
 /// Receives and decodes a message; EOF is `IpcError::PeerGone`.

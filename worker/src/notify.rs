@@ -5,41 +5,72 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, OnceLock};
 
 use cloister_ipc::cl::*;
-use cloister_ipc::{Notification, WorkerMessage};
+use cloister_ipc::{channel, Notification, WorkerMessage};
 
-/// Where notifications go: a thread of their own writes them to the socket, in the order they
-/// were sent. A sender never waits for the shim to read: the shim's notifier thread runs the
+/// Notifications not sent yet, oldest first, and whether the sending thread is writing one.
+///
+/// A sender never waits for the shim to read: the shim's notifier thread runs the
 /// application's callbacks, which may wait for this worker's lanes (a release after other
 /// threads' enqueues, any call), while a lane thread sends a notification from inside a driver
 /// call (pocl calls a callback registered on a complete event inside `clSetEventCallback`).
-/// Written by that lane thread itself, a full socket deadlocked the two processes: 500 callbacks
-/// registered on complete events, each event released by its own callback, hung the
-/// application's next `clFinish`.
-static NOTIFIER: OnceLock<Sender<WorkerMessage>> = OnceLock::new();
+/// Written by that lane thread itself onto a full socket, it deadlocked the two processes: 500
+/// callbacks registered on complete events, each event released by its own callback, hung the
+/// application's next `clFinish`. So a notification is written at once only where the socket
+/// has room and none is waiting before it; otherwise it waits here for the sending thread
+/// (`init`), which alone may block on the socket.
+#[derive(Default)]
+struct Outbox {
+    queue: VecDeque<Vec<u8>>,
+    sending: bool,
+}
+
+struct Notifier {
+    sock: RawFd,
+    outbox: Mutex<Outbox>,
+    ready: Condvar,
+}
+
+static NOTIFIER: OnceLock<Notifier> = OnceLock::new();
 
 pub fn init(sock: RawFd) {
-    let (tx, rx) = channel::<WorkerMessage>();
-    let spawned = std::thread::Builder::new().name("notify-send".into()).spawn(move || {
-        // A failed send means the shim is gone; the control loop notices the EOF and exits.
-        while let Ok(msg) = rx.recv() {
-            if cloister_ipc::channel::send(&sock, &msg, &[]).is_err() {
-                break;
+    let notifier = NOTIFIER.get_or_init(|| Notifier { sock, outbox: Mutex::default(), ready: Condvar::new() });
+    let _ = std::thread::Builder::new().name("notify-send".into()).spawn(move || loop {
+        let frame = {
+            let mut outbox = notifier.outbox.lock().unwrap_or_else(|e| e.into_inner());
+            while outbox.queue.is_empty() {
+                outbox = notifier.ready.wait(outbox).unwrap_or_else(|e| e.into_inner());
             }
+            outbox.sending = true;
+            outbox.queue.pop_front()
+        };
+        // A failed send means the shim is gone; the control loop notices the EOF and exits.
+        let sent = frame.is_none_or(|f| channel::send_raw(notifier.sock, &f, &[]).is_ok());
+        notifier.outbox.lock().unwrap_or_else(|e| e.into_inner()).sending = false;
+        if !sent {
+            return;
         }
     });
-    if spawned.is_ok() {
-        let _ = NOTIFIER.set(tx);
-    }
 }
 
 pub fn send(n: Notification) {
-    if let Some(notifier) = NOTIFIER.get() {
-        let _ = notifier.send(WorkerMessage::Notify(n));
+    let Some(notifier) = NOTIFIER.get() else {
+        return;
+    };
+    let Ok(frame) = channel::encode(&WorkerMessage::Notify(n)) else { return };
+    let mut outbox = notifier.outbox.lock().unwrap_or_else(|e| e.into_inner());
+    if outbox.queue.is_empty() && !outbox.sending {
+        match channel::try_send_raw(notifier.sock, &frame) {
+            Ok(false) => {}
+            // Sent, or the shim is gone.
+            Ok(true) | Err(_) => return,
+        }
     }
+    outbox.queue.push_back(frame);
+    notifier.ready.notify_one();
 }
 
 /// `pfn_notify` of `clCreateContext`; `user_data` carries the shim's token.
