@@ -564,28 +564,36 @@ static void profiling(cl_command_queue q, cl_kernel spin) {
    * a marker's end just before the call, its start lies in the first half of its span, not at
    * its last chunk. A proportion of one run, not a speed: load slows both halves alike. */
   size_t big = 16 << 20;
+  /* A queue of its own, which only this thread has used (the cage's fastest ways need that). */
+  cl_queue_properties timed[] = { CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0 };
+  cl_command_queue own = clCreateCommandQueueWithProperties(ctx, dev, timed, &err); CHECK(err);
   cl_mem large = clCreateBuffer(ctx, CL_MEM_READ_WRITE, big, NULL, &err); CHECK(err);
   char *host = calloc(big, 1);
   for (int write = 0; write < 2; write++) {
     int early = 0;
     for (int round = 0; round < 3; round++) {
       cl_event before, transfer;
-      CHECK(clEnqueueMarkerWithWaitList(q, 0, NULL, &before));
-      CHECK(clFinish(q));
-      CHECK(write ? clEnqueueWriteBuffer(q, large, CL_TRUE, 0, big, host, 0, NULL, &transfer)
-                  : clEnqueueReadBuffer(q, large, CL_TRUE, 0, big, host, 0, NULL, &transfer));
+      CHECK(clEnqueueMarkerWithWaitList(own, 0, NULL, &before));
+      CHECK(clFinish(own));
+      CHECK(write ? clEnqueueWriteBuffer(own, large, CL_TRUE, 0, big, host, 0, NULL, &transfer)
+                  : clEnqueueReadBuffer(own, large, CL_TRUE, 0, big, host, 0, NULL, &transfer));
       cl_ulong marked, start, end;
       CHECK(clGetEventProfilingInfo(before, CL_PROFILING_COMMAND_END, sizeof marked, &marked, NULL));
       CHECK(clGetEventProfilingInfo(transfer, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL));
       CHECK(clGetEventProfilingInfo(transfer, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL));
       early += start >= marked && start - marked < end - start;
+      cl_command_type type = 0;
+      CHECK(clGetEventInfo(transfer, CL_EVENT_COMMAND_TYPE, sizeof type, &type, NULL));
+      EXPECT(type == (write ? CL_COMMAND_WRITE_BUFFER : CL_COMMAND_READ_BUFFER), "a blocking transfer's event says command 0x%x", type);
+      EXPECT(status_of(transfer) == CL_COMPLETE, "a blocking transfer's event is not complete when the call returned");
       CHECK(clReleaseEvent(before)); CHECK(clReleaseEvent(transfer));
     }
-    printf("profiling a 16 MiB blocking %s: its start in the first half of its span %s\n", write ? "write" : "read",
-           early >= 2 ? "(2 or 3 of 3)" : "(0 or 1 of 3)");
+    printf("profiling a 16 MiB blocking %s: its start in the first half of its span %s; its event's type the %s's, complete\n",
+           write ? "write" : "read", early >= 2 ? "(2 or 3 of 3)" : "(0 or 1 of 3)", write ? "write" : "read");
   }
   free(host);
   CHECK(clReleaseMemObject(large));
+  CHECK(clReleaseCommandQueue(own));
 }
 
 /* ---- the info-query size protocol, for each kind of value ---- */
