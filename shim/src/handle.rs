@@ -474,6 +474,8 @@ pub fn live_handles() -> Vec<(usize, Kind)> {
         .filter(|(_, o)| {
             !(o.kind == Kind::Platform || (o.kind == Kind::Device && o.id & cloister_ipc::WORKER_ID_BIT != 0))
         })
+        // Released by the application, kept only by others (`hold`): not its to release.
+        .filter(|(_, o)| o.app_refs() > 0)
         .map(|(h, o)| (*h, o.kind))
         .collect()
 }
@@ -911,6 +913,9 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
         Ok(1) => {}
         Ok(_) => return CL_SUCCESS,
     }
+    // The application's callbacks of this object go with its last reference, whatever keeps
+    // the object: it may free their `user_data` once the release returned.
+    unregister_owned_callbacks(&obj);
     if obj.held.load(Ordering::SeqCst) != 0 {
         // Retired when the last object keeping it alive goes (`unhold`).
         return CL_SUCCESS;
@@ -959,9 +964,7 @@ fn retire(h: *mut c_void, obj: &Arc<Object>, kind: Kind) -> cl_int {
     if obj.conn.replays() {
         obj.conn.above().released(&obj.conn, obj.id);
     }
-    for token in std::mem::take(&mut *obj.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner())) {
-        obj.conn.unregister_context_callback(token);
-    }
+    unregister_owned_callbacks(obj);
     // A dead worker has already dropped everything: releases still succeed (DESIGN.md, Faults).
     // The release of a memory object, kernel, sampler or event is posted (nothing waits on the
     // worker's own release, and it runs after everything enqueued before it, from any thread):
@@ -989,6 +992,13 @@ fn retire(h: *mut c_void, obj: &Arc<Object>, kind: Kind) -> cl_int {
         unhold(parent as *mut c_void, parent_kind);
     }
     CL_SUCCESS
+}
+
+/// Unregisters the callbacks that die with `obj` (`Object::owned_callbacks`), once.
+fn unregister_owned_callbacks(obj: &Object) {
+    for token in std::mem::take(&mut *obj.owned_callbacks.lock().unwrap_or_else(|e| e.into_inner())) {
+        obj.conn.unregister_context_callback(token);
+    }
 }
 
 /// An object that kept `h` alive (`hold`) went: `h` goes too if nothing else holds it.

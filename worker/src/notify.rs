@@ -2,10 +2,10 @@
 //! on its own threads; the shim runs the application's callback on its notifier thread.
 
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, OnceLock};
 
 use cloister_ipc::cl::*;

@@ -51,8 +51,10 @@ pub fn note_call(name: &str, ret_ty: &str, result: u64, ok: bool, args: &[super:
         }
     } else if name == "clReleaseMemObject" {
         let Some(h) = args.first().map(|a| a.raw) else { return };
-        // The last release retires the handle (handles are quarantined, never reused at once).
-        if crate::handle::lookup(h as usize as *const std::ffi::c_void, crate::handle::Kind::Mem).is_err() {
+        // The last release retires the handle (handles are quarantined, never reused at once), or
+        // leaves it to the objects that keep it (`handle::hold`).
+        let handle = h as usize as *const std::ffi::c_void;
+        if crate::handle::lookup(handle, crate::handle::Kind::Mem).map_or(true, |o| o.app_refs() == 0) {
             let mut memory = MEMORY.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(m) = memory.as_mut() {
                 if let Some(size) = m.live.remove(&h) {
