@@ -560,9 +560,11 @@ static void profiling(cl_command_queue q, cl_kernel spin) {
   CHECK(clReleaseEvent(pk)); CHECK(clReleaseCommandQueue(plain));
   CHECK(clReleaseEvent(k)); CHECK(clReleaseEvent(gate)); CHECK(clReleaseMemObject(b));
   printf("profiling: queued <= submit <= start < end <= complete\n");
-  /* A 16 MiB blocking transfer's event spans it (the cage pipelines it in chunks): measured from
-   * a marker's end just before the call, its start lies in the first half of its span, not at
-   * its last chunk. A proportion of one run, not a speed: load slows both halves alike. */
+  /* A 16 MiB blocking transfer's event spans it (the cage makes it of several commands): measured
+   * from a marker's end just before the call, its start lies in the first half of its span, not
+   * at its last command, in at least one of five rounds. Not a speed: a round where the machine
+   * held the call back before the transfer began may miss, but with the event's start at the
+   * last of eight chunks none can meet it. */
   size_t big = 16 << 20;
   /* A queue of its own, which only this thread has used (the cage's fastest ways need that). */
   cl_queue_properties timed[] = { CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0 };
@@ -571,7 +573,7 @@ static void profiling(cl_command_queue q, cl_kernel spin) {
   char *host = calloc(big, 1);
   for (int write = 0; write < 2; write++) {
     int early = 0;
-    for (int round = 0; round < 3; round++) {
+    for (int round = 0; round < 5; round++) {
       cl_event before, transfer;
       CHECK(clEnqueueMarkerWithWaitList(own, 0, NULL, &before));
       CHECK(clFinish(own));
@@ -589,7 +591,7 @@ static void profiling(cl_command_queue q, cl_kernel spin) {
       CHECK(clReleaseEvent(before)); CHECK(clReleaseEvent(transfer));
     }
     printf("profiling a 16 MiB blocking %s: its start in the first half of its span %s; its event's type the %s's, complete\n",
-           write ? "write" : "read", early >= 2 ? "(2 or 3 of 3)" : "(0 or 1 of 3)", write ? "write" : "read");
+           write ? "write" : "read", early >= 1 ? "(at least 1 of 5)" : "(0 of 5)", write ? "write" : "read");
   }
   free(host);
   CHECK(clReleaseMemObject(large));
