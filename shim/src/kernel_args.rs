@@ -36,7 +36,7 @@ const MEM: u8 = 0x20;
 const SAMPLER: u8 = 0x30;
 /// A pointer-sized zero: a NULL buffer, or a value of 0. A shape of its own: the driver taking
 /// NULL at an index says nothing of a non-zero value there, which a buffer argument refuses
-/// (it takes no address but an object's, and the worker checks that: `pointer_arg`).
+/// (it takes no address but an object's, and the worker checks that: `object_arg`).
 const NULL_WORD: u8 = 0x40;
 
 /// Whether `b` is a pointer-sized zero (`NULL_WORD`).

@@ -419,12 +419,7 @@ pub unsafe fn clEnqueueWriteBuffer(
             if let Some(gate) = &gate {
                 sync.wait.push(gate.id);
             }
-            staged = match (&gate, q.conn.replays()) {
-                // The bytes are copied into the segment once the reads land: the journal keeps
-                // the segment itself, whatever the size.
-                (Some(_), true) => segment.kept(0, size),
-                _ => keep_staged(&q, &segment, 0, size),
-            };
+            staged = keep_written(&q, &segment, size, gate.is_some());
             let make = |segment, sync| EnqueueWriteBuffer {
                 queue: q.id,
                 mem: m.id,
@@ -633,6 +628,32 @@ const KEEP_STAGED_MIN: usize = 64 << 10;
 /// keep instead of copying them (`recovery::journal`).
 pub(super) fn keep_staged(q: &Object, segment: &Segment, at: usize, len: usize) -> Option<KeptBytes> {
     (len >= KEEP_STAGED_MIN && q.conn.replays()).then(|| segment.kept(at, len)).flatten()
+}
+
+/// `keep_staged` for a posted write staged whole at the start of `segment`; `gated`: behind a
+/// `Gate` (`write_after_reads`), its bytes reach the segment only once the reads land, so the
+/// journal keeps the segment whatever its size (a copy now would hold the old bytes).
+pub(super) fn keep_written(q: &Object, segment: &Segment, len: usize, gated: bool) -> Option<KeptBytes> {
+    match gated && q.conn.replays() {
+        true => segment.kept(0, len),
+        false => keep_staged(q, segment, 0, len),
+    }
+}
+
+/// After a transfer of several commands whose event is the last one's (`finish_enqueue` made
+/// the application's handle, with `rc`): `first`, the first command's event kept on a profiling
+/// queue, becomes the start of the application's event (`Object::start_with`), or is let go.
+///
+/// # Safety
+/// `event` is NULL or valid, written by `finish_enqueue` where `rc` is `CL_SUCCESS`.
+unsafe fn start_event_with(q: &Object, event: *mut cl_event, rc: cl_int, first: Option<ObjectId>) {
+    let Some(first) = first else { return };
+    // SAFETY: per the caller.
+    let made = (rc == CL_SUCCESS && !event.is_null()).then(|| lookup(unsafe { *event }, Kind::Event).ok()).flatten();
+    match made {
+        Some(e) => e.start_with(first),
+        None => drop(q.conn.post(Release { object: first })),
+    }
 }
 
 /// In replay mode, records a successful write with its data (`recovery`).
@@ -1343,16 +1364,8 @@ unsafe fn pipelined_in(
     }
     // SAFETY: event per the caller.
     let rc = unsafe { finish_enqueue(q, sync, event, rc) };
-    if let Some(first) = first {
-        // SAFETY: event per the caller, written by finish_enqueue if the transfer succeeded.
-        match (rc, event.is_null()) {
-            (CL_SUCCESS, false) => match lookup(unsafe { *event }, Kind::Event) {
-                Ok(e) => e.start_with(first),
-                Err(_) => drop(q.conn.post(Release { object: first })),
-            },
-            _ => drop(q.conn.post(Release { object: first })),
-        }
-    }
+    // SAFETY: as finish_enqueue left it.
+    unsafe { start_event_with(q, event, rc, first) };
     Ok(rc)
 }
 
@@ -1473,13 +1486,8 @@ unsafe fn in_place(
     }
     // SAFETY: event per the caller.
     let rc = unsafe { finish_enqueue(q, sync, event, r) };
-    if let Some(first) = first {
-        // SAFETY: event per the caller, written by finish_enqueue if the transfer succeeded.
-        match (rc, lookup(unsafe { *event }, Kind::Event)) {
-            (CL_SUCCESS, Ok(e)) => e.start_with(first),
-            _ => drop(q.conn.post(Release { object: first })),
-        }
-    }
+    // SAFETY: as finish_enqueue left it.
+    unsafe { start_event_with(q, event, rc, first) };
     Some(Ok(rc))
 }
 

@@ -12,7 +12,7 @@ use cloister_ipc::shm::KeptBytes;
 use cloister_ipc::*;
 
 use super::enqueue::{
-    enqueue_pending, journal_map_in_flight, keep_staged, land_reads_into, map_done, queue_and_mem, remember_map,
+    enqueue_pending, journal_map_in_flight, keep_written, land_reads_into, map_done, queue_and_mem, remember_map,
     with_own_event, write_after_reads, SettleAfter,
 };
 use super::{enqueue_call, enqueue_sync, finish_enqueue};
@@ -152,8 +152,7 @@ fn rect_host_shape(
 /// One rectangular read or write. Blocking ones go through the lane (or a segment when the
 /// region is larger than the bulk area); non-blocking ones through a pending segment. In replay
 /// mode, a write staged in a segment leaves in `staged` the segment's bytes for the journal
-/// (`keep_staged`; whatever their size where reads under way fill the rows, as the segment
-/// alone gets their bytes).
+/// (`keep_written`).
 ///
 /// # Safety
 /// `host` describes application memory at `ptr`, readable (write) or writable (read); `event`
@@ -213,10 +212,7 @@ unsafe fn transfer(
             sync.wait.push(gate.id);
         }
         if write {
-            *staged = match (&gate, q.conn.replays()) {
-                (Some(_), true) => segment.kept(0, len),
-                _ => keep_staged(q, &segment, 0, len),
-            };
+            *staged = keep_written(q, &segment, len, gate.is_some());
         }
         if !blocking {
             let transfer =

@@ -77,9 +77,22 @@ impl Serve<GetKernelSubGroupInfo> for LaneServer<'_> {
     }
 }
 
+/// The shim asks here for each new shape of value at an index (`shim/src/kernel_args.rs`: a
+/// pointer-sized zero and other words are two), and records later values of an accepted shape
+/// itself, shipped with the enqueue: so a word of no object is checked here once, not at every
+/// enqueue.
 impl Serve<SetKernelArg> for LaneServer<'_> {
     fn serve(&self, r: SetKernelArg) -> i32 {
         let k = tri!(self.obj(r.kernel, Kind::Kernel));
+        if let ArgValue::Bytes(b) = &r.value {
+            if b.len() == HANDLE && b.iter().any(|&x| x != 0) {
+                // No object of ours (those travel as ids): the application's bytes, which an
+                // object argument would take as the address of a driver object here.
+                if let Some(refused) = self.object_arg(k, r.index) {
+                    return refused;
+                }
+            }
+        }
         self.set_args(k, &[(r.index, r.value)]).err().unwrap_or(CL_SUCCESS)
     }
 }

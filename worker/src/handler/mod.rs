@@ -404,15 +404,6 @@ impl LaneServer<'_> {
         // SAFETY: k is a live kernel handle from the object table.
         let set_arg = unsafe { crate::driver::dispatch(k) }.clSetKernelArg.ok_or(CL_INVALID_OPERATION)?;
         for (index, arg) in args {
-            if let ArgValue::Bytes(b) = arg {
-                if b.len() == HANDLE && b.iter().any(|&x| x != 0) {
-                    // No object of ours (those travel as ids): the application's bytes, which an
-                    // object argument would take as the address of a driver object here.
-                    if let Some(refused) = self.object_arg(k, *index) {
-                        return Err(refused);
-                    }
-                }
-            }
             // SAFETY: live kernel; each value pointer is valid for the size passed.
             let rc = unsafe {
                 match arg {
@@ -450,7 +441,7 @@ impl LaneServer<'_> {
     ///
     /// (NVIDIA's driver refuses a zero image or sampler; pocl 3.1 takes it, so there an image
     /// or sampler argument reads as a value.) A driver without `clCloneKernel` answers `None`.
-    fn object_arg(&self, k: usize, index: u32) -> Option<cl_int> {
+    pub(crate) fn object_arg(&self, k: usize, index: u32) -> Option<cl_int> {
         let key = (k, index);
         if let Some(&known) = self.worker.object_args.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return known;
