@@ -149,6 +149,56 @@ pub fn interleave(direct: Command, caged: Command) -> Result<(Value, Value), Str
     }
 }
 
+/// The median of `xs` (the mean of the middle two for an even count); `None` if empty.
+fn median(mut xs: Vec<f64>) -> Option<f64> {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(xs[n / 2]),
+        _ => Some((xs[n / 2 - 1] + xs[n / 2]) / 2.0),
+    }
+}
+
+/// One client role's runs from `--pairs` fresh processes, as one run: per workload the median
+/// of the processes' medians, the lowest minimum and the highest maximum, the repeats summed,
+/// the throughput at the new median, and each process's median kept as `pair_median_ns`. A
+/// driver's pace differs from one process to the next (on the H200 a 4 KiB non-blocking write
+/// took 3.0-4.3 us directly in successive processes), so one process against one other
+/// measured which two processes were drawn as much as the cage. A workload some run lacks
+/// is joined from those that have it. The document is the first run's otherwise.
+pub fn merge_pairs(runs: &[Value]) -> Value {
+    let Some(first) = runs.first() else { return Value::Null };
+    let mut doc = first.clone();
+    doc["pairs"] = runs.len().into();
+    let Some(results) = doc["results"].as_array_mut() else { return doc };
+    for r in results.iter_mut() {
+        let Some(name) = r["name"].as_str().map(str::to_string) else { continue };
+        let same: Vec<&Value> = runs
+            .iter()
+            .filter_map(|run| run["results"].as_array()?.iter().find(|x| x["name"].as_str() == Some(&name)))
+            .collect();
+        let field = |key: &str| -> Vec<f64> { same.iter().filter_map(|x| x[key].as_f64()).collect() };
+        let medians = field("median_ns");
+        let Some(merged) = median(medians.clone()) else { continue };
+        if let Some(t) = r["throughput"].as_f64() {
+            // Throughput is per time: at the merged median, whatever its unit.
+            let own = r["median_ns"].as_f64().unwrap_or(merged);
+            r["throughput"] = (t * own / merged).into();
+        }
+        r["median_ns"] = merged.into();
+        if let Some(min) = field("min_ns").into_iter().reduce(f64::min) {
+            r["min_ns"] = min.into();
+        }
+        if let Some(max) = field("max_ns").into_iter().reduce(f64::max) {
+            r["max_ns"] = max.into();
+        }
+        r["repeats"] = same.iter().filter_map(|x| x["repeats"].as_u64()).sum::<u64>().into();
+        r["pair_median_ns"] = medians.into();
+    }
+    doc
+}
+
 /// `median (min-max)`, all in the median's unit.
 fn spread(r: &Value) -> Option<String> {
     let (min, median, max) = (r["min_ns"].as_f64()?, r["median_ns"].as_f64()?, r["max_ns"].as_f64()?);
@@ -228,6 +278,19 @@ impl Row<'_> {
     fn ratio(&self) -> Option<f64> {
         Some(self.caged["median_ns"].as_f64()? / self.direct["median_ns"].as_f64()?)
     }
+
+    /// Each pair of processes' own ratio (`merge_pairs`), in the order they ran; empty for a
+    /// run of one pair.
+    fn pair_ratios(&self) -> Vec<f64> {
+        let of = |run: &Value| -> Vec<f64> {
+            run["pair_median_ns"].as_array().map(|a| a.iter().filter_map(Value::as_f64).collect()).unwrap_or_default()
+        };
+        let (d, c) = (of(self.direct), of(self.caged));
+        if d.len() < 2 || d.len() != c.len() {
+            return Vec::new();
+        }
+        d.iter().zip(&c).map(|(d, c)| c / d).collect()
+    }
 }
 
 fn rows<'a>(direct: &'a Value, caged: &'a Value) -> Vec<Row<'a>> {
@@ -278,6 +341,7 @@ impl Verdict {
 pub fn render(direct: &Value, caged: &Value, load: usize, json: bool) -> String {
     let rows = rows(direct, caged);
     let rounds = direct["rounds"].as_u64().unwrap_or(1);
+    let pairs = direct["pairs"].as_u64().unwrap_or(1);
     let host_unified = direct["host_unified"].as_bool() == Some(true);
     // Beside `rows`, one for each.
     let verdicts: Vec<Option<Verdict>> = rows.iter().map(|r| Verdict::of(r, load, host_unified)).collect();
@@ -297,39 +361,64 @@ pub fn render(direct: &Value, caged: &Value, load: usize, json: bool) -> String 
                 )
             })
             .collect();
+        let pair_ratios: serde_json::Map<String, Value> = rows
+            .iter()
+            .map(|r| (r.name.to_string(), r.pair_ratios()))
+            .filter(|(_, p)| !p.is_empty())
+            .map(|(name, p)| (name, Value::from(p)))
+            .collect();
         let doc = serde_json::json!({
-            "load": load, "direct": direct, "caged": caged, "ratios": ratios, "targets": targets
+            "load": load, "direct": direct, "caged": caged, "ratios": ratios, "pair_ratios": pair_ratios,
+            "targets": targets
         });
         return format!("{}\n", serde_json::to_string_pretty(&doc).unwrap_or_default());
     }
     let mut out = format!(
         "cloister bench: {} on {}{}, {load} busy process{} beside each run\n\
          time per operation: median (min-max) over the repeats, taken in {rounds} block{} per \
-         workload, direct and caged in turns; ratio = caged / direct median (1.00 = no cost; \
+         workload, direct and caged in turns{}; ratio = caged / direct median (1.00 = no cost; \
          lower is better); target = the most the cage may cost there (README, \"Benchmarks\")\n\n",
         direct["device"].as_str().unwrap_or("?"),
         direct["platform"].as_str().unwrap_or("?"),
         if direct["quick"].as_bool() == Some(true) { " (quick)" } else { "" },
         if load == 1 { "" } else { "es" },
         if rounds == 1 { "" } else { "s" },
+        if pairs > 1 {
+            format!(
+                ", in {pairs} pairs of fresh processes one after the other (median: the pairs' \
+                 medians'; pairs: each pair's own ratio)"
+            )
+        } else {
+            String::new()
+        },
     );
-    out.push_str(&format!(
-        "{:<26} {:>27} {:>27} {:>8}  {:<18} {}\n",
-        "workload", "direct", "caged", "ratio", "target", "throughput direct / caged"
-    ));
+    let header = format!(
+        "{:<26} {:>27} {:>27} {:>8}  {:<18} {:<32} {}",
+        "workload",
+        "direct",
+        "caged",
+        "ratio",
+        "target",
+        "throughput direct / caged",
+        if pairs > 1 { "pairs" } else { "" }
+    );
+    out.push_str(header.trim_end());
+    out.push('\n');
     for (r, verdict) in rows.iter().zip(&verdicts) {
         let throughput = match (r.direct["throughput"].as_f64(), r.caged["throughput"].as_f64()) {
             (Some(d), Some(c)) => format!("{d:.2} / {c:.2} {}", r.direct["throughput_unit"].as_str().unwrap_or("")),
             _ => String::new(),
         };
+        let pair_ratios: Vec<String> = r.pair_ratios().iter().map(|x| format!("{x:.2}")).collect();
         let line = format!(
-            "{:<26} {:>27} {:>27} {:>8}  {:<18} {}",
+            "{:<26} {:>27} {:>27} {:>8}  {:<18} {:<32} {}",
             r.name,
             spread(r.direct).unwrap_or_default(),
             spread(r.caged).unwrap_or_default(),
             r.ratio().map(|x| format!("{x:.2}")).unwrap_or_default(),
             verdict.map(|v| v.column()).unwrap_or_default(),
-            throughput
+            throughput,
+            pair_ratios.join(" ")
         );
         out.push_str(line.trim_end());
         out.push('\n');
@@ -500,6 +589,55 @@ mod tests {
         let _ = std::fs::remove_file(&log);
         let e = err.unwrap_err();
         assert!(e.contains("(direct)") && e.contains("cannot map the buffer") && e.contains('4'), "{e}");
+    }
+
+    #[test]
+    fn pairs_of_processes_join_at_the_median_of_their_medians() {
+        // Three direct processes at 10, 14 and 11 ns, three caged at 30, 12 and 13 (one drawn
+        // slow); the throughput is per time, whatever its unit.
+        let pair = |d: f64, c: f64| {
+            let (mut d, mut c) = runs(&[("w", d, c), ("set_kernel_arg", d, c)], false);
+            for r in d["results"].as_array_mut().unwrap().iter_mut().chain(c["results"].as_array_mut().unwrap()) {
+                r["repeats"] = 5.into();
+                r["throughput"] = (100.0 / r["median_ns"].as_f64().unwrap()).into();
+            }
+            d["results"][0]["min_ns"] = (d["results"][0]["median_ns"].as_f64().unwrap() - 1.0).into();
+            (d, c)
+        };
+        let (d, c): (Vec<Value>, Vec<Value>) =
+            [pair(10.0, 30.0), pair(14.0, 12.0), pair(11.0, 13.0)].into_iter().unzip();
+        let (d, c) = (merge_pairs(&d), merge_pairs(&c));
+        assert_eq!(d["pairs"].as_u64(), Some(3));
+        let w = &d["results"][0];
+        assert_eq!(w["median_ns"].as_f64(), Some(11.0));
+        assert_eq!((w["min_ns"].as_f64(), w["max_ns"].as_f64()), (Some(9.0), Some(14.0)));
+        assert_eq!(w["repeats"].as_u64(), Some(15));
+        assert!((w["throughput"].as_f64().unwrap() - 100.0 / 11.0).abs() < 1e-9, "{w}");
+        assert_eq!(c["results"][0]["median_ns"].as_f64(), Some(13.0));
+
+        let json: Value = serde_json::from_str(&render(&d, &c, 0, true)).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(json["ratios"]["w"].as_f64().unwrap(), 13.0 / 11.0), "{json}");
+        let pairs: Vec<f64> =
+            json["pair_ratios"]["w"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert!(
+            pairs.len() == 3 && pairs.iter().zip([3.0, 12.0 / 14.0, 13.0 / 11.0]).all(|(a, b)| close(*a, b)),
+            "{pairs:?}"
+        );
+        let table = render(&d, &c, 0, false);
+        assert!(table.contains("in 3 pairs of fresh processes"), "{table}");
+        let line = table.lines().find(|l| l.starts_with("set_kernel_arg ")).unwrap();
+        assert!(line.contains("<= 2.00 met") && line.ends_with("3.00 0.86 1.18"), "{line}");
+
+        // An even count: the mean of the middle two. One pair: no pairs column.
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(Vec::new()), None);
+        let (d, c) = pair(10.0, 30.0);
+        let (d, c) = (merge_pairs(&[d]), merge_pairs(&[c]));
+        assert!(d["results"][0]["pair_median_ns"].as_array().is_some_and(|a| a.len() == 1));
+        let table = render(&d, &c, 0, false);
+        let line = table.lines().find(|l| l.starts_with("w ")).unwrap();
+        assert!(!table.contains("pairs") && line.ends_with("10.00 / 3.33"), "{table}");
     }
 
     #[test]

@@ -147,6 +147,12 @@ enum Cmd {
         /// block (1: one block each, still in turns).
         #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=50))]
         rounds: u32,
+        /// Measure in N pairs of fresh client processes (a direct one and a caged one with a
+        /// worker of its own), one pair after the other; a row's time is the median of the
+        /// pairs' medians. A driver's pace differs from one process to the next. Default: 3,
+        /// 1 with --quick.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
+        pairs: Option<u32>,
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
@@ -268,8 +274,9 @@ fn main() -> ExitCode {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench { driver, json, quick, load, only, rounds, sandbox } => {
-            run_bench(driver.as_deref(), &BenchOptions { json, quick, load, only, rounds }, &sandbox)
+        Cmd::Bench { driver, json, quick, load, only, rounds, pairs, sandbox } => {
+            let pairs = pairs.unwrap_or(if quick { 1 } else { 3 });
+            run_bench(driver.as_deref(), &BenchOptions { json, quick, load, only, rounds, pairs }, &sandbox)
         }
     };
     match result {
@@ -440,6 +447,8 @@ struct BenchOptions {
     load: usize,
     only: Option<String>,
     rounds: u32,
+    /// Pairs of fresh client processes, one pair after the other (`bench::merge_pairs`).
+    pairs: u32,
 }
 
 /// `--load`'s busy processes: killed (and reaped) when this goes, whichever way `run_bench`
@@ -508,8 +517,14 @@ fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxO
         cmd
     };
     let load = Load::start(&client, opts.load)?;
-    let (direct, caged) = bench::interleave(client_command(false), client_command(true))?;
+    let (mut direct, mut caged) = (Vec::new(), Vec::new());
+    for _ in 0..opts.pairs {
+        let (d, c) = bench::interleave(client_command(false), client_command(true))?;
+        direct.push(d);
+        caged.push(c);
+    }
     drop(load);
+    let (direct, caged) = (bench::merge_pairs(&direct), bench::merge_pairs(&caged));
     print!("{}", bench::render(&direct, &caged, opts.load, opts.json));
     Ok(ExitCode::SUCCESS)
 }

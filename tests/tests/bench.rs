@@ -123,3 +123,26 @@ fn only_runs_the_named_workloads() {
     assert!(line.contains("<= 2.00 met") || line.contains("<= 2.00 OVER"), "{line}");
     assert!(table.contains("\ntargets: "), "{table}");
 }
+
+#[test]
+fn pairs_of_fresh_processes_are_joined_and_each_pairs_ratio_kept() {
+    let doc = bench(&["--quick", "--json", "--pairs", "2", "--only", "platform_init,set_kernel_arg"]);
+    for run in ["direct", "caged"] {
+        assert_eq!(doc[run]["pairs"].as_u64(), Some(2), "{doc:#}");
+        for r in doc[run]["results"].as_array().unwrap() {
+            let medians: Vec<f64> = r["pair_median_ns"].as_array().unwrap().iter().filter_map(Value::as_f64).collect();
+            assert_eq!(medians.len(), 2, "{r}");
+            // Of two, the median is their mean.
+            let median = r["median_ns"].as_f64().unwrap();
+            assert!((median - (medians[0] + medians[1]) / 2.0).abs() <= 1e-6 * median, "{r}");
+            // platform_init is one sample a process: one from each.
+            if r["name"] == "platform_init" {
+                assert_eq!(r["repeats"].as_u64(), Some(2), "{r}");
+            }
+        }
+    }
+    let ratios = doc["pair_ratios"]["set_kernel_arg"].as_array().unwrap_or_else(|| panic!("{doc:#}"));
+    assert_eq!(ratios.len(), 2, "{doc:#}");
+    let args = Command::new(cloister()).args(["bench", "--pairs", "0"]).output().unwrap();
+    assert!(!args.status.success() && text(&args).contains("--pairs"), "{}", text(&args));
+}
