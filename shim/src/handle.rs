@@ -482,11 +482,29 @@ pub fn live_handles() -> Vec<(usize, Kind)> {
 
 /// Creates a handle for a new object and registers it.
 pub fn new_handle(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> *mut c_void {
+    new_object(kind, id, conn, data).0
+}
+
+/// `new_handle`, with the object registered.
+fn new_object(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> (*mut c_void, Arc<Object>) {
     let h = Box::into_raw(Box::new(Handle { dispatch: conn.above().dispatch() }));
     HANDLES_FROM.fetch_min(h as usize, Ordering::Relaxed);
     HANDLES_TO.fetch_max(h as usize, Ordering::Relaxed);
-    rebind(h as usize, kind, id, conn, data);
-    h.cast()
+    (h.cast(), register(h as usize, kind, id, conn, data))
+}
+
+/// `new_handle` for an object that keeps `parent`, which the caller has at hand, alive from
+/// its start (`hold`): an enqueue's event keeps its queue, as drivers' events do, so
+/// `CL_EVENT_COMMAND_QUEUE` still answers the queue after the application released it.
+pub fn new_handle_holding(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData, parent: &Object) -> *mut c_void {
+    let (h, obj) = new_object(kind, id, conn, data);
+    let parent_handle = parent.conn.handle_of(parent.id) as usize;
+    if parent_handle != 0 && !parent.released.load(Ordering::Acquire) {
+        // SeqCst with `release`'s look at `held`, as in `hold`.
+        parent.held.fetch_add(1, Ordering::SeqCst);
+        let _ = obj.holds.set((parent_handle, parent.kind));
+    }
+    h
 }
 
 /// The lowest and highest address any handle ever had: a value outside them (most scalar
@@ -507,6 +525,11 @@ pub fn maybe_handle(h: usize) -> bool {
 /// come back here to point at their successor in a new worker, so the application's handles
 /// survive a restart (DESIGN.md, Faults).
 pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) {
+    register(h, kind, id, conn, data);
+}
+
+/// `rebind`, returning the object registered.
+fn register(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> Arc<Object> {
     let obj = Arc::new(Object {
         kind,
         id,
@@ -521,11 +544,12 @@ pub fn rebind(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjDat
         holds: OnceLock::new(),
         started_by: OnceLock::new(),
     });
-    let old = registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj);
+    let old = registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj.clone());
     if let Some(old) = old {
         old.released.store(true, Ordering::Release);
     }
     conn.remember(id, h);
+    obj
 }
 
 /// Handles for the platforms and devices a new worker announced (`conn::Above::adopt`); those
@@ -917,7 +941,12 @@ pub fn release(h: *mut c_void, kind: Kind) -> cl_int {
     // the object: it may free their `user_data` once the release returned.
     unregister_owned_callbacks(&obj);
     if obj.held.load(Ordering::SeqCst) != 0 {
-        // Retired when the last object keeping it alive goes (`unhold`).
+        // Retired when the last object keeping it alive goes (`unhold`). A queue's release
+        // flushes it (the OpenCL API says so), which its release in the worker, now later,
+        // would have done.
+        if kind == Kind::Queue {
+            let _ = obj.conn.call(cloister_ipc::FlushOrFinish { queue: obj.id, finish: false });
+        }
         return CL_SUCCESS;
     }
     if still_mapped(&obj) {
@@ -1011,7 +1040,8 @@ fn unhold(h: *mut c_void, kind: Kind) {
 }
 
 /// Makes `child` keep `parent` alive, as the driver does: a kernel its program, a sub-buffer or
-/// an image made from a buffer that buffer, other objects their context. The application may
+/// an image made from a buffer that buffer, an enqueue's event its queue
+/// (`new_handle_holding`), other objects their context. The application may
 /// release its own references to the parent first; its handle then stays valid (info queries
 /// that name it, `CL_KERNEL_PROGRAM`, `CL_MEM_ASSOCIATED_MEMOBJECT`, `CL_QUEUE_CONTEXT`, answer
 /// it, and the application may use and retain it again) until the child goes (`retire`), and

@@ -901,6 +901,30 @@ static void parents_outlive_their_release(void) {
   printf("after %d\n", context_destroyed);
 }
 
+/* An enqueue's event keeps its queue, as a driver's does: released by the application, the
+   queue still answers through the event, and its release's implicit flush still happens. */
+static void events_keep_their_queue(void) {
+  cl_int err;
+  cl_command_queue q3 = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  cl_event user = clCreateUserEvent(ctx, &err); CHECK(err);
+  cl_event ev;
+  CHECK(clEnqueueMarkerWithWaitList(q3, 1, &user, &ev));
+  CHECK(clReleaseCommandQueue(q3));
+  cl_command_queue eq = NULL;
+  CHECK(clGetEventInfo(ev, CL_EVENT_COMMAND_QUEUE, sizeof eq, &eq, NULL));
+  cl_device_id qd = NULL;
+  cl_int rc = clGetCommandQueueInfo(eq, CL_QUEUE_DEVICE, sizeof qd, &qd, NULL);
+  CHECK(clSetUserEventStatus(user, CL_COMPLETE));
+  CHECK(clWaitForEvents(1, &ev));
+  cl_int status = 0;
+  CHECK(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL));
+  printf("a released queue its event keeps: CL_EVENT_COMMAND_QUEUE %s, its device %d (%s), the marker %s\n",
+         eq == q3 ? "the same handle" : "another handle", rc, qd == dev ? "the queue's" : "another",
+         status == CL_COMPLETE ? "complete" : "NOT COMPLETE");
+  CHECK(clReleaseEvent(ev));
+  CHECK(clReleaseEvent(user));
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   main_thread = pthread_self();
@@ -930,6 +954,7 @@ int main(void) {
   released_while_mapped(q);
   oversized_regions(q);
   parents_outlive_their_release();
+  events_keep_their_queue();
   if (getenv("GARBAGE")) garbage_handles();
 
   CHECK(clReleaseKernel(times3)); CHECK(clReleaseKernel(plus)); CHECK(clReleaseKernel(spin));
