@@ -149,8 +149,8 @@ enum Cmd {
         rounds: u32,
         /// Measure in N pairs of fresh client processes (a direct one and a caged one with a
         /// worker of its own), one pair after the other; a row's time is the median of the
-        /// pairs' medians. A driver's pace differs from one process to the next. Default: 3,
-        /// 1 with --quick.
+        /// pairs' medians, its ratio the median of the pairs' own. A driver's pace differs from
+        /// one process to the next. Default: 3, 1 with --quick.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
         pairs: Option<u32>,
         #[command(flatten)]

@@ -500,11 +500,19 @@ pub fn new_handle_holding(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjD
     let (h, obj) = new_object(kind, id, conn, data);
     let parent_handle = parent.conn.handle_of(parent.id) as usize;
     if parent_handle != 0 && !parent.released.load(Ordering::Acquire) {
-        // SeqCst with `release`'s look at `held`, as in `hold`.
-        parent.held.fetch_add(1, Ordering::SeqCst);
-        let _ = obj.holds.set((parent_handle, parent.kind));
+        keep_alive(&obj, parent_handle, parent);
     }
     h
+}
+
+/// Makes `child` keep `parent`, whose handle is `parent_handle`, alive (`hold`), unless it
+/// keeps another object already.
+fn keep_alive(child: &Object, parent_handle: usize, parent: &Object) {
+    if child.holds.set((parent_handle, parent.kind)).is_ok() {
+        // SeqCst with `release`'s look at `held`: of a release and a new holder racing, at
+        // least one sees the other.
+        parent.held.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// The lowest and highest address any handle ever had: a value outside them (most scalar
@@ -1051,9 +1059,7 @@ pub fn hold(child: *mut c_void, parent: *const c_void, parent_kind: Kind) {
         return;
     };
     if let Ok(p) = lookup(parent, parent_kind) {
-        if obj.holds.set((parent as usize, parent_kind)).is_ok() {
-            p.held.fetch_add(1, Ordering::SeqCst);
-        }
+        keep_alive(&obj, parent as usize, &p);
     }
 }
 
