@@ -280,9 +280,9 @@ impl Row<'_> {
     /// so its ratio is free of the machine's drift from one pair to the next, which a ratio of
     /// the joined medians (each perhaps from another pair) is not.
     fn ratio(&self) -> Option<f64> {
-        match self.pair_medians() {
-            Some((d, c)) => median(d.iter().zip(&c).map(|(d, c)| c / d).collect()),
-            None => Some(self.caged["median_ns"].as_f64()? / self.direct["median_ns"].as_f64()?),
+        match self.pair_ratios() {
+            pairs if !pairs.is_empty() => median(pairs),
+            _ => Some(self.caged["median_ns"].as_f64()? / self.direct["median_ns"].as_f64()?),
         }
     }
 
