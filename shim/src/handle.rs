@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use cloister_ipc::cl::*;
-use cloister_ipc::dispatch::IcdDispatch;
 use cloister_ipc::fast_hash::{FastHasher, FastMap};
 use cloister_ipc::ObjectId;
 
@@ -86,12 +85,12 @@ impl InfoCache {
     }
 }
 
-/// What the application holds. Only the dispatch pointer lives here (the ICD loader reads it);
-/// the object is found through the registry, keyed by the handle's address.
-#[repr(C)]
-pub struct Handle {
-    dispatch: *const IcdDispatch,
-}
+pub mod cells;
+
+/// What the application holds: a cell whose first word is the dispatch table's address (the
+/// ICD loader reads it). The object is found through the registry, keyed by the handle's
+/// address; the cell mirrors what the loop case of `clSetKernelArg` needs (`cells`).
+pub use cells::Cell as Handle;
 
 /// Retired handles stay allocated (and keep their dispatch pointer) for a while: through the ICD
 /// loader, a released handle is still dereferenced by the loader before we can say
@@ -117,9 +116,9 @@ fn quarantine(h: usize, kind: Kind) {
     if q.order.len() > QUARANTINE {
         if let Some(old) = q.order.pop_front() {
             q.kinds.remove(&old);
-            // SAFETY: `old` came from Box::into_raw in new_handle, was unregistered before it
+            // SAFETY: `old` came from cells::alloc in new_object, was unregistered before it
             // entered the quarantine, and leaves it exactly once.
-            drop(unsafe { Box::from_raw(old as *mut Handle) });
+            unsafe { cells::free(old) };
         }
     }
 }
@@ -253,7 +252,9 @@ pub enum ObjData {
     },
     Kernel {
         num_args: u32,
-        args: KernelArgs,
+        /// Shared with the handle's cell, which the loop case of `clSetKernelArg` reads
+        /// (`cells`).
+        args: Arc<KernelArgs>,
     },
     Event,
     Sampler,
@@ -455,12 +456,6 @@ impl Object {
     }
 }
 
-// SAFETY: handles are plain heap cells; the registry owns them and all shared state inside
-// `Object` is synchronised.
-unsafe impl Send for Handle {}
-// SAFETY: as above.
-unsafe impl Sync for Handle {}
-
 fn registry() -> &'static RwLock<FastMap<usize, Arc<Object>>> {
     static REG: std::sync::OnceLock<RwLock<FastMap<usize, Arc<Object>>>> = std::sync::OnceLock::new();
     REG.get_or_init(Default::default)
@@ -487,7 +482,7 @@ pub fn new_handle(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> 
 
 /// `new_handle`, with the object registered.
 fn new_object(kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData) -> (*mut c_void, Arc<Object>) {
-    let h = Box::into_raw(Box::new(Handle { dispatch: conn.above().dispatch() }));
+    let h = cells::alloc(conn.above().dispatch()) as *mut Handle;
     HANDLES_FROM.fetch_min(h as usize, Ordering::Relaxed);
     HANDLES_TO.fetch_max(h as usize, Ordering::Relaxed);
     (h.cast(), register(h as usize, kind, id, conn, data))
@@ -552,7 +547,11 @@ fn register(h: usize, kind: Kind, id: ObjectId, conn: &Arc<Conn>, data: ObjData)
         holds: OnceLock::new(),
         started_by: OnceLock::new(),
     });
-    let old = registry().write().unwrap_or_else(|e| e.into_inner()).insert(h, obj.clone());
+    let old = {
+        let mut reg = registry().write().unwrap_or_else(|e| e.into_inner());
+        cells::publish(h, &obj);
+        reg.insert(h, obj.clone())
+    };
     if let Some(old) = old {
         old.released.store(true, Ordering::Release);
     }
@@ -594,9 +593,10 @@ pub fn adopt(
 /// Forgets every handle of a worker's objects, so the connection can go (the fuzz harness
 /// ends each input with this; the handles' cells are left allocated, as in the quarantine).
 pub fn forget_worker(conn: &Arc<Conn>) {
-    registry().write().unwrap_or_else(|e| e.into_inner()).retain(|_, o| {
+    registry().write().unwrap_or_else(|e| e.into_inner()).retain(|h, o| {
         let keep = !Arc::ptr_eq(&o.conn, conn);
         if !keep {
+            cells::unpublish(*h);
             o.released.store(true, Ordering::Release);
         }
         keep
@@ -647,7 +647,7 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
         },
         // Every argument set goes with the next enqueue: the rebuilt kernel has those of the
         // last command replayed, not necessarily the latest.
-        ObjData::Kernel { num_args, args } => ObjData::Kernel { num_args: *num_args, args: args.copy(true) },
+        ObjData::Kernel { num_args, args } => ObjData::Kernel { num_args: *num_args, args: Arc::new(args.copy(true)) },
         ObjData::Platform => ObjData::Platform,
         ObjData::Device => ObjData::Device,
         ObjData::Context => ObjData::Context,
@@ -674,6 +674,7 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
         // The replacement has no such event: the event's own times answer.
         started_by: OnceLock::new(),
     });
+    cells::publish(h, &obj);
     reg.insert(h, obj);
     old.released.store(true, Ordering::Release);
     conn.remember(old.id, h);
@@ -805,7 +806,7 @@ pub fn lookup(h: *const c_void, kind: Kind) -> Result<Arc<Object>, cl_int> {
 #[inline]
 pub fn with_object<R>(h: *const c_void, kind: Kind, f: impl FnOnce(&Object) -> R) -> Result<R, cl_int> {
     let mut f = Some(f);
-    if let Some(v) = with_recent(h, kind, |obj, _| f.take().map(|f| f(obj))) {
+    if let Some(v) = with_recent(h, kind, |obj| f.take().map(|f| f(obj))) {
         return Ok(v);
     }
     let obj = lookup(h, kind)?;
@@ -855,32 +856,16 @@ impl SecondLookup<'_> {
     }
 }
 
-/// This thread's recent objects, as `with_recent` lends them for a second handle.
-pub struct RecentObjects<'a>(&'a Recent);
-
-impl RecentObjects<'_> {
-    /// The live object behind `h` if it is here and of one of `kinds` (not a platform or a
-    /// device: see `SecondLookup::of_kinds`).
-    #[inline(always)]
-    pub fn find_of(&self, h: *const c_void, kinds: &[Kind]) -> Option<&Object> {
-        self.0.find_of(h as usize, kinds).map(|o| &**o)
-    }
-}
-
 /// `f` applied to the live object of `kind` behind `h` if it is among this thread's recent
-/// objects (`RECENT`), with them at hand for a second handle: for a call's loop case, which
-/// gives up (`None`, having changed nothing) on any miss and lets the full path decide.
+/// objects (`RECENT`): for a call's loop case, which gives up (`None`, having changed nothing)
+/// on any miss and lets the full path decide.
 #[inline(always)]
-pub fn with_recent<R>(
-    h: *const c_void,
-    kind: Kind,
-    f: impl FnOnce(&Object, RecentObjects<'_>) -> Option<R>,
-) -> Option<R> {
+pub fn with_recent<R>(h: *const c_void, kind: Kind, f: impl FnOnce(&Object) -> Option<R>) -> Option<R> {
     RECENT
         .try_with(|r| {
             let r = r.try_borrow().ok()?;
             let obj = r.find(h as usize, kind)?;
-            f(obj, RecentObjects(&r))
+            f(obj)
         })
         .ok()
         .flatten()
@@ -995,7 +980,11 @@ fn retire(h: *mut c_void, obj: &Arc<Object>, kind: Kind) -> cl_int {
     if obj.released.swap(true, Ordering::AcqRel) {
         return CL_SUCCESS;
     }
-    registry().write().unwrap_or_else(|e| e.into_inner()).remove(&(h as usize));
+    {
+        let mut reg = registry().write().unwrap_or_else(|e| e.into_inner());
+        cells::unpublish(h as usize);
+        reg.remove(&(h as usize));
+    }
     forget_recent(|o| std::ptr::eq(o, &**obj));
     obj.conn.forget(obj.id);
     if obj.conn.replays() {

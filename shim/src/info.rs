@@ -122,7 +122,7 @@ pub unsafe fn get_info(
     // The object is lent from this thread's recent ones (`with_recent`): a repeated query
     // touches no reference count and no lock. A handle not among them is looked up out of line.
     // SAFETY: forwarded from the caller.
-    match crate::handle::with_recent(handle, kind, |obj, _| Some(unsafe { q.answer_here(obj, &local) })) {
+    match crate::handle::with_recent(handle, kind, |obj| Some(unsafe { q.answer_here(obj, &local) })) {
         Some(Some(rc)) => rc,
         // SAFETY: forwarded from the caller.
         Some(None) => unsafe { q.otherwise() },

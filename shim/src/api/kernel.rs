@@ -8,7 +8,7 @@ use cloister_ipc::cl::*;
 use cloister_ipc::{ArgValue, CreateKernel, CreateKernelsInProgram, InfoTarget};
 
 use super::{creation, forward_info, retain_release};
-use crate::handle::{lookup, new_handle, Kind, ObjData};
+use crate::handle::{cells, lookup, new_handle, Kind, ObjData};
 use crate::info;
 use crate::kernel_args::{Incoming, KernelArgs};
 
@@ -20,7 +20,7 @@ const MAX_KERNEL_ARGS: u32 = 1 << 16;
 /// A kernel's state; its argument slots grow as the application sets them, so nothing is
 /// allocated from the worker's count.
 fn kernel_data(num_args: u32) -> ObjData {
-    ObjData::Kernel { num_args, args: KernelArgs::new(num_args) }
+    ObjData::Kernel { num_args, args: std::sync::Arc::new(KernelArgs::new(num_args)) }
 }
 
 /// Checks a kernel's argument count from the worker.
@@ -143,9 +143,10 @@ pub unsafe fn clSetKernelArg(
 }
 
 /// `clSetKernelArg`'s loop case: the kernel, and the memory object or sampler the value names,
-/// are among this thread's recent objects, and the value has the shape of the one recorded at
-/// its index. Nothing else is looked at: no registry, no allocation, no reference count, no
-/// branch that only a first call needs. `None` (with nothing changed): `set_kernel_arg` decides.
+/// are live as their handles' cells say (`handle::cells`), and the value has the shape of the
+/// one recorded at its index. Nothing else is looked at: no registry, no thread-local, no
+/// allocation, no reference count, no branch that only a first call needs. `None` (with
+/// nothing changed): `set_kernel_arg` decides.
 ///
 /// # Safety
 /// `arg_value` is NULL or points at `arg_size` bytes (the OpenCL API contract).
@@ -161,23 +162,22 @@ unsafe fn set_recorded_arg(
     }
     // SAFETY: arg_value points at arg_size bytes per the API contract.
     let bytes = unsafe { std::slice::from_raw_parts(arg_value.cast::<u8>(), arg_size) };
-    crate::handle::with_recent(kernel, Kind::Kernel, |k, recent| {
-        let ObjData::Kernel { num_args, args } = &k.data else { return None };
-        if arg_index >= *num_args {
-            return None;
-        }
-        let incoming = match handle_in(bytes) {
-            Some(raw) => {
-                let o = recent.find_of(raw, &[Kind::Mem, Kind::Sampler])?;
-                if !std::sync::Arc::ptr_eq(&o.conn, &k.conn) {
-                    return None;
-                }
-                Incoming::Object { id: o.id, sampler: o.kind == Kind::Sampler }
-            }
-            None => Incoming::Bytes(bytes),
-        };
-        args.record_in_shape(arg_index, arg_size, &incoming).then_some(CL_SUCCESS)
-    })
+    let k = cells::kernel(kernel as usize)?;
+    if arg_index >= k.num_args {
+        return None;
+    }
+    let incoming = match <[u8; std::mem::size_of::<usize>()]>::try_from(bytes).map(usize::from_ne_bytes) {
+        Ok(raw) => match cells::object(raw) {
+            Ok(Some(o)) if o.conn == k.conn => Incoming::Object { id: o.id, sampler: o.sampler },
+            // A handle of another worker, or one the application released: the full path.
+            Ok(_) => return None,
+            // A handle that is no cell (`handle::cells`), which the full path finds.
+            Err(()) if crate::handle::maybe_handle(raw) => return None,
+            Err(()) => Incoming::Bytes(bytes),
+        },
+        Err(_) => Incoming::Bytes(bytes),
+    };
+    k.args.record_in_shape(arg_index, arg_size, &incoming).then_some(CL_SUCCESS)
 }
 
 /// The value of a pointer-sized argument, if it may be one of our handles
@@ -353,7 +353,7 @@ pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) 
         let ObjData::Kernel { num_args, args } = &k.data else {
             return Err(CL_INVALID_KERNEL);
         };
-        let data = ObjData::Kernel { num_args: *num_args, args: args.copy(false) };
+        let data = ObjData::Kernel { num_args: *num_args, args: std::sync::Arc::new(args.copy(false)) };
         // Of the source's program, which it keeps alive too.
         let program = crate::handle::held_by(source_kernel.cast_const()).map(|(h, kind)| (h as *const c_void, kind));
         let made = super::create(&k.conn, Kind::Kernel, data, |id| {
