@@ -8,7 +8,8 @@
  * checked: the driver never died on the way.
  *
  * Prints "ARG <what>: <code>" per refused value, then "run <n>: ok" or "run <n>: WRONG ..."
- * per run, then "ARG released sampler: <code>" (a sampler argument), and "done". */
+ * per run, then "ARG buffer released since: <code>" (a buffer released after it was the
+ * argument, given again), "ARG released sampler: <code>" (a sampler argument), and "done". */
 #include "check.h"
 #include <stdint.h>
 #include <stdio.h>
@@ -76,6 +77,12 @@ int main(void) {
             printf("run %d: ok\n", run);
         run++;
     }
+    /* A buffer released after it was an argument, given again where the argument has a
+     * buffer's shape already (the loop case, which reads the handles' cells). */
+    cl_mem late = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
+    clSetKernelArg(k, 1, sizeof late, &late);
+    clReleaseMemObject(late);
+    printf("ARG buffer released since: %d\n", clSetKernelArg(k, 1, sizeof late, &late));
     /* A sampler the application released, given to a sampler argument. */
     const char *sampling = "__kernel void s(__read_only image2d_t img, sampler_t smp, __global float4 *out) {\n"
                            "  out[0] = read_imagef(img, smp, (int2)(0, 0));\n"
