@@ -1,7 +1,8 @@
-//! Handles: what the application holds. Each is a heap cell whose first word is the dispatch
-//! table (cl_khr_icd), followed by the shared object state. Handles are validated against a
-//! registry before they are dereferenced, so a garbage, NULL or released handle yields the
-//! right `CL_INVALID_*` instead of a crash.
+//! Handles: what the application holds. Each is a cell whose first word is the dispatch table
+//! (cl_khr_icd), in one range of address space (`cells`). Handles are validated against a
+//! registry before their objects are used, so a garbage, NULL or released handle yields the
+//! right `CL_INVALID_*` instead of a crash; the cells mirror the registry for the one loop case
+//! that reads them instead (`clSetKernelArg`).
 //!
 //! Layer: above the transport. It imports `conn` and the leaves (`base`, `mirror`,
 //! `queue_state`); what it needs of the layers above (the entry points' dispatch table, a
