@@ -283,6 +283,19 @@ fn kernel_arguments_of_no_object_are_refused_without_the_driver_dying() {
     }
 }
 
+/// Handle cells handed out again (`handle::cells`): another thread creates and releases
+/// 140 000 buffers and kernels, twice round the quarantine, while the main thread runs a kernel
+/// with a new buffer and value each time through `clSetKernelArg`'s loop case and checks what
+/// it wrote, and hands it buffers it released, which must be refused. A cell that kept a
+/// freed argument record when used again crashed it (malloc's check of a double free).
+#[test]
+fn handle_cells_used_again_keep_kernel_arguments_right() {
+    let exe = c_client("cell_reuse");
+    let c = caged(&[], &exe, &["500"], &[]);
+    let out = text(&c);
+    assert!(c.status.success() && out.contains("PASS") && out.contains("churned 140000"), "{:?}:\n{out}", c.status);
+}
+
 /// Callbacks registered on 2 000 complete events, each event released by the application at
 /// once (its callback's release is the last), after another thread of the application enqueued
 /// once: directly they all run; caged this deadlocked the application and its worker (the
