@@ -106,10 +106,10 @@ pub fn alloc(dispatch: *const IcdDispatch) -> usize {
         reserve();
     }
     let at = a.free.pop().or_else(|| {
-        let len = LEN.load(Ordering::Acquire);
-        (a.next < len).then(|| {
+        let offset = a.next;
+        (offset < LEN.load(Ordering::Acquire)).then(|| {
             a.next += std::mem::size_of::<Cell>();
-            BASE.load(Ordering::Relaxed) + a.next - std::mem::size_of::<Cell>()
+            BASE.load(Ordering::Relaxed) + offset
         })
     });
     drop(a);
