@@ -26,6 +26,36 @@ use cloister_ipc::{channel, Notification, WorkerMessage};
 struct Outbox {
     queue: VecDeque<Vec<u8>>,
     sending: bool,
+    /// A send failed: the shim is gone (the control loop notices and exits), so nothing is
+    /// kept for it any more.
+    closed: bool,
+}
+
+impl Outbox {
+    /// Takes `frame` for the shim: written at once by `try_send` (`Ok(false)`: no room) where
+    /// none waits before it, else queued for the sending thread. Whether it was queued.
+    fn offer(&mut self, frame: Vec<u8>, try_send: impl FnOnce(&[u8]) -> Result<bool, cloister_ipc::IpcError>) -> bool {
+        if self.closed {
+            return false;
+        }
+        if self.queue.is_empty() && !self.sending {
+            match try_send(&frame) {
+                Ok(false) => {}
+                Ok(true) => return false,
+                Err(_) => {
+                    self.close();
+                    return false;
+                }
+            }
+        }
+        self.queue.push_back(frame);
+        true
+    }
+
+    fn close(&mut self) {
+        self.closed = true;
+        self.queue = VecDeque::new();
+    }
 }
 
 struct Notifier {
@@ -47,10 +77,11 @@ pub fn init(sock: RawFd) {
             outbox.sending = true;
             outbox.queue.pop_front()
         };
-        // A failed send means the shim is gone; the control loop notices the EOF and exits.
         let sent = frame.is_none_or(|f| channel::send_raw(notifier.sock, &f, &[]).is_ok());
-        notifier.outbox.lock().unwrap_or_else(|e| e.into_inner()).sending = false;
+        let mut outbox = notifier.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        outbox.sending = false;
         if !sent {
+            outbox.close();
             return;
         }
     });
@@ -62,15 +93,9 @@ pub fn send(n: Notification) {
     };
     let Ok(frame) = channel::encode(&WorkerMessage::Notify(n)) else { return };
     let mut outbox = notifier.outbox.lock().unwrap_or_else(|e| e.into_inner());
-    if outbox.queue.is_empty() && !outbox.sending {
-        match channel::try_send_raw(notifier.sock, &frame) {
-            Ok(false) => {}
-            // Sent, or the shim is gone.
-            Ok(true) | Err(_) => return,
-        }
+    if outbox.offer(frame, |f| channel::try_send_raw(notifier.sock, f)) {
+        notifier.ready.notify_one();
     }
-    outbox.queue.push_back(frame);
-    notifier.ready.notify_one();
 }
 
 /// `pfn_notify` of `clCreateContext`; `user_data` carries the shim's token.
@@ -235,5 +260,32 @@ mod tests {
         assert!(awaited().as_ref().is_some_and(|a| a.by_token.contains_key(&9003)));
         event_reached(other, CL_OUT_OF_RESOURCES);
         assert!(!take_event_callback(9003));
+    }
+
+    /// A notification is written at once only where none waits before it; once a send failed
+    /// (the shim is gone), nothing more is kept: before, every later notification queued up
+    /// until the worker exited.
+    #[test]
+    fn notifications_keep_their_order_and_none_is_kept_for_a_shim_that_is_gone() {
+        let mut outbox = Outbox::default();
+        assert!(!outbox.offer(vec![1], |_| Ok(true)), "room: written at once");
+        assert!(outbox.offer(vec![2], |_| Ok(false)), "no room: queued");
+        assert!(outbox.offer(vec![3], |_| panic!("written before the one queued")), "queued behind it");
+        assert_eq!(outbox.queue, [vec![2], vec![3]]);
+        // The sending thread takes one: the next waits for it, whatever the room.
+        let taken = outbox.queue.pop_front();
+        outbox.sending = true;
+        assert!(outbox.offer(vec![4], |_| panic!("written beside the sending thread")));
+        assert_eq!((taken, outbox.queue.len()), (Some(vec![2]), 2));
+        // Its send failed: nothing more is kept.
+        outbox.sending = false;
+        outbox.close();
+        assert!(!outbox.offer(vec![5], |_| panic!("written to a shim that is gone")));
+        assert!(outbox.queue.is_empty());
+        // A write at once that fails closes it as well.
+        let mut outbox = Outbox::default();
+        assert!(!outbox.offer(vec![6], |_| Err(cloister_ipc::IpcError::Protocol("gone"))));
+        assert!(!outbox.offer(vec![7], |_| Ok(false)));
+        assert!(outbox.closed && outbox.queue.is_empty());
     }
 }
