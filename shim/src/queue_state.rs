@@ -155,12 +155,6 @@ impl QueueState {
         r
     }
 
-    /// Whether the queue is in order, only one thread has used it, and every command enqueued
-    /// on it is known complete: a command enqueued now waits for nothing but what it lists.
-    pub fn known_idle(&self) -> bool {
-        self.in_order && self.idle()
-    }
-
     /// One thread alone has used the queue, and every command counted on it is known complete.
     fn idle(&self) -> bool {
         !self.shared.load(SeqCst)
