@@ -58,6 +58,8 @@ fn every_workload_is_measured_both_ways_under_load() {
         [
             "map_read_64m",
             "map_write_64m",
+            "write_128m_nb",
+            "read_128m_nb",
             "write_16m_event",
             "read_16m_event",
             "kernel_finish_64m",
@@ -94,6 +96,8 @@ fn every_workload_is_measured_both_ways_under_load() {
         "create_release_4k",
         "create_release_64k_data",
         "event_callback",
+        "write_128m_nb",
+        "read_128m_nb",
         "write_16m_event",
         "read_16m_event",
         "kernel_finish_64m",

@@ -522,6 +522,34 @@ fn main() {
             });
             check("clReleaseMemObject", clReleaseMemObject(buf));
         }
+        // Non-blocking transfers past 64 MiB, as clpeak's (two back to back, then one clFinish):
+        // the cage makes each in the call where its queue is idle, pipelined through pooled
+        // segments; posted, each would take a shared segment of its own size, created for that
+        // call. The 64 MiB rows take the pooled way, so they did not show when every one went
+        // the posted way (f3c0d62). No target.
+        if bench.wanted("write_128m_nb") || bench.wanted("read_128m_nb") {
+            let size = 128usize << 20;
+            let buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, null_mut(), &mut err);
+            check("clCreateBuffer", err);
+            let mut host = vec![1u8; size];
+            let fill = clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, size, host.as_ptr().cast(), 0, null(), null_mut());
+            check("clEnqueueWriteBuffer", fill);
+            for write in [true, false] {
+                let name = if write { "write_128m_nb" } else { "read_128m_nb" };
+                bench.measure(name, Throughput::Bytes(size), 2, |n| {
+                    for _ in 0..n {
+                        let at = host.as_mut_ptr().cast();
+                        let rc = match write {
+                            true => clEnqueueWriteBuffer(q, buf, CL_FALSE, 0, size, at, 0, null(), null_mut()),
+                            false => clEnqueueReadBuffer(q, buf, CL_FALSE, 0, size, at, 0, null(), null_mut()),
+                        };
+                        check(name, rc);
+                    }
+                    check("clFinish", clFinish(q));
+                });
+            }
+            check("clReleaseMemObject", clReleaseMemObject(buf));
+        }
         // Blocking 16 MiB transfers that each ask for their event, as pyopencl's do, and release
         // it: the cage takes another way for a transfer with an event (its event must be the
         // transfer's, complete when the call returns).
