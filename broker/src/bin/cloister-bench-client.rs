@@ -138,6 +138,44 @@ fn check(what: &str, rc: cl_int) {
     }
 }
 
+/// A buffer of `size` bytes on `ctx`, with the host memory it was written from. It holds data
+/// before anything is timed, whichever workloads `--only` picks: memory never written reads as
+/// the kernel's zero page on a host-unified device (pocl: a 64 MiB map for read took 112 us
+/// directly with `--only map_`, 170-180 us once the buffer was written), which is not what an
+/// application reads.
+///
+/// # Safety
+/// `ctx` and `q` are a live context and a queue of it.
+unsafe fn written_buffer(ctx: Handle, q: Handle, size: usize) -> (Handle, Vec<u8>) {
+    let mut err = 0;
+    // SAFETY: live handles (the caller's contract); `host` holds `size` bytes.
+    unsafe {
+        let buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, null_mut(), &mut err);
+        check("clCreateBuffer", err);
+        let host = vec![1u8; size];
+        let fill = clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, size, host.as_ptr().cast(), 0, null(), null_mut());
+        check("clEnqueueWriteBuffer", fill);
+        (buf, host)
+    }
+}
+
+/// `clEnqueueWriteBuffer` (`write`) or `clEnqueueReadBuffer` of `host` whole, at offset 0 of
+/// `buf`, without a wait list; `event` is NULL or where the command's event goes.
+///
+/// # Safety
+/// `q` and `buf` are live; `buf` holds at least `host.len()` bytes; a non-blocking read leaves
+/// `host` alone until it completes.
+unsafe fn transfer(q: Handle, buf: Handle, write: bool, blocking: u32, host: &mut [u8], event: *mut Handle) -> cl_int {
+    let (size, at) = (host.len(), host.as_mut_ptr().cast());
+    // SAFETY: per the caller; `at` holds `size` bytes.
+    unsafe {
+        match write {
+            true => clEnqueueWriteBuffer(q, buf, blocking, 0, size, at, 0, null(), event),
+            false => clEnqueueReadBuffer(q, buf, blocking, 0, size, at, 0, null(), event),
+        }
+    }
+}
+
 /// How long each workload is measured: at least `min_repeats` timed repeats, more while the
 /// time budget lasts (up to `MAX_REPEATS`), so min / median / max mean something.
 struct Plan {
@@ -433,60 +471,22 @@ fn main() {
             if !names.iter().any(|n| bench.wanted(n) || bench.wanted(&format!("{n}_nb"))) {
                 continue;
             }
-            let buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, null_mut(), &mut err);
-            check("clCreateBuffer", err);
-            let mut host = vec![1u8; size];
-            // The buffer holds data before anything is timed, whichever workloads `--only` picks:
-            // memory never written reads as the kernel's zero page on a host-unified device
-            // (pocl: a 64 MiB map for read took 112 us directly with `--only map_`, 170-180 us
-            // once the buffer was written), which is not what an application reads.
-            let fill = clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, size, host.as_ptr().cast(), 0, null(), null_mut());
-            check("clEnqueueWriteBuffer", fill);
+            let (buf, mut host) = written_buffer(ctx, q, size);
             for (blocking, suffix) in [(CL_TRUE, ""), (CL_FALSE, "_nb")] {
                 // Non-blocking: `ops` enqueues, then one clFinish waits for them all.
                 let nb_ops = if blocking == CL_TRUE { ops } else { ops.max(2) };
-                bench.measure(&format!("write_{label}{suffix}"), Throughput::Bytes(size), nb_ops, |n| {
-                    for _ in 0..n {
-                        check(
-                            "clEnqueueWriteBuffer",
-                            clEnqueueWriteBuffer(
-                                q,
-                                buf,
-                                blocking,
-                                0,
-                                size,
-                                host.as_ptr().cast(),
-                                0,
-                                null(),
-                                null_mut(),
-                            ),
-                        );
-                    }
-                    if blocking == CL_FALSE {
-                        check("clFinish", clFinish(q));
-                    }
-                });
-                bench.measure(&format!("read_{label}{suffix}"), Throughput::Bytes(size), nb_ops, |n| {
-                    for _ in 0..n {
-                        check(
-                            "clEnqueueReadBuffer",
-                            clEnqueueReadBuffer(
-                                q,
-                                buf,
-                                blocking,
-                                0,
-                                size,
-                                host.as_mut_ptr().cast(),
-                                0,
-                                null(),
-                                null_mut(),
-                            ),
-                        );
-                    }
-                    if blocking == CL_FALSE {
-                        check("clFinish", clFinish(q));
-                    }
-                });
+                for (write, op, entry) in
+                    [(true, "write", "clEnqueueWriteBuffer"), (false, "read", "clEnqueueReadBuffer")]
+                {
+                    bench.measure(&format!("{op}_{label}{suffix}"), Throughput::Bytes(size), nb_ops, |n| {
+                        for _ in 0..n {
+                            check(entry, transfer(q, buf, write, blocking, &mut host, null_mut()));
+                        }
+                        if blocking == CL_FALSE {
+                            check("clFinish", clFinish(q));
+                        }
+                    });
+                }
             }
             if size != 64 << 20 {
                 check("clReleaseMemObject", clReleaseMemObject(buf));
@@ -529,21 +529,12 @@ fn main() {
         // the posted way (f3c0d62). No target.
         if bench.wanted("write_128m_nb") || bench.wanted("read_128m_nb") {
             let size = 128usize << 20;
-            let buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, null_mut(), &mut err);
-            check("clCreateBuffer", err);
-            let mut host = vec![1u8; size];
-            let fill = clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, size, host.as_ptr().cast(), 0, null(), null_mut());
-            check("clEnqueueWriteBuffer", fill);
+            let (buf, mut host) = written_buffer(ctx, q, size);
             for write in [true, false] {
                 let name = if write { "write_128m_nb" } else { "read_128m_nb" };
                 bench.measure(name, Throughput::Bytes(size), 2, |n| {
                     for _ in 0..n {
-                        let at = host.as_mut_ptr().cast();
-                        let rc = match write {
-                            true => clEnqueueWriteBuffer(q, buf, CL_FALSE, 0, size, at, 0, null(), null_mut()),
-                            false => clEnqueueReadBuffer(q, buf, CL_FALSE, 0, size, at, 0, null(), null_mut()),
-                        };
-                        check(name, rc);
+                        check(name, transfer(q, buf, write, CL_FALSE, &mut host, null_mut()));
                     }
                     check("clFinish", clFinish(q));
                 });
@@ -555,22 +546,13 @@ fn main() {
         // transfer's, complete when the call returns).
         if bench.wanted("write_16m_event") || bench.wanted("read_16m_event") {
             let size = 16usize << 20;
-            let buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, null_mut(), &mut err);
-            check("clCreateBuffer", err);
-            let mut host = vec![1u8; size];
-            let fill = clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, size, host.as_ptr().cast(), 0, null(), null_mut());
-            check("clEnqueueWriteBuffer", fill);
+            let (buf, mut host) = written_buffer(ctx, q, size);
             for write in [true, false] {
                 let name = if write { "write_16m_event" } else { "read_16m_event" };
                 bench.measure(name, Throughput::Bytes(size), 1, |n| {
                     for _ in 0..n {
                         let mut ev: Handle = null_mut();
-                        let at = host.as_mut_ptr().cast();
-                        let rc = match write {
-                            true => clEnqueueWriteBuffer(q, buf, CL_TRUE, 0, size, at, 0, null(), &mut ev),
-                            false => clEnqueueReadBuffer(q, buf, CL_TRUE, 0, size, at, 0, null(), &mut ev),
-                        };
-                        check(name, rc);
+                        check(name, transfer(q, buf, write, CL_TRUE, &mut host, &mut ev));
                         check("clReleaseEvent", clReleaseEvent(ev));
                     }
                 });
