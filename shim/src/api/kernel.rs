@@ -166,8 +166,8 @@ unsafe fn set_recorded_arg(
     if arg_index >= k.num_args {
         return None;
     }
-    let incoming = match <[u8; std::mem::size_of::<usize>()]>::try_from(bytes).map(usize::from_ne_bytes) {
-        Ok(raw) => match cells::object(raw) {
+    let incoming = match word_in(bytes) {
+        Some(raw) => match cells::object(raw) {
             Ok(Some(o)) if o.conn == k.conn => Incoming::Object { id: o.id, sampler: o.sampler },
             // A handle of another worker, or one the application released: the full path.
             Ok(_) => return None,
@@ -175,7 +175,7 @@ unsafe fn set_recorded_arg(
             Err(()) if crate::handle::maybe_handle(raw) => return None,
             Err(()) => Incoming::Bytes(bytes),
         },
-        Err(_) => Incoming::Bytes(bytes),
+        None => Incoming::Bytes(bytes),
     };
     k.args.record_in_shape(arg_index, arg_size, &incoming).then_some(CL_SUCCESS)
 }
@@ -184,8 +184,13 @@ unsafe fn set_recorded_arg(
 /// (`handle::maybe_handle`).
 #[inline(always)]
 fn handle_in(bytes: &[u8]) -> Option<*const c_void> {
-    let raw = usize::from_ne_bytes(bytes.try_into().ok()?);
-    crate::handle::maybe_handle(raw).then_some(raw as *const c_void)
+    word_in(bytes).filter(|&raw| crate::handle::maybe_handle(raw)).map(|raw| raw as *const c_void)
+}
+
+/// The value of a pointer-sized argument.
+#[inline(always)]
+fn word_in(bytes: &[u8]) -> Option<usize> {
+    Some(usize::from_ne_bytes(bytes.try_into().ok()?))
 }
 
 /// `clSetKernelArg` in full: the handles from the registry if need be, a first value at an
