@@ -111,6 +111,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per binary invocation")
     args = ap.parse_args()
     args.cloister = os.path.realpath(args.cloister)
+    # Each binary runs in its own folder: a relative build path would not name it from there.
+    args.cts_build = os.path.realpath(args.cts_build)
     if not os.access(args.cloister, os.X_OK):
         sys.exit(f"cts-compare: {args.cloister} is not an executable (build cloister first)")
     os.makedirs(args.out, exist_ok=True)

@@ -2,9 +2,11 @@
  * after it would have): caged, a wait on a complete event returns without waiting for the
  * driver, with the callbacks run (the worker sends them once it knows the event complete),
  * each exactly once (the driver's late call is dropped), with the status each was registered
- * for. With an argument (`refused`), a registration the driver refuses. Prints what it saw;
+ * for. With an argument: `refused`, a registration the driver refuses; `user`, user events set
+ * complete and failed, whose callbacks no wait brings (`user_events`). Prints what it saw;
  * the test (`c_clients.rs`) judges. */
 #include "check.h"
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,12 +43,40 @@ static int refused(cl_command_queue q) {
     return 0;
 }
 
+/* `user`: user events given CL_COMPLETE or an error, each with a CL_COMPLETE and a CL_SUBMITTED
+ * callback: how often each ran, and with which status (the error for both, when it failed). */
+static int user_events(cl_context ctx) {
+    const cl_int given[2] = {CL_COMPLETE, CL_INVALID_VALUE};
+    for (int u = 0; u < 2; u++) {
+        cl_int err;
+        cl_event ev = clCreateUserEvent(ctx, &err);
+        CHECK(err);
+        if (clSetEventCallback(ev, CL_COMPLETE, on_status, (void *)(long)(2 * u)) ||
+            clSetEventCallback(ev, CL_SUBMITTED, on_status, (void *)(long)(2 * u + 1)))
+            return 5;
+        CHECK(clSetUserEventStatus(ev, given[u]));
+        /* The application waits for nothing else: the callbacks must come on their own. */
+        for (int k = 0; k < 5000; k++) {
+            if (__atomic_load_n(&calls[2 * u], __ATOMIC_SEQ_CST) && __atomic_load_n(&calls[2 * u + 1], __ATOMIC_SEQ_CST))
+                break;
+            usleep(1000);
+        }
+        /* A driver's own late call, if any, comes now: it may not reach the application again. */
+        usleep(200000);
+        printf("user event set to %d: CL_COMPLETE callback ran %d times with status %d, CL_SUBMITTED %d times with status %d\n",
+               given[u], calls[2 * u], statuses[2 * u], calls[2 * u + 1], statuses[2 * u + 1]);
+        clReleaseEvent(ev);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     cl_device_id d;
     cl_int err;
     cl_context ctx = first_device_context(&d);
     cl_command_queue q = clCreateCommandQueueWithProperties(ctx, d, NULL, &err);
     CHECK(err);
+    if (argc > 1 && !strcmp(argv[1], "user")) return user_events(ctx);
     if (argc > 1) return refused(q);
     const char *how[] = {"clWaitForEvents", "clFinish", "a status query"};
     double slowest = 0;

@@ -235,6 +235,24 @@ fn a_refused_callback_registration_runs_the_callback_with_the_error() {
     assert!(out.contains("registration returned -6; the callback ran 0 times"), "{out}");
 }
 
+/// A user event's callbacks come once the application sets its status, with no wait to bring
+/// them: pocl calls a `CL_COMPLETE` callback of a user event set to an error never (the CTS's
+/// `callback_on_error_simple` fails directly), so the worker sends them itself, once, with the
+/// error as the status (`late_callbacks.c user`).
+#[test]
+fn a_user_events_callbacks_run_when_it_is_set_complete_or_failed() {
+    let exe = c_client("late_callbacks");
+    let c = caged(&[], &exe, &["user"], &[]);
+    let out = text(&c);
+    assert!(c.status.success(), "{out}");
+    for line in [
+        "user event set to 0: CL_COMPLETE callback ran 1 times with status 0, CL_SUBMITTED 1 times with status 2",
+        "user event set to -30: CL_COMPLETE callback ran 1 times with status -30, CL_SUBMITTED 1 times with status",
+    ] {
+        assert!(out.contains(line), "{out}");
+    }
+}
+
 /// Pinned staging (worker/src/staging.rs) is on by default only for discrete GPUs; forced on
 /// here, pocl runs the same path: the driver copies through shared memory it also holds as
 /// `CL_MEM_USE_HOST_PTR` buffers, and every finding must still be the same as direct.
