@@ -1015,15 +1015,19 @@ impl Conn {
 
     /// Memory for a zero-copy buffer of `len` bytes whose devices want it aligned to `align`
     /// bytes (a power of two; a page at the most, which a segment's start always is): bytes of
-    /// a slab for a small buffer (`slabs`), else a segment of its own. The worker has been sent
-    /// it; hand it back to `buffer_placed` once the `CreateBuffer` naming it is answered.
+    /// a slab for a small buffer, a slab of its own taken again for a larger one (`slabs`), else
+    /// a segment of its own. The worker has been sent it; hand it back to `buffer_placed` once
+    /// the `CreateBuffer` naming it is answered.
     pub fn buffer_memory(&self, len: usize, align: usize) -> Result<BufferPlace, cl_int> {
-        if len <= SLAB_ITEM_MAX && align.is_power_of_two() && align <= 4096 {
-            let placed = self.slabs.carve(len, align, || {
-                let region =
-                    SharedRegion::create("cloister-slab", slabs::SLAB_LEN).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
+        if len <= slabs::WHOLE_SLAB_MAX && align.is_power_of_two() && align <= 4096 {
+            let fresh = |bytes: usize| {
+                let region = SharedRegion::create("cloister-slab", bytes).map_err(|_| CL_OUT_OF_HOST_MEMORY)?;
                 Ok::<_, cl_int>((self.share_region(&region)?, region.into_mapping()))
-            })?;
+            };
+            let placed = match len <= SLAB_ITEM_MAX {
+                true => self.slabs.carve(len, align, || fresh(slabs::SLAB_LEN))?,
+                false => self.slabs.carve_whole(len, fresh)?,
+            };
             if let Some(segment) = placed.retired {
                 let _ = self.post(cloister_ipc::RetireSlab { segment });
             }
