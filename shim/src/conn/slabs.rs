@@ -60,8 +60,9 @@ pub const WAITING_SLABS: usize = 16;
 /// buffer takes again (`carve_whole`); larger ones get a segment of their own, freed with them.
 pub const WHOLE_SLAB_MAX: usize = 64 << 20;
 
-/// Bytes of idle slabs of one buffer kept to be taken again.
-pub const SPARE_WHOLE_BYTES: usize = 256 << 20;
+/// Bytes of idle slabs of one buffer kept to be taken again: memory a driver's own `free` would
+/// have given back, kept for the next buffers (a pool of transfer segments keeps as much).
+pub const SPARE_WHOLE_BYTES: usize = 128 << 20;
 
 /// Bytes of retired slabs of one buffer with nothing live here kept waiting for `SlabIdle`.
 pub const WAITING_WHOLE_BYTES: usize = 256 << 20;
