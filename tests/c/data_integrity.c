@@ -737,20 +737,20 @@ static void recycled_buffers(void) {
   printf("%d rounds of recycled buffers ok\n", ROUNDS);
 }
 
-/* Small buffers released while a kernel on each still waits (on another queue, behind a user
- * event): their memory must not be carved again for newer buffers before the driver is done
- * with them, or those kernels would add to the newer buffers' bytes once the event is set. */
-static void no_early_recycling(void) {
-  enum { COUNT = 48 };
+/* Buffers of `min` to `max` bytes released while a kernel on each still waits (on another
+ * queue, behind a user event): their memory must not be carved again for newer buffers before
+ * the driver is done with them, or those kernels would add to the newer buffers' bytes once the
+ * event is set. */
+static void no_early_recycling_of(size_t min, size_t max, int count) {
   cl_int err;
   cl_command_queue q2 = clCreateCommandQueue(ctx, dev, 0, &err);
   CHECK(err);
   cl_event gate = clCreateUserEvent(ctx, &err);
   CHECK(err);
-  static unsigned char data[64 << 10];
-  randomize(data, sizeof data);
-  for (int i = 0; i < COUNT; i++) {
-    size_t n = 1 + next() % sizeof data;
+  unsigned char *data = malloc(max);
+  randomize(data, max);
+  for (int i = 0; i < count; i++) {
+    size_t n = min + next() % (max - min + 1);
     cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, data, &err);
     CHECK(err);
     CHECK(clSetKernelArg(add1, 0, sizeof m, &m));
@@ -758,22 +758,42 @@ static void no_early_recycling(void) {
     CHECK(clReleaseMemObject(m));
   }
   /* More than the spare slabs earlier phases left can hold. */
-  static cl_mem ms[4 * COUNT];
-  static size_t ns[4 * COUNT];
-  for (int i = 0; i < 4 * COUNT; i++) {
-    ns[i] = 1 + next() % sizeof data;
+  cl_mem *ms = calloc(4 * count, sizeof *ms);
+  size_t *ns = calloc(4 * count, sizeof *ns);
+  for (int i = 0; i < 4 * count; i++) {
+    ns[i] = min + next() % (max - min + 1);
     ms[i] = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ns[i], data, &err);
     CHECK(err);
   }
   CHECK(clSetUserEventStatus(gate, CL_COMPLETE));
   CHECK(clFinish(q2));
-  for (int i = 0; i < 4 * COUNT; i++) {
+  for (int i = 0; i < 4 * count; i++) {
     check_all(ms[i], data, ns[i], "buffer made while released ones were still in use");
     CHECK(clReleaseMemObject(ms[i]));
   }
+  /* Made, used and released one after the other: the memory of the ones before comes back
+   * (the cage takes their slabs again), and each still holds its own bytes. */
+  for (int i = 0; i < 2 * count; i++) {
+    size_t n = min + next() % (max - min + 1);
+    data[next() % n] ^= 0x5a;
+    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n, data, &err);
+    CHECK(err);
+    check_all(m, data, n, "buffer made after released ones were done");
+    CHECK(clReleaseMemObject(m));
+    CHECK(clFinish(q));
+  }
+  free(ms);
+  free(ns);
+  free(data);
   CHECK(clReleaseEvent(gate));
   CHECK(clReleaseCommandQueue(q2));
-  printf("no memory of a buffer still in use was carved again\n");
+  printf("no memory of a buffer still in use was carved again (%zu to %zu bytes)\n", min, max);
+}
+
+/* Buffers carved from shared slabs, and buffers with a slab of their own. */
+static void no_early_recycling(void) {
+  no_early_recycling_of(1, 64 << 10, 48);
+  no_early_recycling_of((64 << 10) + 1, 3 << 20, 12);
 }
 
 static void many_buffers(void) {

@@ -17,6 +17,8 @@ struct Direct {
     idle_finishes: usize,
     maps: usize,
     slabs_again: usize,
+    /// How often a larger buffer's slab of its own was taken again.
+    whole_slabs_again: usize,
 }
 
 /// Runs the client directly and caged (with `env`, and the shim's log of direct transfers on)
@@ -39,6 +41,7 @@ fn passes(env: &[(&str, &str)]) -> Direct {
         idle_finishes: count("direct finish of an idle queue"),
         maps: count("direct map"),
         slabs_again: count("slab carved again"),
+        whole_slabs_again: count("slab of one buffer taken again"),
     }
 }
 
@@ -53,6 +56,7 @@ fn zero_copy_buffers_keep_every_byte() {
     assert!(d.idle_finishes >= 1, "no clFinish of an idle queue was answered without the worker");
     assert!(d.maps >= 40, "only {} maps went the direct way", d.maps);
     assert!(d.slabs_again >= 2, "{} slabs of small buffers were carved again", d.slabs_again);
+    assert!(d.whole_slabs_again >= 2, "{} slabs of larger buffers were taken again", d.whole_slabs_again);
 }
 
 /// The same without replay's journal, whose views of released buffers also keep their slab
@@ -62,12 +66,13 @@ fn zero_copy_buffers_keep_every_byte() {
 fn zero_copy_buffers_keep_every_byte_in_report_mode() {
     let d = passes(&[("CLOISTER_RECOVERY", "report")]);
     assert!(d.slabs_again >= 2, "{} slabs of small buffers were carved again", d.slabs_again);
+    assert!(d.whole_slabs_again >= 2, "{} slabs of larger buffers were taken again", d.whole_slabs_again);
     assert!(d.maps >= 40, "only {} maps went the direct way", d.maps);
 }
 
 #[test]
 fn staged_buffers_keep_every_byte() {
-    let none = Direct { transfers: 0, idle_finishes: 0, maps: 0, slabs_again: 0 };
+    let none = Direct { transfers: 0, idle_finishes: 0, maps: 0, slabs_again: 0, whole_slabs_again: 0 };
     assert_eq!(passes(&[("CLOISTER_ZERO_COPY", "0")]), none, "a staged buffer was copied or mapped directly");
 }
 
