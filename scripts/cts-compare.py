@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Runs Khronos OpenCL-CTS binaries directly on the system's driver and through `cloister run`,
 subtest by subtest, and reports per binary: subtests passed directly, passed caged, and every
-subtest whose result differs.
+subtest whose result differs. The default `cloister` is the debug build the README's setup makes;
+a release build (`--cloister target/release/cloister`) runs the caged side several times faster
+(test_buffers on 2 pocl cores: 270 s debug, 60 s release, 38 s directly).
 
     python3 scripts/cts-compare.py --cts-build /tmp/cts/build [--cloister target/debug/cloister]
                                    [--out DIR] [--only LABEL,...] [--timeout SECONDS]
