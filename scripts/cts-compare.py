@@ -134,7 +134,12 @@ def main():
 
     def stream(mode):
         for label, folder, binary, extra in suites:
-            results[(label, mode)] = run_suite(mode, label, folder, binary, extra, args)
+            try:
+                results[(label, mode)] = run_suite(mode, label, folder, binary, extra, args)
+            except OSError as e:
+                # Said once, and the table still comes, with no result this way for any subtest.
+                print(f"cts-compare: {label} {mode}: could not run {binary}: {e}", file=sys.stderr, flush=True)
+                results[(label, mode)] = {}
             r = results[(label, mode)]
             print(f"cts-compare: {label} {mode}: {sum(v == 'passed' for v in r.values())} of {len(r)} passed", flush=True)
 
