@@ -114,8 +114,24 @@ struct Slab {
 }
 
 impl Slab {
+    /// A slab over `mapping`, fresh from the worker: nothing handed out, nothing live.
+    fn fresh(segment: u64, mapping: SharedMapping, whole: bool) -> Slab {
+        let (mapping, live) = (Arc::new(mapping), Arc::new(AtomicUsize::new(0)));
+        Slab { segment, mapping, used: 0, creating: 0, live, phase: Phase::Retiring, whole }
+    }
+
     fn empty_here(&self) -> bool {
         self.live.load(Ordering::Relaxed) == 0
+    }
+
+    /// Hands out `len` bytes at `offset` (past what was handed out before) for a buffer whose
+    /// creation is now in flight, counted live until its lease goes.
+    fn hand_out(&mut self, offset: usize, len: usize) -> Carved {
+        self.used = offset + len;
+        self.creating += 1;
+        self.live.fetch_add(len, Ordering::Relaxed);
+        let lease = Arc::new(SlabLease { bytes: len, live: self.live.clone() });
+        Carved { mapping: self.mapping.clone(), segment: self.segment, offset, lease }
     }
 }
 
@@ -186,7 +202,9 @@ impl State {
                 && (len..=len.saturating_mul(2)).contains(&s.mapping.len())
         };
         let (i, _) = self.full.iter().enumerate().filter(|(_, s)| fits(s)).min_by_key(|(_, s)| s.mapping.len())?;
-        Some(self.full.remove(i))
+        let mut slab = self.full.remove(i);
+        (slab.used, slab.creating) = (0, 0);
+        Some(slab)
     }
 }
 
@@ -239,9 +257,9 @@ impl Slabs {
                         return Ok(placed);
                     }
                     let (segment, mapping) = fresh()?;
-                    let (mapping, live) = (Arc::new(mapping), Arc::new(AtomicUsize::new(0)));
-                    state.mapped.push(Mapped { mapping: Arc::downgrade(&mapping), live: live.clone() });
-                    Slab { segment, mapping, used: 0, creating: 0, live, phase: Phase::Retiring, whole: false }
+                    let slab = Slab::fresh(segment, mapping, false);
+                    state.mapped.push(Mapped { mapping: Arc::downgrade(&slab.mapping), live: slab.live.clone() });
+                    slab
                 }
             };
             if let Some(mut full) = state.open.replace(next) {
@@ -258,11 +276,7 @@ impl Slabs {
         }
         let slab = state.open.as_mut().expect("an open slab was just ensured");
         let offset = slab.used.next_multiple_of(align);
-        slab.used = offset + len;
-        slab.creating += 1;
-        slab.live.fetch_add(len, Ordering::Relaxed);
-        let lease = Arc::new(SlabLease { bytes: len, live: slab.live.clone() });
-        placed.carved = Some(Carved { mapping: slab.mapping.clone(), segment: slab.segment, offset, lease });
+        placed.carved = Some(slab.hand_out(offset, len));
         Ok(placed)
     }
 
@@ -287,14 +301,11 @@ impl Slabs {
             }
             None => {
                 let (segment, mapping) = fresh(len.next_multiple_of(4096))?;
-                let (mapping, live) = (Arc::new(mapping), Arc::new(AtomicUsize::new(0)));
-                Slab { segment, mapping, used: 0, creating: 0, live, phase: Phase::Retiring, whole: true }
+                Slab::fresh(segment, mapping, true)
             }
         };
-        (slab.used, slab.creating, slab.phase) = (len, 1, Phase::Retiring);
-        slab.live.fetch_add(len, Ordering::Relaxed);
-        let lease = Arc::new(SlabLease { bytes: len, live: slab.live.clone() });
-        let carved = Carved { mapping: slab.mapping.clone(), segment: slab.segment, offset: 0, lease };
+        slab.phase = Phase::Retiring;
+        let carved = slab.hand_out(0, len);
         state.full.push(slab);
         Ok(Placed { carved: Some(carved), retired: None, dropped })
     }
