@@ -349,8 +349,11 @@ pub trait DeathWatcher: Send + Sync {
     fn dying(&self);
     /// The broker's account of the death (cause and report), if it has one.
     fn account(&self) -> Option<String>;
-    /// Starts the replacement (or not, for a crash loop).
-    fn died(&self, dead: &Arc<Conn>);
+    /// Starts the replacement (or not, for a crash loop). It is given the notifier's own
+    /// reference to the dead connection, to drop before it announces the replacement: the dead
+    /// worker's socket and memory are then gone when a waiting thread goes on (unless the
+    /// application still holds something of it), so a restart's fd count is the same each time.
+    fn died(&self, dead: Arc<Conn>);
 }
 
 /// A shared-memory segment for bulk data, mapped here and in the worker under `id`. The
@@ -1177,7 +1180,7 @@ impl Conn {
     }
 
     /// The notifier thread: runs application callbacks, and notices the worker's death by EOF.
-    fn notification_loop(self: &Arc<Self>) {
+    fn notification_loop(self: Arc<Self>) {
         loop {
             // Marked busy before the message leaves the socket (see `await_completed_callbacks`).
             self.await_message();
@@ -1198,12 +1201,19 @@ impl Conn {
                     true
                 }
             };
+            if ended {
+                // The last delivery is counted before the watcher takes this reference.
+                *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = false;
+                self.deliveries.fetch_add(1, Ordering::SeqCst);
+                self.delivered.notify_all();
+                if let Some(w) = self.death_watcher.get().cloned() {
+                    w.died(self);
+                }
+                return;
+            }
             *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = false;
             self.deliveries.fetch_add(1, Ordering::SeqCst);
             self.delivered.notify_all();
-            if ended {
-                return;
-            }
         }
     }
 
@@ -1397,9 +1407,6 @@ impl Conn {
                     self.event_callback_done();
                 }
             }
-        }
-        if let Some(w) = watcher {
-            w.died(self);
         }
     }
 

@@ -109,17 +109,20 @@ impl DeathWatcher for Restarter {
         why_died(&self.0.driver)
     }
 
-    fn died(&self, dead: &Arc<Conn>) {
+    fn died(&self, dead: Arc<Conn>) {
         let slot = &self.0;
-        let finish = || {
+        let serial = dead.serial();
+        // Drops the notifier's reference to the dead connection first (see `DeathWatcher::died`).
+        let finish = |dead: Arc<Conn>| {
+            drop(dead);
             // Event callbacks kept for a rebuild that did not take them fire now, failed.
-            crate::recovery::fire_kept_callbacks(dead.serial());
+            crate::recovery::fire_kept_callbacks(serial);
             *slot.restarting.lock().unwrap_or_else(|e| e.into_inner()) = false;
             slot.restarted.notify_all();
-            crate::recovery::conclude(dead.serial());
+            crate::recovery::conclude(serial);
         };
         if slot.given_up.load(std::sync::atomic::Ordering::Acquire) {
-            return finish();
+            return finish(dead);
         }
         let (k, window) = crash_loop_limit(&slot.driver);
         let looping = {
@@ -138,12 +141,12 @@ impl DeathWatcher for Restarter {
                 slot.driver,
                 window.as_secs()
             ));
-            return finish();
+            return finish(dead);
         }
         cloister_ipc::log::in_shim(|| tracing::info!(driver = %slot.driver, "worker died: asking for a replacement"));
         let replacement = match dead.replays() {
-            true => respawn_and_rebuild(&slot.driver, dead),
-            false => respawn(&slot.driver, dead),
+            true => respawn_and_rebuild(&slot.driver, &dead),
+            false => respawn(&slot.driver, &dead),
         };
         match replacement {
             Ok(conn) => {
@@ -152,7 +155,7 @@ impl DeathWatcher for Restarter {
             }
             Err(e) => warn(&format!("cannot restart the worker for {}: {e}", slot.driver)),
         }
-        finish();
+        finish(dead);
     }
 }
 

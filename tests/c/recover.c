@@ -22,6 +22,24 @@ static int count_fds(void) {
     return n;
 }
 
+/* Prints what each open fd is, so a count that differs says which one. */
+static void list_fds(const char *when) {
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    if (!d) return;
+    printf("fds %s:", when);
+    while ((e = readdir(d))) {
+        char path[300], target[256];
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        target[len > 0 ? len : 0] = 0;
+        printf(" %s=%s", e->d_name, target);
+    }
+    printf("\n");
+    closedir(d);
+}
+
 static void CL_CALLBACK on_context_error(const char *errinfo, const void *info, size_t cb, void *user) {
     (void)info; (void)cb;
     printf("context notified (%s): %s\n", (const char *)user, errinfo);
@@ -94,9 +112,10 @@ int main(int argc, char **argv) {
          * waited for the replacement, so its connection is open. Counted right after the failed
          * attempt instead, a replacement still connecting on a loaded machine made it one fd
          * short (CI: 14 then 15). */
-        if (i == 1) fds_before = count_fds();
+        if (i == 1) { fds_before = count_fds(); list_fds("before"); }
     }
     printf("gave up after %d faults\n", faults);
+    list_fds("after");
     printf("fds: %d then %d\n", fds_before, count_fds());
     return 3;
 }
