@@ -222,6 +222,7 @@ mod tests {
             ("EnqueueMapImage", Wait),
             ("EnqueueMigrateMemObjects", Other),
             ("EnqueueMarkerOrBarrier", Other),
+            ("EnqueueDone", Other),
             ("FlushOrFinish", Wait),
             ("WaitForEvents", Wait),
             ("CreateUserEvent", Other),

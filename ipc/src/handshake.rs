@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever any wire type changes shape.
-pub const PROTOCOL_VERSION: u32 = 15;
+pub const PROTOCOL_VERSION: u32 = 16;
 pub const MAGIC: [u8; 8] = *b"cloister";
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -675,6 +675,14 @@ wire_calls! {
     /// end: the trace and the timing report time the commands they saw complete with one call,
     /// not three each.
     EventProfiles { events: Vec<ObjectId> } -> ProfilesReply;
+    /// A transfer the shim made itself (`shim/src/direct.rs`: a zero-copy buffer on an idle
+    /// queue), for which the application asked an event: the worker makes it, a user event of
+    /// the queue's context set complete, that answers `CL_EVENT_COMMAND_TYPE` with
+    /// `command_type` and `CL_EVENT_COMMAND_QUEUE` with `queue` as the transfer's own event
+    /// would, and refuses `clSetUserEventStatus`. No command reaches the queue, so it stays
+    /// idle. `sync.wait` is empty; only a queue without profiling gets one (a user event has no
+    /// timestamps).
+    EnqueueDone { queue: ObjectId, command_type: u32, sync: EnqueueSync } -> i32;
 }
 
 /// Where each read of a `ReadBack` of `sizes` lands in its segment, one after the other, each
@@ -780,6 +788,7 @@ impl Request {
             Request::EnqueueFillBuffer(r) => enqueue(r.queue, &r.sync),
             Request::EnqueueMarkerOrBarrier(r) => enqueue(r.queue, &r.sync),
             Request::EnqueueUnmapMemObject(r) => enqueue(r.queue, &r.sync),
+            Request::EnqueueDone(r) => enqueue(r.queue, &r.sync),
             // Only a non-blocking one from a segment: the lane's bulk area is reused by the next
             // call, and a blocking write must not return before the data is in the buffer.
             Request::EnqueueWriteBuffer(r) if !r.blocking && matches!(r.data, DataRef::Segment { .. }) => {

@@ -1488,6 +1488,10 @@ fn late_error_message(op: u32, code: cl_int) -> String {
         Some("EnqueueMarkerOrBarrier") => "clEnqueueMarkerWithWaitList/clEnqueueBarrierWithWaitList",
         Some("EnqueueUnmapMemObject") => "clEnqueueUnmapMemObject",
         Some("EnqueueWriteBuffer") => "clEnqueueWriteBuffer",
+        Some("EnqueueReadBuffer") => "clEnqueueReadBuffer",
+        Some("EnqueueDone") => {
+            "clEnqueueReadBuffer/clEnqueueWriteBuffer (the event of a transfer cloister made itself)"
+        }
         Some("CreateBuffer") => "clCreateBuffer",
         _ => "an enqueue",
     };

@@ -22,7 +22,9 @@
 //! - every device of the queue's context is a CPU device with host-unified memory;
 //! - the buffer is a zero-copy buffer of the queue's own context, the transfer lies within it,
 //!   is not empty, and the buffer's host-access flags allow it;
-//! - there is no wait list and no event (an event would need the driver's object);
+//! - there is no wait list; an event the application asks for is a user event the worker makes
+//!   complete and lets stand in for the transfer on its queue (`EnqueueDone`: its command type
+//!   and queue are the transfer's), which has no timestamps, so not on a profiling queue;
 //! - for a map: the buffer is not `CL_MEM_USE_HOST_PTR` (its map hands out the application's
 //!   own memory, filled from the buffer's), and the flags are one of `CL_MAP_READ`,
 //!   `CL_MAP_WRITE`, both, or `CL_MAP_WRITE_INVALIDATE_REGION`. The unmap of such a mapping

@@ -480,6 +480,88 @@ static void direct_rules(void) {
   printf("direct transfer rules ok\n");
 }
 
+/* Blocking and non-blocking transfers with an event, as pyopencl makes every one, on an idle
+ * queue (the cage copies these itself and has the worker make the event): every byte lands, the
+ * event is complete when a blocking call returns, says the transfer's command type, queue and
+ * context, is no user event the application may set, works in a wait list and in
+ * clWaitForEvents, and runs a callback. On a profiling queue the event has its timestamps. */
+static volatile int event_callback_status = 1;
+static void CL_CALLBACK note_status(cl_event e, cl_int status, void *user_data) {
+  (void)e; (void)user_data;
+  event_callback_status = status;
+}
+static void event_info(cl_event ev, const char *what) {
+  cl_int status = 1;
+  cl_uint type = 0;
+  cl_command_queue eq = NULL;
+  cl_context ec = NULL;
+  CHECK(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL));
+  CHECK(clGetEventInfo(ev, CL_EVENT_COMMAND_TYPE, sizeof type, &type, NULL));
+  CHECK(clGetEventInfo(ev, CL_EVENT_COMMAND_QUEUE, sizeof eq, &eq, NULL));
+  CHECK(clGetEventInfo(ev, CL_EVENT_CONTEXT, sizeof ec, &ec, NULL));
+  printf("%s: status %d, command type %#x, its queue %d, its context %d\n", what, status, type, eq == q, ec == ctx);
+}
+static void transfers_with_events(size_t n) {
+  cl_int err;
+  unsigned char *ref = malloc(n), *got = malloc(n);
+  randomize(ref, n);
+  cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, n, NULL, &err);
+  CHECK(err);
+  CHECK(clFinish(q));
+  cl_event w, r;
+  CHECK(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, n, ref, 0, NULL, &w));
+  event_info(w, "blocking write's event");
+  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, 0, NULL, &r));
+  event_info(r, "blocking read's event");
+  same(got, ref, n, "a write and a read with events", n);
+  printf("setting a transfer's event as a user event: %d\n", clSetUserEventStatus(w, CL_COMPLETE));
+  /* In a wait list, and waited for. */
+  cl_event both[2] = { w, r }, k;
+  size_t g = n;
+  CHECK(clSetKernelArg(add1, 0, sizeof m, &m));
+  CHECK(clEnqueueNDRangeKernel(q, add1, 1, NULL, &g, NULL, 2, both, &k));
+  CHECK(clWaitForEvents(2, both));
+  CHECK(clWaitForEvents(1, &k));
+  for (size_t i = 0; i < n; i++) ref[i] += 1;
+  CHECK(clFinish(q));
+  cl_event r2;
+  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, 0, NULL, &r2));
+  same(got, ref, n, "a kernel behind transfers' events", n);
+  /* A callback on a complete transfer's event runs, with CL_COMPLETE. */
+  event_callback_status = 1;
+  CHECK(clSetEventCallback(r2, CL_COMPLETE, note_status, NULL));
+  for (int i = 0; i < 500 && event_callback_status == 1; i++) usleep(10000);
+  printf("callback on a read's event: %d\n", event_callback_status);
+  /* Non-blocking, at an odd offset: complete once the queue is finished. */
+  size_t off = n / 3, len = n - n / 3 - 1;
+  randomize(ref + off, len);
+  cl_event nb;
+  CHECK(clFinish(q));
+  CHECK(clEnqueueWriteBuffer(q, m, CL_FALSE, off, len, ref + off, 0, NULL, &nb));
+  CHECK(clWaitForEvents(1, &nb));
+  event_info(nb, "non-blocking write's event, waited for");
+  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, 0, NULL, NULL));
+  same(got, ref, n, "a non-blocking write with an event", n);
+  /* A profiling queue's transfer events carry their timestamps. */
+  cl_command_queue pq = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+  CHECK(err);
+  cl_event p;
+  cl_ulong start = 0, end = 0;
+  CHECK(clFinish(pq));
+  CHECK(clEnqueueReadBuffer(pq, m, CL_TRUE, 0, n, got, 0, NULL, &p));
+  same(got, ref, n, "a read on a profiling queue", n);
+  cl_int s1 = clGetEventProfilingInfo(p, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
+  cl_int s2 = clGetEventProfilingInfo(p, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+  printf("profiling queue read's event: start %d, end %d, end after start %d\n", s1, s2, end >= start);
+  cl_event done[] = { w, r, k, r2, nb, p };
+  for (int i = 0; i < 6; i++) CHECK(clReleaseEvent(done[i]));
+  CHECK(clReleaseCommandQueue(pq));
+  CHECK(clReleaseMemObject(m));
+  free(ref);
+  free(got);
+  printf("transfers with events of %zu bytes ok\n", n);
+}
+
 /* Another thread fills a buffer with one byte value after another (in order, on the same
  * queue) while this one reads it whole with blocking reads: on an in-order queue no fill runs
  * while a read does, so every read sees one value. Sizes the cage copies itself (64 KiB+), maps
@@ -838,6 +920,9 @@ int main(void) {
   for (int i = 0; i < 5; i++) transfers(sizes[i]);
   sub_buffers();
   direct_rules();
+  transfers_with_events(4096 + 3);
+  transfers_with_events((256 << 10) + 7);
+  transfers_with_events((1 << 20) + 5);
   direct_maps();
   two_threads();
   host_ptr_flags(4096);

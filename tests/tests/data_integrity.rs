@@ -14,6 +14,8 @@ use std::process::{Command, Stdio};
 #[derive(Debug, PartialEq, Eq)]
 struct Direct {
     transfers: usize,
+    /// Of those, how many had the event the application asked for made by the worker.
+    transfer_events: usize,
     idle_finishes: usize,
     maps: usize,
     slabs_again: usize,
@@ -38,6 +40,7 @@ fn passes(env: &[(&str, &str)]) -> Direct {
     let count = |what: &str| log.lines().filter(|l| l.contains(what)).count();
     Direct {
         transfers: count("direct transfer"),
+        transfer_events: count("direct transfer's event"),
         idle_finishes: count("direct finish of an idle queue"),
         maps: count("direct map"),
         slabs_again: count("slab carved again"),
@@ -53,6 +56,8 @@ fn passes(env: &[(&str, &str)]) -> Direct {
 fn zero_copy_buffers_keep_every_byte() {
     let d = passes(&[]);
     assert!(d.transfers >= 100, "only {} transfers went the direct way", d.transfers);
+    // `transfers_with_events`: three blocking transfers with an event for each of three sizes.
+    assert!(d.transfer_events >= 9, "only {} transfers with an event went the direct way", d.transfer_events);
     assert!(d.idle_finishes >= 1, "no clFinish of an idle queue was answered without the worker");
     assert!(d.maps >= 40, "only {} maps went the direct way", d.maps);
     assert!(d.slabs_again >= 2, "{} slabs of small buffers were carved again", d.slabs_again);
@@ -72,7 +77,8 @@ fn zero_copy_buffers_keep_every_byte_in_report_mode() {
 
 #[test]
 fn staged_buffers_keep_every_byte() {
-    let none = Direct { transfers: 0, idle_finishes: 0, maps: 0, slabs_again: 0, whole_slabs_again: 0 };
+    let none =
+        Direct { transfers: 0, transfer_events: 0, idle_finishes: 0, maps: 0, slabs_again: 0, whole_slabs_again: 0 };
     assert_eq!(passes(&[("CLOISTER_ZERO_COPY", "0")]), none, "a staged buffer was copied or mapped directly");
 }
 

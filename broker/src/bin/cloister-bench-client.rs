@@ -547,15 +547,19 @@ fn main() {
             }
             check("clReleaseMemObject", clReleaseMemObject(buf));
         }
-        // Blocking 16 MiB transfers that each ask for their event, as pyopencl's do, and release
-        // it: the cage takes another way for a transfer with an event (its event must be the
-        // transfer's, complete when the call returns).
-        if bench.wanted("write_16m_event") || bench.wanted("read_16m_event") {
-            let size = 16usize << 20;
+        // Blocking 1 MiB and 16 MiB transfers that each ask for their event, as pyopencl's do,
+        // and release it: the cage takes another way for a transfer with an event (its event
+        // must be the transfer's, complete when the call returns).
+        for (label, size) in [("1m", 1usize << 20), ("16m", 16 << 20)] {
+            let (write_name, read_name) = (format!("write_{label}_event"), format!("read_{label}_event"));
+            if !bench.wanted(&write_name) && !bench.wanted(&read_name) {
+                continue;
+            }
             let (buf, mut host) = written_buffer(ctx, q, size);
             for write in [true, false] {
-                let name = if write { "write_16m_event" } else { "read_16m_event" };
-                bench.measure(name, Throughput::Bytes(size), 1, |n| {
+                let name = if write { write_name.as_str() } else { read_name.as_str() };
+                let ops = if size < (4 << 20) { 10 } else { 1 };
+                bench.measure(name, Throughput::Bytes(size), ops, |n| {
                     for _ in 0..n {
                         let mut ev: Handle = null_mut();
                         check(name, transfer(q, buf, write, CL_TRUE, &mut host, &mut ev));

@@ -84,6 +84,10 @@ impl Serve<CreateUserEvent> for LaneServer<'_> {
 impl Serve<SetUserEventStatus> for LaneServer<'_> {
     fn serve(&self, r: SetUserEventStatus) -> i32 {
         let ev = tri!(self.obj(r.event, Kind::Event));
+        if self.stand_in_of(ev).is_some() {
+            // The application's handle is a command's event, not a user event of its own.
+            return CL_INVALID_EVENT;
+        }
         // SAFETY: live event.
         let rc = unsafe { driver_fn!(ev, clSetUserEventStatus)(ev as _, r.status) };
         if rc == CL_SUCCESS {
@@ -93,6 +97,35 @@ impl Serve<SetUserEventStatus> for LaneServer<'_> {
             notify::event_reached(ev, r.status);
         }
         rc
+    }
+}
+
+/// The event of a transfer the shim made itself: a user event of the queue's context, complete
+/// now, standing in for the transfer's command on `queue` (see `EnqueueDone`). Posted: a
+/// failure makes the event a failed one and is the queue's late error (`late_failure`).
+impl Serve<EnqueueDone> for LaneServer<'_> {
+    fn serve(&self, r: EnqueueDone) -> i32 {
+        let q = tri!(self.obj(r.queue, Kind::Queue));
+        let Some(id) = r.sync.event else { return CL_SUCCESS };
+        if !r.sync.wait.is_empty() {
+            return CL_INVALID_EVENT_WAIT_LIST;
+        }
+        let Some(ctx) = super::queue_context(q) else { return CL_INVALID_COMMAND_QUEUE };
+        let mut rc = CL_SUCCESS;
+        // SAFETY: a live context of the driver's.
+        let ev = unsafe { driver_fn!(ctx, clCreateUserEvent)(ctx as _, &mut rc) };
+        if rc != CL_SUCCESS || ev.is_null() {
+            return if rc == CL_SUCCESS { CL_OUT_OF_RESOURCES } else { rc };
+        }
+        // SAFETY: the user event just created.
+        let set = unsafe { driver_fn!(ev as usize, clSetUserEventStatus)(ev, CL_COMPLETE) };
+        if set != CL_SUCCESS {
+            // SAFETY: as above; nobody else holds it.
+            unsafe { driver_fn!(ev as usize, clReleaseEvent)(ev) };
+            return set;
+        }
+        self.note_stand_in(ev as usize, super::StandIn { command_type: r.command_type, queue: q });
+        self.adopt(id, Kind::Event, ev, rc)
     }
 }
 

@@ -129,13 +129,23 @@ pub struct Worker {
     failed_creations: Mutex<FastMap<ObjectId, cl_int>>,
     /// Shared regions pinned in the driver's contexts for fast transfers (discrete GPUs).
     pub staging: crate::staging::Staging,
-    /// Events of commands the worker ran in place of the application's (a map served by a
-    /// read, see `Mapping::staged`), by driver handle: the command type the application asked
-    /// for, which `CL_EVENT_COMMAND_TYPE` answers.
-    stand_ins: Mutex<FastMap<usize, cl_uint>>,
+    /// Events of commands run in place of the application's (a map served by a read, see
+    /// `Mapping::staged`; a transfer the shim made itself, `EnqueueDone`), by driver handle.
+    stand_ins: Mutex<FastMap<usize, StandIn>>,
     /// For each kernel argument that was given a pointer-sized value of no object, what such a
     /// value is refused with (`object_arg`), by driver handle and index.
     object_args: Mutex<FastMap<(usize, u32), Option<cl_int>>>,
+}
+
+/// What an event standing in for another command answers in that command's place.
+#[derive(Clone, Copy)]
+pub(crate) struct StandIn {
+    /// The command type the application asked for (`CL_EVENT_COMMAND_TYPE`).
+    pub command_type: cl_uint,
+    /// The queue the command was the application's on (`CL_EVENT_COMMAND_QUEUE`), where the
+    /// event is a user event of the worker's (`EnqueueDone`), which has none; 0 where the
+    /// driver's answer is right.
+    pub queue: usize,
 }
 
 /// One lane's server: the worker state plus that lane's bulk area.
@@ -332,8 +342,17 @@ impl LaneServer<'_> {
     /// type `command_type` (see `Worker::stand_ins`).
     pub(crate) fn stand_in(&self, sync: &EnqueueSync, command_type: cl_uint) {
         if let Some(ev) = sync.event.and_then(|id| self.worker.objects.get(id, Kind::Event)) {
-            self.worker.stand_ins.lock().unwrap_or_else(|e| e.into_inner()).insert(ev, command_type);
+            self.note_stand_in(ev, StandIn { command_type, queue: 0 });
         }
+    }
+
+    pub(crate) fn note_stand_in(&self, ev: usize, stand_in: StandIn) {
+        self.worker.stand_ins.lock().unwrap_or_else(|e| e.into_inner()).insert(ev, stand_in);
+    }
+
+    /// What driver event `ev` stands in for, if it does (see `Worker::stand_ins`).
+    pub(crate) fn stand_in_of(&self, ev: usize) -> Option<StandIn> {
+        self.worker.stand_ins.lock().unwrap_or_else(|e| e.into_inner()).get(&ev).copied()
     }
 
     fn adopt_event(&self, sync: &EnqueueSync, ev: *mut c_void, rc: cl_int) -> cl_int {
@@ -653,9 +672,20 @@ impl Serve<GetInfo> for LaneServer<'_> {
             // The value is an array of application pointers; not forwarded yet.
             return CL_INVALID_OPERATION.into();
         }
-        if r.target == InfoTarget::Event && r.param == CL_EVENT_COMMAND_TYPE {
-            if let Some(&t) = self.worker.stand_ins.lock().unwrap_or_else(|e| e.into_inner()).get(&h) {
-                return InfoReply { status: CL_SUCCESS, value_status: CL_SUCCESS, value: t.to_ne_bytes().to_vec() };
+        if let (InfoTarget::Event, Some(stand_in)) = (r.target, self.stand_in_of(h)) {
+            let value = match r.param {
+                CL_EVENT_COMMAND_TYPE => Some(stand_in.command_type.to_ne_bytes().to_vec()),
+                CL_EVENT_COMMAND_QUEUE if stand_in.queue != 0 => {
+                    let mut v = stand_in.queue.to_ne_bytes().to_vec();
+                    if let Some(layout) = handle_layout(r.target, r.param) {
+                        self.translate_handles(layout, &mut v);
+                    }
+                    Some(v)
+                }
+                _ => None,
+            };
+            if let Some(value) = value {
+                return InfoReply { status: CL_SUCCESS, value_status: CL_SUCCESS, value };
             }
         }
         let mut size = 0usize;
