@@ -27,9 +27,11 @@
 //!   and queue are the transfer's), which has no timestamps, so not on a profiling queue;
 //! - for a map: the buffer is not `CL_MEM_USE_HOST_PTR` (its map hands out the application's
 //!   own memory, filled from the buffer's), and the flags are one of `CL_MAP_READ`,
-//!   `CL_MAP_WRITE`, both, or `CL_MAP_WRITE_INVALIDATE_REGION`. The unmap of such a mapping
-//!   with a wait list or an event has the worker map and unmap the range in one go, so the
-//!   event is a real unmap's; the map count (`CL_MEM_MAP_COUNT`) is the shim's.
+//!   `CL_MAP_WRITE`, both, or `CL_MAP_WRITE_INVALIDATE_REGION`. A map's event, and the event
+//!   of such a mapping's unmap on a queue still idle, are made as a transfer's are. The unmap
+//!   with a wait list, or with an event on a busy queue, has the worker map and unmap the range
+//!   in one go, so the event is a real unmap's; the map count (`CL_MEM_MAP_COUNT`) is the
+//!   shim's.
 //!
 //! The worker is asked once per buffer, at its first direct transfer or map, whether the buffer
 //! exists: its creation may have been posted, and failed in the driver.

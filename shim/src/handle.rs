@@ -257,7 +257,12 @@ pub enum ObjData {
         /// (`cells`).
         args: Arc<KernelArgs>,
     },
-    Event,
+    /// `done`: made complete, standing in for a command the shim made itself (`EnqueueDone`): a
+    /// callback registered on it runs at once, as a driver runs one on an event already past
+    /// the callback's status.
+    Event {
+        done: bool,
+    },
     Sampler,
     CommandBuffer,
 }
@@ -653,7 +658,7 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
         ObjData::Device => ObjData::Device,
         ObjData::Context => ObjData::Context,
         ObjData::Queue(state) => ObjData::Queue(state.rebuilt()),
-        ObjData::Event => ObjData::Event,
+        ObjData::Event { done } => ObjData::Event { done: *done },
         ObjData::Sampler => ObjData::Sampler,
         ObjData::CommandBuffer => ObjData::CommandBuffer,
     };

@@ -308,7 +308,7 @@ static void direct_maps(void) {
   CHECK(clEnqueueUnmapMemObject(q, m, b, 0, NULL, NULL));
   CHECK(clEnqueueUnmapMemObject(q, m, a, 0, NULL, NULL));
   CHECK(clFinish(q));
-  /* An idle write map whose unmap wants an event: a real unmap, complete after the wait. */
+  /* An idle write map whose unmap wants an event: an unmap's event, complete after the wait. */
   unsigned char *w = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_WRITE, 100, 5000, 0, NULL, NULL, &err);
   CHECK(err);
   same(w, ref + 100, 5000, "idle write map holds the buffer's bytes", N);
@@ -542,6 +542,37 @@ static void transfers_with_events(size_t n) {
   event_info(nb, "non-blocking write's event, waited for");
   CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, 0, NULL, NULL));
   same(got, ref, n, "a non-blocking write with an event", n);
+  /* A map and its unmap with events, as pyopencl makes them: on the idle queue, then with a
+   * kernel enqueued between them (the unmap's event is then the driver's, after the kernel). */
+  cl_event me, ue;
+  CHECK(clFinish(q));
+  unsigned char *p0 = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, n, 0, NULL, &me, &err);
+  CHECK(err);
+  event_info(me, "idle map's event");
+  same(p0, ref, n, "a map with an event", n);
+  randomize(p0, n / 2);
+  memcpy(ref, p0, n / 2);
+  CHECK(clEnqueueUnmapMemObject(q, m, p0, 0, NULL, &ue));
+  /* Not blocking: its status before the wait is the implementation's to say. */
+  CHECK(clWaitForEvents(1, &ue));
+  event_info(ue, "idle unmap's event, waited for");
+  CHECK(clReleaseEvent(me));
+  CHECK(clReleaseEvent(ue));
+  p0 = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_WRITE, 0, n, 0, NULL, &me, &err);
+  CHECK(err);
+  randomize(p0 + n / 2, n - n / 2);
+  memcpy(ref + n / 2, p0 + n / 2, n - n / 2);
+  cl_mem other = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
+  CHECK(err);
+  run_add1(other, 64);
+  CHECK(clEnqueueUnmapMemObject(q, m, p0, 0, NULL, &ue));
+  CHECK(clWaitForEvents(1, &ue));
+  event_info(ue, "unmap's event behind a kernel, waited for");
+  CHECK(clReleaseEvent(me));
+  CHECK(clReleaseEvent(ue));
+  CHECK(clReleaseMemObject(other));
+  CHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, got, 0, NULL, NULL));
+  same(got, ref, n, "maps and unmaps with events", n);
   /* A profiling queue's transfer events carry their timestamps. */
   cl_command_queue pq = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
   CHECK(err);

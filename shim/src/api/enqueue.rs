@@ -770,9 +770,19 @@ pub unsafe fn clEnqueueMapBuffer(
     let r = (|| {
         let (q, m) = queue_and_mem(queue, buffer)?;
         let blocking = blocking_map != CL_FALSE;
-        let quiet = n == 0 && list.is_null() && event.is_null();
+        let quiet = n == 0 && list.is_null() && (event.is_null() || events_stand_in(&q));
         if let Some(r) = quiet.then(|| direct_map(&q, &m, blocking, map_flags, offset, size)).flatten() {
-            return r.map(|p| p.cast());
+            let ptr = r?;
+            // SAFETY: event per API contract.
+            return match unsafe { done_event(&q, CL_COMMAND_MAP_BUFFER, CL_SUCCESS, event) } {
+                CL_SUCCESS => Ok(ptr.cast()),
+                e => {
+                    // No event, no mapping: the call failed (and may run again after a
+                    // replay's carry-over).
+                    forget_direct_map(&q, &m, ptr);
+                    Err(e)
+                }
+            };
         }
         // SAFETY: API contract.
         let sync = unsafe { enqueue_sync(&q, n, list, event)? };
@@ -872,6 +882,25 @@ fn direct_map(
     Some(Ok(ptr))
 }
 
+/// Undoes `direct_map`'s mapping at `ptr` of `m` (its call failed after all), as a quiet unmap of
+/// it would.
+fn forget_direct_map(q: &Object, m: &Object, ptr: *mut u8) {
+    let ObjData::Mem { maps, .. } = &m.data else { return };
+    let record = {
+        let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(list) = maps.get_mut(&(ptr as usize)) else { return };
+        let record = list.pop();
+        if list.is_empty() {
+            maps.remove(&(ptr as usize));
+        }
+        record
+    };
+    if let (Some(record), true) = (record, q.conn.replays()) {
+        // SAFETY: the record was this mapping's, live until now.
+        unsafe { journal_unmap(q, m, ptr.cast(), &record, false, &EnqueueSync::default()) };
+    }
+}
+
 /// Keeps a mapping the application now holds at `ptr` with its memory object (and in replay's
 /// journal), for the unmap to find.
 pub(super) fn remember_map(q: &Object, m: &Object, ptr: usize, record: MapRecord) {
@@ -911,10 +940,20 @@ pub unsafe fn clEnqueueUnmapMemObject(
             }
             rec
         };
-        let quiet = n == 0 && list.is_null() && event.is_null();
+        // With an event, only on an idle queue: the unmap's event must complete after the
+        // queue's earlier commands.
+        let idle = || q.data.queue_state().is_some_and(|state| state.while_idle(|| ()).is_some());
+        let quiet = n == 0 && list.is_null() && (event.is_null() || (events_stand_in(&q) && idle()));
         if record.in_shim && !record.carried && quiet && !q.conn.is_dead() {
-            // The worker never had the mapping, and nothing is to wait for or to report: the bytes
-            // are in place, and the queue stays as idle as it was.
+            // The worker never had the mapping, and nothing is to wait for: the bytes are in
+            // place, and the queue stays as idle as it was. An event is made complete.
+            // SAFETY: event per API contract.
+            let rc = unsafe { done_event(&q, CL_COMMAND_UNMAP_MEM_OBJECT, CL_SUCCESS, event) };
+            if rc != CL_SUCCESS {
+                // The mapping stays the application's.
+                maps.lock().unwrap_or_else(|e| e.into_inner()).entry(mapped_ptr as usize).or_default().push(record);
+                return Err(rc);
+            }
             if q.conn.replays() {
                 // SAFETY: the record was this mapping's, live until now.
                 unsafe { journal_unmap(&q, &m, mapped_ptr, &record, false, &EnqueueSync::default()) };
@@ -1395,18 +1434,16 @@ unsafe fn direct(
     (n, list): (cl_uint, *const cl_event),
     event: *mut cl_event,
 ) -> Option<cl_int> {
-    // A list given with no events is refused on the worker's path (`enqueue_sync`). An event
-    // is a user event the worker makes complete (`done_event`), which has no timestamps: not on
-    // a profiling queue.
-    let profiling = || q.data.queue_state().is_none_or(QueueState::profiling);
-    if n != 0 || !list.is_null() || (!event.is_null() && profiling()) {
+    // A list given with no events is refused on the worker's path (`enqueue_sync`).
+    if n != 0 || !list.is_null() || (!event.is_null() && !events_stand_in(q)) {
         return None;
     }
+    let command_type = if write { CL_COMMAND_WRITE_BUFFER } else { CL_COMMAND_READ_BUFFER };
     let transfer = crate::direct::Direct::check(q, m, write, offset, size, app)?;
     // SAFETY: forwarded from the caller.
     if let Some(rc) = unsafe { transfer.copy_if_idle(q, m) } {
         // SAFETY: forwarded from the caller.
-        return Some(unsafe { done_event(q, write, rc, event) });
+        return Some(unsafe { done_event(q, command_type, rc, event) });
     }
     if !blocking {
         return None;
@@ -1415,7 +1452,7 @@ unsafe fn direct(
         // SAFETY: forwarded from the caller.
         Ok(late) => match unsafe { transfer.copy_if_idle(q, m) } {
             // SAFETY: forwarded from the caller.
-            Some(rc) => Some(unsafe { done_event(q, write, super::queue::after_late(rc, late), event) }),
+            Some(rc) => Some(unsafe { done_event(q, command_type, super::queue::after_late(rc, late), event) }),
             // Another thread came meanwhile: the worker's way, unless that would lose the late
             // error the `clFinish` took.
             None => late,
@@ -1424,26 +1461,40 @@ unsafe fn direct(
     }
 }
 
-/// After a transfer the shim made itself with status `rc`: the event the application asked for
-/// (`event` not NULL), if the transfer succeeded. The worker makes it, complete, standing in for
-/// the transfer on `q` (`EnqueueDone`, posted: no round trip, and no command reaches the queue,
-/// which stays idle for the next direct transfer). pyopencl asks an event of every transfer:
-/// before, each such blocking transfer over 256 KiB went the worker's way (a map and an unmap,
-/// two round trips) and one under it through the lane; 1 MiB took 65 us caged against 35
-/// directly on 2 pocl cores (`tools/measure/evx.c`).
+/// After a transfer or map the shim made itself with status `rc`: the event the application
+/// asked for (`event` not NULL), if it succeeded. The worker makes it, complete, standing in for
+/// a command of `command_type` on `q` (`EnqueueDone`, posted: no round trip, and no command
+/// reaches the queue, which stays idle for the next direct transfer). Only where
+/// `events_stand_in` says so. pyopencl asks an event of every transfer and map: before, each
+/// such blocking transfer over 256 KiB went the worker's way (a map and an unmap, two round
+/// trips) and one under it through the lane; 1 MiB took 65 us caged against 35 directly on 2
+/// pocl cores (`tools/measure/evx.c`).
 ///
 /// # Safety
 /// `event` is NULL or valid for a write.
-unsafe fn done_event(q: &Object, write: bool, rc: cl_int, event: *mut cl_event) -> cl_int {
+unsafe fn done_event(q: &Object, command_type: cl_uint, rc: cl_int, event: *mut cl_event) -> cl_int {
     if rc != CL_SUCCESS || event.is_null() {
         return rc;
     }
     let sync = EnqueueSync { wait: Vec::new(), event: Some(q.conn.alloc_id()) };
-    let command_type = if write { CL_COMMAND_WRITE_BUFFER } else { CL_COMMAND_READ_BUFFER };
     let posted = q.conn.post(EnqueueDone { queue: q.id, command_type, sync: sync.clone() });
-    cloister_ipc::log::in_shim(|| tracing::trace!(target: "cloister::direct", write, "direct transfer's event"));
-    // SAFETY: per the caller.
-    unsafe { finish_enqueue(q, &sync, event, posted) }
+    cloister_ipc::log::in_shim(|| tracing::trace!(target: "cloister::direct", command_type, "direct command's event"));
+    match (posted, sync.event) {
+        (Ok(CL_SUCCESS), Some(id)) => {
+            let data = ObjData::Event { done: true };
+            // SAFETY: non-NULL (checked above) and writable per the caller.
+            unsafe { *event = crate::handle::new_handle_holding(Kind::Event, id, &q.conn, data, q) };
+            CL_SUCCESS
+        }
+        (Ok(rc), _) | (Err(rc), _) => rc,
+    }
+}
+
+/// Whether a command the shim makes itself on `q` may have the event the application asks for
+/// made as `done_event` makes it: a user event, which has no timestamps, so not on a profiling
+/// queue.
+fn events_stand_in(q: &Object) -> bool {
+    q.data.queue_state().is_some_and(|state| !state.profiling())
 }
 
 /// A blocking read or write of a zero-copy buffer, with one copy as directly: the worker maps

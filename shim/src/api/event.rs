@@ -56,9 +56,13 @@ fn profiling_answers(obj: &Object, param: cl_uint) -> Option<Result<Vec<u8>, cl_
 
 pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -> cl_event {
     let r = lookup(context, Kind::Context).and_then(|ctx| {
-        super::create_held((context.cast_const(), Kind::Context), &ctx.conn, Kind::Event, ObjData::Event, |id| {
-            crate::recovery::recorded(&ctx.conn, CreateUserEvent { id, context: ctx.id })
-        })
+        super::create_held(
+            (context.cast_const(), Kind::Context),
+            &ctx.conn,
+            Kind::Event,
+            ObjData::Event { done: false },
+            |id| crate::recovery::recorded(&ctx.conn, CreateUserEvent { id, context: ctx.id }),
+        )
     });
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
@@ -87,6 +91,15 @@ pub unsafe fn clSetEventCallback(
     }
     // SAFETY: the application passes a function of clSetEventCallback's type.
     let pfn = unsafe { std::mem::transmute::<*mut c_void, EventNotifyFn>(pfn_notify) };
+    if matches!(ev.data, ObjData::Event { done: true }) {
+        // Complete since it was made: the callback runs now, on this thread, with the status it
+        // was registered for (the specification's `event_command_status`), as pocl runs one on
+        // an event already past that status. `ev` keeps the object alive should the callback
+        // release the application's last reference.
+        // SAFETY: the application's function, with its event and user_data.
+        unsafe { pfn(event, callback_type, user_data) };
+        return Ok(CL_SUCCESS);
+    }
     // The callback receives the application's handle: keep it alive until it has run.
     crate::handle::retain(event, Kind::Event);
     let token =

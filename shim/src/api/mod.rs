@@ -140,7 +140,15 @@ pub unsafe fn finish_enqueue(
     if rc == CL_SUCCESS {
         if let (Some(id), false) = (sync.event, event.is_null()) {
             // SAFETY: checked non-NULL; the API contract makes it writable.
-            unsafe { *event = crate::handle::new_handle_holding(Kind::Event, id, &queue.conn, ObjData::Event, queue) };
+            unsafe {
+                *event = crate::handle::new_handle_holding(
+                    Kind::Event,
+                    id,
+                    &queue.conn,
+                    ObjData::Event { done: false },
+                    queue,
+                )
+            };
         }
     }
     rc
