@@ -675,10 +675,10 @@ wire_calls! {
     /// end: the trace and the timing report time the commands they saw complete with one call,
     /// not three each.
     EventProfiles { events: Vec<ObjectId> } -> ProfilesReply;
-    /// A transfer the shim made itself (`shim/src/direct.rs`: a zero-copy buffer on an idle
-    /// queue), for which the application asked an event: the worker makes it, a user event of
-    /// the queue's context set complete, that answers `CL_EVENT_COMMAND_TYPE` with
-    /// `command_type` and `CL_EVENT_COMMAND_QUEUE` with `queue` as the transfer's own event
+    /// A transfer, map or unmap the shim made itself (`shim/src/direct.rs`: a zero-copy buffer
+    /// on an idle queue), for which the application asked an event: the worker makes it, a user
+    /// event of the queue's context set complete, that answers `CL_EVENT_COMMAND_TYPE` with
+    /// `command_type` and `CL_EVENT_COMMAND_QUEUE` with `queue` as the command's own event
     /// would, and refuses `clSetUserEventStatus`. No command reaches the queue, so it stays
     /// idle. `sync.wait` is empty; only a queue without profiling gets one (a user event has no
     /// timestamps).

@@ -1489,9 +1489,7 @@ fn late_error_message(op: u32, code: cl_int) -> String {
         Some("EnqueueUnmapMemObject") => "clEnqueueUnmapMemObject",
         Some("EnqueueWriteBuffer") => "clEnqueueWriteBuffer",
         Some("EnqueueReadBuffer") => "clEnqueueReadBuffer",
-        Some("EnqueueDone") => {
-            "clEnqueueReadBuffer/clEnqueueWriteBuffer (the event of a transfer cloister made itself)"
-        }
+        Some("EnqueueDone") => "the event of a transfer or map cloister made itself",
         Some("CreateBuffer") => "clCreateBuffer",
         _ => "an enqueue",
     };
