@@ -639,6 +639,10 @@ static void info_protocol(cl_command_queue q, cl_kernel k) {
   INFO(clGetCommandQueueInfo, q, CL_QUEUE_PROPERTIES);             /* bitfield */
   INFO(clGetMemObjectInfo, b, CL_MEM_FLAGS);                       /* bitfield */
   INFO(clGetMemObjectInfo, b, CL_MEM_HOST_PTR);                    /* NULL pointer */
+  INFO(clGetMemObjectInfo, b, CL_MEM_TYPE);                        /* enum, the shim's own */
+  cl_mem_object_type b_type = 0;
+  CHECK(clGetMemObjectInfo(b, CL_MEM_TYPE, sizeof b_type, &b_type, NULL));
+  printf("a buffer's CL_MEM_TYPE: %#x\n", b_type);
   INFO(clGetProgramInfo, prog, CL_PROGRAM_KERNEL_NAMES);           /* string */
   INFO(clGetProgramInfo, prog, CL_PROGRAM_BINARY_SIZES);           /* array */
   INFO(clGetKernelInfo, k, CL_KERNEL_FUNCTION_NAME);               /* string */
@@ -767,6 +771,9 @@ static void oversized_regions(cl_command_queue q) {
     void *p = clEnqueueMapImage(q, im, CL_TRUE, CL_MAP_READ, o, wide_row, &pitch, NULL, 0, NULL, NULL, &map);
     printf("oversized image regions: write %d, non-blocking %d, overflowing read %d, overflowing map %d (%s)\n", img_b,
            img_nb, img_read, map, p ? "mapped" : "NULL");
+    cl_mem_object_type type = 0;
+    CHECK(clGetMemObjectInfo(im, CL_MEM_TYPE, sizeof type, &type, NULL));
+    printf("an image's CL_MEM_TYPE: %#x\n", type);
     CHECK(clReleaseMemObject(im));
   } else {
     printf("oversized image regions: no 2D images here\n");
