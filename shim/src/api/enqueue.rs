@@ -886,19 +886,24 @@ fn direct_map(
 /// it would.
 fn forget_direct_map(q: &Object, m: &Object, ptr: *mut u8) {
     let ObjData::Mem { maps, .. } = &m.data else { return };
-    let record = {
-        let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(list) = maps.get_mut(&(ptr as usize)) else { return };
-        let record = list.pop();
-        if list.is_empty() {
-            maps.remove(&(ptr as usize));
-        }
-        record
-    };
-    if let (Some(record), true) = (record, q.conn.replays()) {
+    if let (Some(record), true) = (take_map_record(maps, ptr as usize), q.conn.replays()) {
         // SAFETY: the record was this mapping's, live until now.
         unsafe { journal_unmap(q, m, ptr.cast(), &record, false, &EnqueueSync::default()) };
     }
+}
+
+/// Takes the latest mapping at `ptr` off a memory object's record of `maps`, if it has one there.
+fn take_map_record(
+    maps: &std::sync::Mutex<std::collections::HashMap<usize, Vec<MapRecord>>>,
+    ptr: usize,
+) -> Option<MapRecord> {
+    let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
+    let list = maps.get_mut(&ptr)?;
+    let record = list.pop();
+    if list.is_empty() {
+        maps.remove(&ptr);
+    }
+    record
 }
 
 /// Keeps a mapping the application now holds at `ptr` with its memory object (and in replay's
@@ -931,15 +936,7 @@ pub unsafe fn clEnqueueUnmapMemObject(
         if q.data.queue_state().is_some_and(|state| state.context != *context) {
             return Err(CL_INVALID_CONTEXT);
         }
-        let record = {
-            let mut maps = maps.lock().unwrap_or_else(|e| e.into_inner());
-            let list = maps.get_mut(&(mapped_ptr as usize)).ok_or(CL_INVALID_VALUE)?;
-            let rec = list.pop().ok_or(CL_INVALID_VALUE)?;
-            if list.is_empty() {
-                maps.remove(&(mapped_ptr as usize));
-            }
-            rec
-        };
+        let record = take_map_record(maps, mapped_ptr as usize).ok_or(CL_INVALID_VALUE)?;
         // With an event, only on an idle queue: the unmap's event must complete after the
         // queue's earlier commands.
         let idle = || q.data.queue_state().is_some_and(|state| state.while_idle(|| ()).is_some());
