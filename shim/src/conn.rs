@@ -1201,19 +1201,16 @@ impl Conn {
                     true
                 }
             };
+            *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = false;
+            self.deliveries.fetch_add(1, Ordering::SeqCst);
+            self.delivered.notify_all();
             if ended {
-                // The last delivery is counted before the watcher takes this reference.
-                *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = false;
-                self.deliveries.fetch_add(1, Ordering::SeqCst);
-                self.delivered.notify_all();
+                // The watcher takes this thread's reference (see `DeathWatcher::died`).
                 if let Some(w) = self.death_watcher.get().cloned() {
                     w.died(self);
                 }
                 return;
             }
-            *self.delivering.lock().unwrap_or_else(|e| e.into_inner()) = false;
-            self.deliveries.fetch_add(1, Ordering::SeqCst);
-            self.delivered.notify_all();
         }
     }
 

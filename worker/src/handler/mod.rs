@@ -672,7 +672,8 @@ impl Serve<GetInfo> for LaneServer<'_> {
             // The value is an array of application pointers; not forwarded yet.
             return CL_INVALID_OPERATION.into();
         }
-        if let (InfoTarget::Event, Some(stand_in)) = (r.target, self.stand_in_of(h)) {
+        // Only an event's query looks (and takes the lock): every other goes straight on.
+        if let Some(stand_in) = (r.target == InfoTarget::Event).then(|| self.stand_in_of(h)).flatten() {
             let value = match r.param {
                 CL_EVENT_COMMAND_TYPE => Some(stand_in.command_type.to_ne_bytes().to_vec()),
                 CL_EVENT_COMMAND_QUEUE if stand_in.queue != 0 => {
