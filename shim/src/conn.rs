@@ -123,10 +123,6 @@ pub struct Conn {
     /// one has since: while only one thread posts, the others' calls need not look at it.
     first_poster: AtomicUsize,
     many_posters: AtomicBool,
-    /// Contexts ever created on this worker. While there is one, every object is in it, so an
-    /// enqueue's objects cannot be of different contexts (`CL_INVALID_CONTEXT`, which the shim
-    /// does not track per object): only then is anything posted.
-    contexts_made: AtomicU64,
     /// Whether a kernel of this worker may call `printf` (`stdio_relay::may_print`): only then
     /// does a call that waits for the device look for output in the relay's pipes before it
     /// returns (two `read`s, 2 us a call on the H100's VM, for output that is almost never there).
@@ -220,6 +216,20 @@ impl Drop for LaneSlot {
 pub fn strict() -> bool {
     static STRICT: OnceLock<bool> = OnceLock::new();
     *STRICT.get_or_init(cloister_ipc::settings::sync_mode)
+}
+
+thread_local! {
+    /// Whether the enqueue this thread is making waits for an event of another context
+    /// (`api::enqueue_sync` says so for each enqueue). OpenCL refuses that with
+    /// `CL_INVALID_CONTEXT`, pocl in every enqueue but `clEnqueueNDRangeKernel`, which runs it:
+    /// such an enqueue is never posted, so that its call returns what the driver says.
+    static WAITS_ACROSS_CONTEXTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Notes whether the enqueue this thread is making waits for an event of another context
+/// (see `WAITS_ACROSS_CONTEXTS`).
+pub fn waits_across_contexts(yes: bool) {
+    WAITS_ACROSS_CONTEXTS.with(|w| w.set(yes));
 }
 
 /// The deadline of one wait on the worker: the call's class deadline plus a grace, later than
@@ -530,7 +540,6 @@ impl Conn {
             lanes: Mutex::new(Vec::new()),
             first_poster: AtomicUsize::new(0),
             many_posters: AtomicBool::new(false),
-            contexts_made: AtomicU64::new(0),
             may_print: AtomicBool::new(false),
             death_watcher: OnceLock::new(),
             platforms: OnceLock::new(),
@@ -791,7 +800,11 @@ impl Conn {
     /// Posts `request` if it may be posted, else calls it.
     fn post_marked(&self, request: &Request) -> Result<Sent, cl_int> {
         let kind = request.posted();
-        if strict() || kind.is_none() || self.contexts_made.load(Ordering::Acquire) > 1 {
+        // An enqueue's other objects are of its queue's context (the shim checks each it posts,
+        // `ObjData::context`), and its wait list's events unless said otherwise here.
+        let across =
+            matches!(kind, Some(cloister_ipc::Posted::Enqueue { .. })) && WAITS_ACROSS_CONTEXTS.with(|w| w.get());
+        if strict() || kind.is_none() || across {
             return self.call_request(request).map(Sent::Called);
         }
         // A release posted from another thread (a language runtime's finalizer) orders nothing
@@ -859,9 +872,6 @@ impl Conn {
     fn exchange<R>(&self, lane: &Lane, request: &Request, then: impl FnOnce(&[u8]) -> R) -> Result<R, cl_int> {
         // Timed as the flight recorder notes it (a binary size query is a build).
         let name = cloister_ipc::deadlines::recorded_name(request);
-        if matches!(request, Request::CreateContext(_) | Request::CreateContextFromType(_)) {
-            self.contexts_made.fetch_add(1, Ordering::AcqRel);
-        }
         if crate::stdio_relay::may_print(request) {
             self.may_print.store(true, Ordering::Release);
         }

@@ -242,6 +242,8 @@ pub enum ObjData {
     /// `app_source` is the application's own text when the driver was given a rewritten one
     /// (absolute `#include` names made relative to the staged headers' root).
     Program {
+        /// The program's context: its kernels' (`ObjData::context`).
+        context: ObjectId,
         app_source: Option<Vec<u8>>,
         /// The `CL_PROGRAM_BINARY_SIZES` the application was last told: it sized its
         /// `CL_PROGRAM_BINARIES` buffers from them, so no binary may be longer.
@@ -252,6 +254,8 @@ pub enum ObjData {
         build_options: Mutex<Option<Vec<u8>>>,
     },
     Kernel {
+        /// Its program's context: an NDRange the shim posts names a queue of the same one.
+        context: ObjectId,
         num_args: u32,
         /// Shared with the handle's cell, which the loop case of `clSetKernelArg` reads
         /// (`cells`).
@@ -261,6 +265,9 @@ pub enum ObjData {
     /// callback registered on it runs at once, as a driver runs one on an event already past
     /// the callback's status.
     Event {
+        /// Its context: an enqueue's wait list names events of the queue's own
+        /// (`api::enqueue_sync`).
+        context: ObjectId,
         done: bool,
     },
     Sampler,
@@ -268,14 +275,29 @@ pub enum ObjData {
 }
 
 impl ObjData {
-    /// A program whose source, if any, the driver has as the application wrote it.
-    pub fn program() -> Self {
-        Self::program_with(None)
+    /// A program of `context` whose source, if any, the driver has as the application wrote it.
+    pub fn program(context: ObjectId) -> Self {
+        Self::program_with(context, None)
     }
 
-    /// A program whose source the driver has rewritten; `app_source` is the application's.
-    pub fn program_with(app_source: Option<Vec<u8>>) -> Self {
-        ObjData::Program { app_source, binary_sizes: Mutex::new(None), build_options: Mutex::new(None) }
+    /// A program of `context` whose source the driver has rewritten; `app_source` is the
+    /// application's.
+    pub fn program_with(context: ObjectId, app_source: Option<Vec<u8>>) -> Self {
+        ObjData::Program { context, app_source, binary_sizes: Mutex::new(None), build_options: Mutex::new(None) }
+    }
+
+    /// The context of a queue, memory object, program, kernel or event. The shim posts an
+    /// enqueue only when every object it names is of the queue's context (the driver's
+    /// `CL_INVALID_CONTEXT` would otherwise come late).
+    pub fn context(&self) -> Option<ObjectId> {
+        match self {
+            ObjData::Queue(state) => Some(state.context),
+            ObjData::Mem { context, .. }
+            | ObjData::Program { context, .. }
+            | ObjData::Kernel { context, .. }
+            | ObjData::Event { context, .. } => Some(*context),
+            _ => None,
+        }
     }
 
     pub fn mem(context: ObjectId, flags: u64, host_ptr: usize, host_len: usize, image: Option<ImageMeta>) -> Self {
@@ -646,19 +668,22 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
                 parent: *parent,
             }
         }
-        ObjData::Program { app_source, binary_sizes, build_options } => ObjData::Program {
+        ObjData::Program { context, app_source, binary_sizes, build_options } => ObjData::Program {
+            context: *context,
             app_source: app_source.clone(),
             binary_sizes: Mutex::new(binary_sizes.lock().unwrap_or_else(|e| e.into_inner()).clone()),
             build_options: Mutex::new(build_options.lock().unwrap_or_else(|e| e.into_inner()).clone()),
         },
         // Every argument set goes with the next enqueue: the rebuilt kernel has those of the
         // last command replayed, not necessarily the latest.
-        ObjData::Kernel { num_args, args } => ObjData::Kernel { num_args: *num_args, args: Arc::new(args.copy(true)) },
+        ObjData::Kernel { context, num_args, args } => {
+            ObjData::Kernel { context: *context, num_args: *num_args, args: Arc::new(args.copy(true)) }
+        }
         ObjData::Platform => ObjData::Platform,
         ObjData::Device => ObjData::Device,
         ObjData::Context => ObjData::Context,
         ObjData::Queue(state) => ObjData::Queue(state.rebuilt()),
-        ObjData::Event { done } => ObjData::Event { done: *done },
+        ObjData::Event { context, done } => ObjData::Event { context: *context, done: *done },
         ObjData::Sampler => ObjData::Sampler,
         ObjData::CommandBuffer => ObjData::CommandBuffer,
     };

@@ -64,7 +64,18 @@ static void setup(void) {
   CHECK(clGetPlatformIDs(1, &p, NULL));
   CHECK(clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 1, &dev, NULL));
   cl_int err;
+  /* OTHER_CONTEXTS: contexts made before and after this one (one released at once, two kept),
+   * as applications and language bindings make them; this one's commands see no difference. */
+  int others = getenv("OTHER_CONTEXTS") != NULL;
+  cl_context before = NULL, after = NULL;
+  if (others) {
+    before = clCreateContext(NULL, 1, &dev, NULL, NULL, &err); CHECK(err);
+    cl_context gone = clCreateContext(NULL, 1, &dev, NULL, NULL, &err); CHECK(err);
+    CHECK(clReleaseContext(gone));
+  }
   ctx = clCreateContext(NULL, 1, &dev, on_error, NULL, &err); CHECK(err);
+  if (others) { after = clCreateContext(NULL, 1, &dev, NULL, NULL, &err); CHECK(err); }
+  (void)before; (void)after;
   prog = clCreateProgramWithSource(ctx, 1, &SRC, NULL, &err); CHECK(err);
   CHECK(clBuildProgram(prog, 1, &dev, NULL, NULL, NULL));
 }

@@ -525,6 +525,26 @@ static void across_contexts(cl_command_queue q) {
   printf("marker on a queue waiting for another context's event -> %d\n", clEnqueueMarkerWithWaitList(oq, 1, &mine, NULL));
   cl_mem ob = clCreateBuffer(other, CL_MEM_READ_WRITE, 64, NULL, &err); CHECK(err);
   printf("copy between buffers of two contexts -> %d\n", clEnqueueCopyBuffer(q, ob, ob, 0, 0, 16, 0, NULL, NULL));
+  /* Each of these the cage would post if its objects were of one context: refused at the call. */
+  int word = 5;
+  printf("non-blocking write into another context's buffer -> %d\n", clEnqueueWriteBuffer(q, ob, CL_FALSE, 0, sizeof word, &word, 0, NULL, NULL));
+  printf("fill of another context's buffer -> %d\n", clEnqueueFillBuffer(q, ob, &word, sizeof word, 0, 16, 0, NULL, NULL));
+  cl_program op = clCreateProgramWithSource(other, 1, &SRC, NULL, &err); CHECK(err);
+  CHECK(clBuildProgram(op, 1, &dev, NULL, NULL, NULL));
+  cl_kernel ok = clCreateKernel(op, "times3", &err); CHECK(err);
+  CHECK(clSetKernelArg(ok, 0, sizeof ob, &ob));
+  size_t four = 4;
+  printf("NDRange of another context's kernel -> %d\n", clEnqueueNDRangeKernel(q, ok, 1, NULL, &four, NULL, 0, NULL, NULL));
+  cl_event done = NULL;
+  CHECK(clEnqueueMarkerWithWaitList(oq, 0, NULL, &done));
+  printf("kernel of its own context waiting for another context's marker -> %d\n", clEnqueueNDRangeKernel(oq, ok, 1, NULL, &four, NULL, 1, &mine, NULL));
+  /* And the same commands within the other context run: posted, their results read back. */
+  CHECK(clEnqueueNDRangeKernel(oq, ok, 1, NULL, &four, NULL, 1, &done, NULL));
+  CHECK(clEnqueueWriteBuffer(oq, ob, CL_FALSE, 0, sizeof word, &word, 0, NULL, NULL));
+  int back[4] = { 0 };
+  CHECK(clEnqueueReadBuffer(oq, ob, CL_TRUE, 0, sizeof back, back, 0, NULL, NULL));
+  printf("in the other context: %d %d %d %d\n", back[0], back[1], back[2], back[3]);
+  CHECK(clReleaseEvent(done)); CHECK(clReleaseKernel(ok)); CHECK(clReleaseProgram(op));
   CHECK(clReleaseEvent(mine)); CHECK(clReleaseEvent(theirs));
   CHECK(clReleaseMemObject(ob)); CHECK(clReleaseCommandQueue(oq)); CHECK(clReleaseContext(other));
 }

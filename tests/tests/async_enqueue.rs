@@ -62,6 +62,12 @@ fn a_rejected_enqueue_reports_late_and_strict_mode_reports_at_once() {
         format!("late: then an 8 MiB blocking write -> {code}, clFinish -> 0, read back the same"),
     ];
     assert_eq!(out[..expected.len()], expected, "{t}");
+    // With other contexts on the same worker, made before and after, the same (each enqueue's
+    // objects are checked to be of its queue's context). Before, every enqueue went as
+    // a call once a second context had been made, and the NDRange failed at once.
+    let others = caged(&[], &exe, &["late"], &[("OTHER_CONTEXTS", "1")]);
+    assert!(others.status.success(), "{}", text(&others));
+    assert_eq!(lines(&others)[..expected.len()], expected, "with other contexts:\n{}", text(&others));
     // Staged: the small write is posted (the clFinish after it returns the late error), the
     // large one pipelined; both land.
     let staged = caged(&[], &exe, &["late"], &[("CLOISTER_ZERO_COPY", "0")]);

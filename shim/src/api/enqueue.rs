@@ -31,6 +31,11 @@ pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc
         // One of them lost with a dead worker (not carried over by recovery) is that fault.
         return Err(crate::conn::mismatch(&q.conn, &m.conn, CL_INVALID_CONTEXT));
     }
+    // Of another context of the same worker: the driver's answer, said by the shim, so that no
+    // enqueue it posts names one (the refusal would come late).
+    if m.data.context() != q.data.context() {
+        return Err(CL_INVALID_CONTEXT);
+    }
     Ok((q, m))
 }
 
@@ -1478,7 +1483,7 @@ unsafe fn done_event(q: &Object, command_type: cl_uint, rc: cl_int, event: *mut 
     cloister_ipc::log::in_shim(|| tracing::trace!(target: "cloister::direct", command_type, "direct command's event"));
     match (posted, sync.event) {
         (Ok(CL_SUCCESS), Some(id)) => {
-            let data = ObjData::Event { done: true };
+            let data = ObjData::Event { context: q.data.context().unwrap_or(0), done: true };
             // SAFETY: non-NULL (checked above) and writable per the caller.
             unsafe { *event = crate::handle::new_handle_holding(Kind::Event, id, &q.conn, data, q) };
             CL_SUCCESS
@@ -1586,6 +1591,11 @@ pub unsafe fn clEnqueueNDRangeKernel(
         crate::handle::with_object(kernel, Kind::Kernel, |k| -> Result<cl_int, cl_int> {
             if !Arc::ptr_eq(&q.conn, &k.conn) {
                 return Err(crate::conn::mismatch(&q.conn, &k.conn, CL_INVALID_CONTEXT));
+            }
+            // A kernel of another context of the same worker: the driver's answer, said by the
+            // shim, so that no NDRange it posts names one (the refusal would come late).
+            if k.data.context() != q.data.context() {
+                return Err(CL_INVALID_CONTEXT);
             }
             if !(1..=3).contains(&work_dim) {
                 return Err(CL_INVALID_WORK_DIMENSION);

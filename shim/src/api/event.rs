@@ -60,7 +60,7 @@ pub unsafe fn clCreateUserEvent(context: cl_context, errcode_ret: *mut cl_int) -
             (context.cast_const(), Kind::Context),
             &ctx.conn,
             Kind::Event,
-            ObjData::Event { done: false },
+            ObjData::Event { context: ctx.id, done: false },
             |id| crate::recovery::recorded(&ctx.conn, CreateUserEvent { id, context: ctx.id }),
         )
     });
@@ -91,7 +91,7 @@ pub unsafe fn clSetEventCallback(
     }
     // SAFETY: the application passes a function of clSetEventCallback's type.
     let pfn = unsafe { std::mem::transmute::<*mut c_void, EventNotifyFn>(pfn_notify) };
-    if matches!(ev.data, ObjData::Event { done: true }) {
+    if matches!(ev.data, ObjData::Event { done: true, .. }) {
         // Complete since it was made: the callback runs now, on this thread, with the status it
         // was registered for (the specification's `event_command_status`), as pocl runs one on
         // an event already past that status. `ev` keeps the object alive should the callback

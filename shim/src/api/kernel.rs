@@ -17,10 +17,13 @@ use crate::kernel_args::{Incoming, KernelArgs};
 /// a worker making the shim allocate without bound.
 const MAX_KERNEL_ARGS: u32 = 1 << 16;
 
-/// A kernel's state; its argument slots grow as the application sets them, so nothing is
-/// allocated from the worker's count.
-fn kernel_data(num_args: u32) -> ObjData {
-    ObjData::Kernel { num_args, args: std::sync::Arc::new(KernelArgs::new(num_args)) }
+/// The state of a kernel of program `p`; its argument slots grow as the application sets
+/// them, so nothing is allocated from the worker's count.
+fn kernel_data(p: &crate::handle::Object, num_args: u32) -> ObjData {
+    // A program always has its context (`ObjData::context`); 0 matches no queue's, so a kernel
+    // without one would never be posted.
+    let context = p.data.context().unwrap_or(0);
+    ObjData::Kernel { context, num_args, args: std::sync::Arc::new(KernelArgs::new(num_args)) }
 }
 
 /// Checks a kernel's argument count from the worker.
@@ -50,7 +53,7 @@ pub unsafe fn clCreateKernel(program: cl_program, kernel_name: *const c_char, er
             crate::recovery::note(&p.conn, &req);
         }
         let num_args = checked_num_args(&p.conn, "clCreateKernel", reply.num_args)?;
-        let h = new_handle(Kind::Kernel, id, &p.conn, kernel_data(num_args));
+        let h = new_handle(Kind::Kernel, id, &p.conn, kernel_data(&p, num_args));
         crate::handle::hold(h, program.cast_const(), Kind::Program);
         Ok(h)
     })();
@@ -93,7 +96,7 @@ pub unsafe fn clCreateKernelsInProgram(
     }
     if !kernels.is_null() {
         for (i, (&id, &n)) in ids.iter().zip(&reply.num_args).enumerate() {
-            let h = new_handle(Kind::Kernel, id, &p.conn, kernel_data(n));
+            let h = new_handle(Kind::Kernel, id, &p.conn, kernel_data(&p, n));
             crate::handle::hold(h, program.cast_const(), Kind::Program);
             // SAFETY: kernels holds num_kernels slots and reply.num_args has at most that many.
             unsafe { *kernels.add(i) = h };
@@ -203,7 +206,7 @@ fn word_in(bytes: &[u8]) -> Option<usize> {
 unsafe fn set_kernel_arg(kernel: cl_kernel, arg_index: cl_uint, arg_size: usize, arg_value: *const c_void) -> cl_int {
     // The kernel is lent (`with_object`): no reference count is touched.
     let r = crate::handle::with_object_then(kernel, Kind::Kernel, |k, also| {
-        let ObjData::Kernel { num_args, args } = &k.data else {
+        let ObjData::Kernel { num_args, args, .. } = &k.data else {
             return CL_INVALID_KERNEL;
         };
         if arg_index >= *num_args {
@@ -282,7 +285,7 @@ pub fn each_object_arg(data: &ObjData, f: impl FnMut(cloister_ipc::ObjectId)) {
 /// Whether every argument of the kernel has a value (a posted enqueue needs them all: the
 /// driver's `CL_INVALID_KERNEL_ARGS` would otherwise come late).
 pub fn all_args_set(data: &ObjData) -> bool {
-    matches!(data, ObjData::Kernel { num_args, args } if args.all_set(*num_args))
+    matches!(data, ObjData::Kernel { num_args, args, .. } if args.all_set(*num_args))
 }
 
 /// Puts arguments back as unsent after a failed enqueue, so the next one ships them again.
@@ -355,10 +358,11 @@ pub unsafe fn clGetKernelArgInfo(
 pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
     let r = (|| {
         let k = lookup(source_kernel, Kind::Kernel)?;
-        let ObjData::Kernel { num_args, args } = &k.data else {
+        let ObjData::Kernel { context, num_args, args } = &k.data else {
             return Err(CL_INVALID_KERNEL);
         };
-        let data = ObjData::Kernel { num_args: *num_args, args: std::sync::Arc::new(args.copy(false)) };
+        let data =
+            ObjData::Kernel { context: *context, num_args: *num_args, args: std::sync::Arc::new(args.copy(false)) };
         // Of the source's program, which it keeps alive too.
         let program = crate::handle::held_by(source_kernel.cast_const()).map(|(h, kind)| (h as *const c_void, kind));
         let made = super::create(&k.conn, Kind::Kernel, data, |id| {

@@ -123,6 +123,15 @@ pub unsafe fn enqueue_sync(
             return Err(crate::conn::mismatch(&c, &queue.conn, CL_INVALID_CONTEXT));
         }
     }
+    // An event of another context of the same worker: the enqueue goes as a call, whose answer
+    // is the driver's (`conn::waits_across_contexts`).
+    let context = queue.data.context();
+    let mut across = false;
+    for &h in events {
+        let of = crate::handle::with_object(h, Kind::Event, |ev| ev.data.context());
+        across |= of.map_err(|_| CL_INVALID_EVENT_WAIT_LIST)? != context;
+    }
+    crate::conn::waits_across_contexts(across);
     Ok(EnqueueSync { wait, event: (!event.is_null()).then(|| queue.conn.alloc_id()) })
 }
 
@@ -145,7 +154,7 @@ pub unsafe fn finish_enqueue(
                     Kind::Event,
                     id,
                     &queue.conn,
-                    ObjData::Event { done: false },
+                    ObjData::Event { context: queue.data.context().unwrap_or(0), done: false },
                     queue,
                 )
             };

@@ -56,7 +56,7 @@ pub unsafe fn clCreateProgramWithSource(
             }
         }
         let held = (context.cast_const(), Kind::Context);
-        super::create_held(held, &ctx.conn, Kind::Program, ObjData::program_with(app_source), |id| {
+        super::create_held(held, &ctx.conn, Kind::Program, ObjData::program_with(ctx.id, app_source), |id| {
             crate::recovery::recorded(&ctx.conn, CreateProgramWithSource { id, context: ctx.id, sources })
         })
     })();
@@ -242,7 +242,7 @@ pub unsafe fn clCreateProgramWithBinary(
         }
         match reply.status {
             CL_SUCCESS => {
-                let h = new_handle(Kind::Program, id, &ctx.conn, ObjData::program());
+                let h = new_handle(Kind::Program, id, &ctx.conn, ObjData::program(ctx.id));
                 crate::handle::hold(h, context.cast_const(), Kind::Context);
                 Ok(h)
             }
@@ -266,9 +266,13 @@ pub unsafe fn clCreateProgramWithIL(
         if il.is_empty() {
             return Err(CL_INVALID_VALUE);
         }
-        super::create_held((context.cast_const(), Kind::Context), &ctx.conn, Kind::Program, ObjData::program(), |id| {
-            ctx.conn.call(CreateProgramWithIl { id, context: ctx.id, il })
-        })
+        super::create_held(
+            (context.cast_const(), Kind::Context),
+            &ctx.conn,
+            Kind::Program,
+            ObjData::program(ctx.id),
+            |id| ctx.conn.call(CreateProgramWithIl { id, context: ctx.id, il }),
+        )
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
@@ -287,9 +291,13 @@ pub unsafe fn clCreateProgramWithBuiltInKernels(
         let devices = unsafe { self::device_list(num_devices, device_list)? }.ok_or(CL_INVALID_VALUE)?;
         // SAFETY: kernel_names is NUL-terminated.
         let names = unsafe { c_bytes(kernel_names) }.ok_or(CL_INVALID_VALUE)?;
-        super::create_held((context.cast_const(), Kind::Context), &ctx.conn, Kind::Program, ObjData::program(), |id| {
-            ctx.conn.call(CreateProgramWithBuiltInKernels { id, context: ctx.id, devices, names })
-        })
+        super::create_held(
+            (context.cast_const(), Kind::Context),
+            &ctx.conn,
+            Kind::Program,
+            ObjData::program(ctx.id),
+            |id| ctx.conn.call(CreateProgramWithBuiltInKernels { id, context: ctx.id, devices, names }),
+        )
     })();
     // SAFETY: errcode_ret per API contract.
     unsafe { creation(r, errcode_ret) }
@@ -360,7 +368,7 @@ pub unsafe fn clLinkProgram(
         let options = unsafe { c_bytes(options) };
         // The callback names the new program, so its handle exists before the driver links.
         let id = ctx.conn.alloc_id();
-        let handle = new_handle(Kind::Program, id, &ctx.conn, ObjData::program());
+        let handle = new_handle(Kind::Program, id, &ctx.conn, ObjData::program(ctx.id));
         crate::handle::hold(handle, context.cast_const(), Kind::Context);
         let discard = |e| {
             crate::handle::release(handle, Kind::Program);

@@ -175,7 +175,7 @@ pub fn publish(h: usize, obj: &Object) {
         _ => return unpublish(h),
     };
     let kernel = match &obj.data {
-        ObjData::Kernel { num_args, args } => Some((*num_args, args)),
+        ObjData::Kernel { num_args, args, .. } => Some((*num_args, args)),
         _ => None,
     };
     publish_parts(h, tag, obj.id, Arc::as_ptr(&obj.conn) as usize, kernel);
