@@ -22,6 +22,9 @@ struct Direct {
     slabs_again: usize,
     /// How often a larger buffer's slab of its own was taken again.
     whole_slabs_again: usize,
+    /// How many new buffers' contents the device wrote from pinned shared memory (the worker's
+    /// `CLOISTER_DEBUG` log).
+    uploads: usize,
 }
 
 /// Runs the client directly and caged (with `env`, and the shim's log of direct transfers on)
@@ -46,6 +49,7 @@ fn passes(env: &[(&str, &str)]) -> Direct {
         maps: count("direct map"),
         slabs_again: count("slab carved again"),
         whole_slabs_again: count("slab of one buffer taken again"),
+        uploads: count("new buffer's contents written by the device"),
     }
 }
 
@@ -79,8 +83,15 @@ fn zero_copy_buffers_keep_every_byte_in_report_mode() {
 
 #[test]
 fn staged_buffers_keep_every_byte() {
-    let none =
-        Direct { transfers: 0, transfer_events: 0, idle_finishes: 0, maps: 0, slabs_again: 0, whole_slabs_again: 0 };
+    let none = Direct {
+        transfers: 0,
+        transfer_events: 0,
+        idle_finishes: 0,
+        maps: 0,
+        slabs_again: 0,
+        whole_slabs_again: 0,
+        uploads: 0,
+    };
     assert_eq!(passes(&[("CLOISTER_ZERO_COPY", "0")]), none, "a staged buffer was copied or mapped directly");
 }
 
@@ -95,7 +106,10 @@ fn staged_buffers_keep_every_byte_with_parallel_copies() {
 /// forced on pocl; see worker/src/staging.rs).
 #[test]
 fn pinned_staging_keeps_every_byte() {
-    passes(&[("CLOISTER_ZERO_COPY", "0"), ("CLOISTER_STAGING", "pinned")]);
+    let seen = passes(&[("CLOISTER_ZERO_COPY", "0"), ("CLOISTER_STAGING", "pinned"), ("CLOISTER_DEBUG", "1")]);
+    // Buffers made with contents of 256 KiB or more, through segments pinned already, had them
+    // written by the device (`CreateBuffer`'s upload), and kept every byte.
+    assert!(seen.uploads >= 2, "{seen:?}");
 }
 
 /// The descriptors open in each worker started from this build.

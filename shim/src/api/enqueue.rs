@@ -31,11 +31,6 @@ pub(super) fn queue_and_mem(queue: cl_command_queue, mem: cl_mem) -> Result<(Arc
         // One of them lost with a dead worker (not carried over by recovery) is that fault.
         return Err(crate::conn::mismatch(&q.conn, &m.conn, CL_INVALID_CONTEXT));
     }
-    // Of another context of the same worker: the driver's answer, said by the shim, so that no
-    // enqueue it posts names one (the refusal would come late).
-    if m.data.context() != q.data.context() {
-        return Err(CL_INVALID_CONTEXT);
-    }
     Ok((q, m))
 }
 
@@ -1592,11 +1587,6 @@ pub unsafe fn clEnqueueNDRangeKernel(
             if !Arc::ptr_eq(&q.conn, &k.conn) {
                 return Err(crate::conn::mismatch(&q.conn, &k.conn, CL_INVALID_CONTEXT));
             }
-            // A kernel of another context of the same worker: the driver's answer, said by the
-            // shim, so that no NDRange it posts names one (the refusal would come late).
-            if k.data.context() != q.data.context() {
-                return Err(CL_INVALID_CONTEXT);
-            }
             if !(1..=3).contains(&work_dim) {
                 return Err(CL_INVALID_WORK_DIMENSION);
             }
@@ -1605,11 +1595,16 @@ pub unsafe fn clEnqueueNDRangeKernel(
             // SAFETY: API contract.
             let sync = unsafe { enqueue_sync(q, n, list, event)? };
             let (global, local) = (dims(global_work_size), dims(local_work_size));
-            // What the shim can vouch for is posted: every argument set (with a shape the driver
-            // accepted), sizes given and non-zero. Whether the driver takes the sizes (a local size
-            // that does not divide the global one, or is too large for the kernel) comes late.
+            // What the shim can vouch for is posted: a kernel of the queue's context (else the
+            // driver's refusal is this call's: pocl's CL_INVALID_CONTEXT, NVIDIA's
+            // CL_INVALID_KERNEL_ARGS), every argument set (with a shape the driver accepted),
+            // sizes given and non-zero. Whether the driver takes the sizes (a local size that
+            // does not divide the global one, or is too large for the kernel) comes late.
             let nonzero = |v: &Option<Dims>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
-            let vouched = all_args_set(&k.data) && nonzero(&global) && (local.is_none() || nonzero(&local));
+            let vouched = k.data.context() == q.data.context()
+                && all_args_set(&k.data)
+                && nonzero(&global)
+                && (local.is_none() || nonzero(&local));
             // What the kernel may write is noted before it can run; replay runs it again with every
             // argument (those of earlier enqueues too), gathered once it is posted (the worker runs it
             // meanwhile).

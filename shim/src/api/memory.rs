@@ -190,10 +190,11 @@ fn create_unheld_buffer(
     create(&conn, Kind::Mem, ObjData::mem(ctx.id, flags, mirror, size, None), |id| {
         let req = buffer_request(id, &ctx, properties, wire_flags, size);
         let vouched = creation_vouched(&ctx, &req.properties, flags, size);
-        // Small contents are posted in a pooled segment, unless too many posts still hold
-        // theirs: the application does not wait for the driver's copy (a 64 KiB creation on the
-        // H100 was a round trip beside the copies). Larger ones go through the lane's bulk area
-        // in a call, whose pages are in memory already.
+        // Contents are posted in a pooled segment, unless too many posts still hold theirs:
+        // the application does not wait for the driver's copy, which runs while it goes on (a
+        // 64 KiB creation on the H100 was a round trip beside the copies; through the lane's
+        // bulk area in a call, the application's copy and the driver's took turns: 1 MiB 215-235
+        // us a creation on the H200 against 60 directly, `tools/measure/createdata.c`).
         let posts_contents = vouched && !host_ptr.is_null() && size <= POSTED_CONTENTS_MAX;
         let spare = if posts_contents { conn.spare_segment(size) } else { None };
         let rc = match spare {
@@ -213,9 +214,10 @@ fn create_unheld_buffer(
     })
 }
 
-/// Contents up to this size are posted with their buffer's creation (`Conn::spare_segment`):
-/// the pool's smallest segments hold them.
-const POSTED_CONTENTS_MAX: usize = crate::conn::SEGMENT_MIN;
+/// Contents up to this size are posted with their buffer's creation (`Conn::spare_segment`),
+/// as many as the lane's bulk area holds; larger ones go through segments of their own in a
+/// call.
+const POSTED_CONTENTS_MAX: usize = BULK_CAP;
 
 /// Buffer `id`'s creation as the journal records it: without the bytes or the memory the call
 /// itself carries (`host_data`, `memory`), which the caller adds.
