@@ -111,22 +111,37 @@ impl Serve<EnqueueDone> for LaneServer<'_> {
             return CL_INVALID_EVENT_WAIT_LIST;
         }
         let Some(ctx) = super::queue_context(q) else { return CL_INVALID_COMMAND_QUEUE };
-        let mut rc = CL_SUCCESS;
-        // SAFETY: a live context of the driver's.
-        let ev = unsafe { driver_fn!(ctx, clCreateUserEvent)(ctx as _, &mut rc) };
-        if rc != CL_SUCCESS || ev.is_null() {
-            return if rc == CL_SUCCESS { CL_OUT_OF_RESOURCES } else { rc };
-        }
-        // SAFETY: the user event just created.
-        let set = unsafe { driver_fn!(ev as usize, clSetUserEventStatus)(ev, CL_COMPLETE) };
-        if set != CL_SUCCESS {
-            // SAFETY: as above; nobody else holds it.
-            unsafe { driver_fn!(ev as usize, clReleaseEvent)(ev) };
-            return set;
-        }
+        let ev = tri!(user_event_at(ctx, CL_COMPLETE));
         self.note_stand_in(ev as usize, super::StandIn { command_type: r.command_type, queue: q });
-        self.adopt(id, Kind::Event, ev, rc)
+        self.adopt(id, Kind::Event, ev, CL_SUCCESS)
     }
+}
+
+/// A user event of context `ctx` with its status set to `status`: what stands for a command the
+/// shim made itself (complete) or for one the driver refused after the call had returned (the
+/// refusal's code, `LaneServer::late_failure`).
+pub(super) fn user_event_at(ctx: usize, status: cl_int) -> Result<*mut c_void, cl_int> {
+    // SAFETY: `ctx` is a live context handle of the driver's.
+    let table = unsafe { crate::driver::dispatch(ctx) };
+    let (Some(create), Some(set), Some(release)) =
+        (table.clCreateUserEvent, table.clSetUserEventStatus, table.clReleaseEvent)
+    else {
+        return Err(CL_INVALID_OPERATION);
+    };
+    let mut rc = CL_SUCCESS;
+    // SAFETY: a live context.
+    let ev = unsafe { create(ctx as _, &mut rc) };
+    if rc != CL_SUCCESS || ev.is_null() {
+        return Err(if rc == CL_SUCCESS { CL_OUT_OF_RESOURCES } else { rc });
+    }
+    // SAFETY: the user event just created.
+    let set = unsafe { set(ev, status) };
+    if set != CL_SUCCESS {
+        // SAFETY: as above; nobody else holds it.
+        unsafe { release(ev) };
+        return Err(set);
+    }
+    Ok(ev)
 }
 
 impl Serve<SetEventCallback> for LaneServer<'_> {

@@ -507,19 +507,10 @@ impl LaneServer<'_> {
         self.worker.late.lock().unwrap_or_else(|e| e.into_inner()).entry(queue).or_insert(code);
         let ctx = self.obj(queue, Kind::Queue).ok().and_then(queue_context);
         if let (Some(id), Some(ctx)) = (sync.event, ctx) {
-            // SAFETY: ctx is a live context handle from the driver.
-            let table = unsafe { crate::driver::dispatch(ctx) };
-            if let (None, Some(create), Some(set)) =
-                (self.worker.objects.get_any(id), table.clCreateUserEvent, table.clSetUserEventStatus)
-            {
-                let mut rc = CL_SUCCESS;
-                // SAFETY: a live context; then the user event just created.
-                let ev = unsafe { create(ctx as _, &mut rc) };
-                if rc == CL_SUCCESS && !ev.is_null() {
-                    // SAFETY: as above.
-                    unsafe { set(ev, code) };
+            if self.worker.objects.get_any(id).is_none() {
+                if let Ok(ev) = event::user_event_at(ctx, code) {
                     self.worker.failed_events.lock().unwrap_or_else(|e| e.into_inner()).insert(ev as usize);
-                    self.adopt(id, Kind::Event, ev, rc);
+                    self.adopt(id, Kind::Event, ev, CL_SUCCESS);
                 }
             }
         }
