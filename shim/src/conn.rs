@@ -220,7 +220,8 @@ pub fn strict() -> bool {
 
 thread_local! {
     /// Whether the enqueue this thread is making waits for an event of another context
-    /// (`api::enqueue_sync` says so for each enqueue). OpenCL refuses that with
+    /// (`api::enqueue_sync` says so for each enqueue, and a command the shim makes itself says
+    /// it does not: `api::enqueue`'s `done_event`). OpenCL refuses that with
     /// `CL_INVALID_CONTEXT`, pocl in every enqueue but `clEnqueueNDRangeKernel`, which runs it:
     /// such an enqueue is never posted, so that its call returns what the driver says.
     static WAITS_ACROSS_CONTEXTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };

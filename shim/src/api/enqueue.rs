@@ -1474,6 +1474,8 @@ unsafe fn done_event(q: &Object, command_type: cl_uint, rc: cl_int, event: *mut 
         return rc;
     }
     let sync = EnqueueSync { wait: Vec::new(), event: Some(q.conn.alloc_id()) };
+    // It waits for nothing (an earlier enqueue of this thread may have said otherwise).
+    crate::conn::waits_across_contexts(false);
     let posted = q.conn.post(EnqueueDone { queue: q.id, command_type, sync: sync.clone() });
     cloister_ipc::log::in_shim(|| tracing::trace!(target: "cloister::direct", command_type, "direct command's event"));
     match (posted, sync.event) {
