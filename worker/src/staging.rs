@@ -217,9 +217,12 @@ impl Staging {
         if self.mode == Mode::Plain {
             return None;
         }
-        let mode = self.mode;
         let mut state = self.state();
-        let queue = *state.uploads.entry(ctx).or_insert_with(|| own_queue(ctx, mode));
+        if let Some(&queue) = state.uploads.get(&ctx) {
+            return queue;
+        }
+        let queue = own_queue(ctx, self.mode);
+        state.uploads.insert(ctx, queue);
         if let Some(q) = queue {
             // Pinned in its own context, as any queue's transfers are.
             state.queues.insert(q, Some(ctx));
