@@ -84,8 +84,17 @@ pub unsafe fn slice<'a, T>(ptr: *const T, n: usize, err: cl_int) -> Result<&'a [
 
 /// Validates a list of handles of one kind and returns their ids, all on one worker.
 pub fn ids_of(handles: &[*mut c_void], kind: Kind, err: cl_int) -> Result<(Vec<ObjectId>, Option<Arc<Conn>>), cl_int> {
+    let (objects, conn) = objects_of(handles, kind, err)?;
+    Ok((objects.iter().map(|o| o.id).collect(), conn))
+}
+
+/// Handles' objects of one worker, and that worker (`None` for no handles).
+type OfOneWorker = (Vec<Arc<Object>>, Option<Arc<Conn>>);
+
+/// `ids_of`, handing back the objects themselves.
+fn objects_of(handles: &[*mut c_void], kind: Kind, err: cl_int) -> Result<OfOneWorker, cl_int> {
     let mut conn: Option<Arc<Conn>> = None;
-    let mut ids = Vec::with_capacity(handles.len());
+    let mut objects = Vec::with_capacity(handles.len());
     for &h in handles {
         let o = lookup(h, kind).map_err(|_| err)?;
         if let Some(c) = &conn {
@@ -94,9 +103,9 @@ pub fn ids_of(handles: &[*mut c_void], kind: Kind, err: cl_int) -> Result<(Vec<O
             }
         }
         conn = Some(o.conn.clone());
-        ids.push(o.id);
+        objects.push(o);
     }
-    Ok((ids, conn))
+    Ok((objects, conn))
 }
 
 /// Validates an event wait list and allocates the returned event's id if one is wanted.
@@ -117,7 +126,7 @@ pub unsafe fn enqueue_sync(
     }
     // SAFETY: checked non-NULL with n entries per the API contract.
     let events = unsafe { slice(list, n as usize, CL_INVALID_EVENT_WAIT_LIST)? };
-    let (wait, conn) = ids_of(events, Kind::Event, CL_INVALID_EVENT_WAIT_LIST)?;
+    let (events, conn) = objects_of(events, Kind::Event, CL_INVALID_EVENT_WAIT_LIST)?;
     if let Some(c) = conn {
         if !Arc::ptr_eq(&c, &queue.conn) {
             return Err(crate::conn::mismatch(&c, &queue.conn, CL_INVALID_CONTEXT));
@@ -126,12 +135,8 @@ pub unsafe fn enqueue_sync(
     // An event of another context of the same worker: the enqueue goes as a call, whose answer
     // is the driver's (`conn::waits_across_contexts`).
     let context = queue.data.context();
-    let mut across = false;
-    for &h in events {
-        let of = crate::handle::with_object(h, Kind::Event, |ev| ev.data.context());
-        across |= of.map_err(|_| CL_INVALID_EVENT_WAIT_LIST)? != context;
-    }
-    crate::conn::waits_across_contexts(across);
+    crate::conn::waits_across_contexts(events.iter().any(|ev| ev.data.context() != context));
+    let wait = events.iter().map(|ev| ev.id).collect();
     Ok(EnqueueSync { wait, event: (!event.is_null()).then(|| queue.conn.alloc_id()) })
 }
 
