@@ -174,6 +174,8 @@ pub const CL_KERNEL_NUM_ARGS: cl_uint = 0x1191;
 pub const CL_KERNEL_REFERENCE_COUNT: cl_uint = 0x1192;
 pub const CL_KERNEL_CONTEXT: cl_uint = 0x1193;
 pub const CL_KERNEL_PROGRAM: cl_uint = 0x1194;
+/// `clGetKernelWorkGroupInfo`: the `reqd_work_group_size` the kernel was compiled with (zeros: none).
+pub const CL_KERNEL_COMPILE_WORK_GROUP_SIZE: cl_uint = 0x11B1;
 
 // Events.
 pub const CL_EVENT_COMMAND_QUEUE: cl_uint = 0x11D0;

@@ -20,6 +20,7 @@ use cloister_ipc::ObjectId;
 
 use crate::conn::{Conn, SharedView};
 use crate::kernel_args::KernelArgs;
+use crate::launch_shapes::LaunchShapes;
 
 pub use cloister_ipc::ObjectKind as Kind;
 
@@ -260,6 +261,8 @@ pub enum ObjData {
         /// Shared with the handle's cell, which the loop case of `clSetKernelArg` reads
         /// (`cells`).
         args: Arc<KernelArgs>,
+        /// The NDRange shapes its driver has accepted: those are posted.
+        launches: Arc<LaunchShapes>,
     },
     /// `done`: made complete, standing in for a command the shim made itself (`EnqueueDone`): a
     /// callback registered on it runs at once, as a driver runs one on an event already past
@@ -676,9 +679,12 @@ pub fn move_to(h: usize, conn: &Arc<Conn>, view: Option<SharedView>) {
         },
         // Every argument set goes with the next enqueue: the rebuilt kernel has those of the
         // last command replayed, not necessarily the latest.
-        ObjData::Kernel { context, num_args, args } => {
-            ObjData::Kernel { context: *context, num_args: *num_args, args: Arc::new(args.copy(true)) }
-        }
+        ObjData::Kernel { context, num_args, args, launches } => ObjData::Kernel {
+            context: *context,
+            num_args: *num_args,
+            args: Arc::new(args.copy(true)),
+            launches: Arc::new(launches.copy()),
+        },
         ObjData::Platform => ObjData::Platform,
         ObjData::Device => ObjData::Device,
         ObjData::Context => ObjData::Context,

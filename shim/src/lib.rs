@@ -25,6 +25,7 @@ mod includes;
 mod info;
 mod intercept;
 mod kernel_args;
+mod launch_shapes;
 mod mirror;
 mod pending;
 mod queue_state;

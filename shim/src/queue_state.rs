@@ -9,6 +9,8 @@ use cloister_ipc::ObjectId;
 pub struct QueueState {
     /// The queue's context (a direct transfer's buffer must belong to it).
     pub context: ObjectId,
+    /// Its device: the driver accepts a kernel's launch shapes per device (`launch_shapes`).
+    device: ObjectId,
     /// In order, on a context of CPU devices with host-unified memory.
     capable: bool,
     /// In order (commands complete in the order they reach the driver).
@@ -29,9 +31,10 @@ pub struct QueueState {
 }
 
 impl QueueState {
-    pub fn new(context: ObjectId, in_order: bool, capable: bool) -> Self {
+    pub fn new(context: ObjectId, device: ObjectId, in_order: bool, capable: bool) -> Self {
         Self {
             context,
+            device,
             capable,
             in_order,
             owner: AtomicUsize::new(0),
@@ -41,6 +44,11 @@ impl QueueState {
             copying: AtomicU32::new(0),
             profiling: false,
         }
+    }
+
+    /// The queue's device.
+    pub fn device(&self) -> ObjectId {
+        self.device
     }
 
     /// In order, on a context of CPU devices with host-unified memory.
@@ -62,7 +70,7 @@ impl QueueState {
     /// The state of a queue rebuilt in a replacement worker (`recovery`): nothing is known to be
     /// complete until its next blocking call.
     pub fn rebuilt(&self) -> Self {
-        let s = Self::new(self.context, self.in_order, self.capable).with_profiling(self.profiling);
+        let s = Self::new(self.context, self.device, self.in_order, self.capable).with_profiling(self.profiling);
         s.enqueued.store(1, SeqCst);
         s.shared.store(self.shared.load(SeqCst), SeqCst);
         s

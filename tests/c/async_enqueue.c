@@ -3,9 +3,13 @@
  *
  *   stream  20 000 posted kernels incrementing one counter, fills and copies around them, from
  *           two threads' queues; every result read back.
- *   late    an NDRange the driver rejects (a local size larger than the kernel allows): what the
- *           call, its event, the context's callback, the queue's clFinish and the commands behind
- *           it say.
+ *   late    an NDRange the driver rejects though it took one of the same shape (run on the fault
+ *           driver with enqueue:refuse-odd, which refuses odd global sizes with
+ *           CL_OUT_OF_RESOURCES): what the call, its event, the context's callback, the queue's
+ *           clFinish and the commands behind it say.
+ *   shapes  NDRanges whose work-group sizes the driver refuses (larger than the kernel allows,
+ *           partial work-groups where the device has none, not the kernel's required size), each
+ *           twice, and ones it takes: every call says what it says directly.
  *   death   many enqueues queued behind one that crashes the driver (with the fault driver):
  *           every later call returns, none hangs.
  *   alloc   a buffer whose allocation the driver fails (the fault driver fails odd sizes):
@@ -57,6 +61,7 @@ static void print_heard(const char *who) {
 
 static const char *SRC =
     "__kernel void inc(__global int *a) { a[get_global_id(0)] += 1; }\n"
+    "__kernel __attribute__((reqd_work_group_size(8, 1, 1))) void eight(__global int *a) { a[get_global_id(0)] = 8; }\n"
     "__kernel void twice(__global const int *a, __global int *b) { b[get_global_id(0)] = 2 * a[get_global_id(0)]; }\n";
 
 static void setup(void) {
@@ -185,15 +190,18 @@ static void late(void) {
   cl_int err;
   cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
   cl_kernel inc = clCreateKernel(prog, "inc", &err); CHECK(err);
-  size_t wg = 0;
-  CHECK(clGetKernelWorkGroupInfo(inc, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL));
-  size_t global = wg * 2, local = wg * 2; /* a work-group larger than the kernel allows */
+  /* `odd` work-items: the fault driver refuses the NDRange; `global`: it runs it. Both let the
+   * driver pick the local size, so they are one shape to the cage, which has seen the driver
+   * take it. */
+  size_t global = 64, odd = 63;
   cl_mem a = clCreateBuffer(ctx, CL_MEM_READ_WRITE, global * sizeof(int), NULL, &err); CHECK(err);
   int zero = 0;
-  CHECK(clEnqueueFillBuffer(q, a, &zero, sizeof zero, 0, global * sizeof(int), 0, NULL, NULL));
   CHECK(clSetKernelArg(inc, 0, sizeof a, &a));
+  CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &global, NULL, 0, NULL, NULL));
+  CHECK(clEnqueueFillBuffer(q, a, &zero, sizeof zero, 0, global * sizeof(int), 0, NULL, NULL));
+  CHECK(clFinish(q));
   cl_event ev = NULL;
-  cl_int rc = clEnqueueNDRangeKernel(q, inc, 1, NULL, &global, &local, 0, NULL, &ev);
+  cl_int rc = clEnqueueNDRangeKernel(q, inc, 1, NULL, &odd, NULL, 0, NULL, &ev);
   printf("rejected NDRange -> %d\n", rc);
   if (rc == CL_SUCCESS) {
     /* Cloister posted it: the driver's error comes late. */
@@ -207,12 +215,12 @@ static void late(void) {
     printf("late: a marker waiting on it: wait -> %d, status %s\n", w, status_of(after) < 0 ? "negative" : "not negative");
     printf("late: clFinish again -> %d\n", clFinish(q));
     /* The next blocking call on the queue, whichever it is, returns the late error once. */
-    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &global, &local, 0, NULL, NULL));
+    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &odd, NULL, 0, NULL, NULL));
     cl_int mrc = 1;
     void *mp = clEnqueueMapBuffer(q, a, CL_TRUE, CL_MAP_READ, 0, sizeof(int), 0, NULL, NULL, &mrc);
     printf("late: then a blocking map -> %d (%s)\n", mrc, mp ? "mapped" : "NULL");
     if (mp) CHECK(clEnqueueUnmapMemObject(q, a, mp, 0, NULL, NULL));
-    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &global, &local, 0, NULL, NULL));
+    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &odd, NULL, 0, NULL, NULL));
     int one;
     printf("late: then a blocking read -> %d\n", clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof one, &one, 0, NULL, NULL));
     printf("late: and the next one -> %d\n", clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof one, &one, 0, NULL, NULL));
@@ -220,7 +228,7 @@ static void late(void) {
      * the write (the shim's own copy into a zero-copy buffer; 8 MiB through the buffer's memory,
      * or pipelined through staging), or by the clFinish after it where the write was posted (a
      * small staged one). */
-    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &global, &local, 0, NULL, NULL));
+    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &odd, NULL, 0, NULL, NULL));
     int seven = 7, back = 0;
     cl_int wrc = clEnqueueWriteBuffer(q, a, CL_TRUE, 0, sizeof seven, &seven, 0, NULL, NULL);
     cl_int frc = clFinish(q);
@@ -232,7 +240,7 @@ static void late(void) {
     if (!src || !dst) { printf("FAIL out of memory\n"); exit(1); }
     for (size_t i = 0; i < big_size; i++) src[i] = (unsigned char)(i * 7 + 3);
     memset(dst, 0, big_size);
-    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &global, &local, 0, NULL, NULL));
+    CHECK(clEnqueueNDRangeKernel(q, inc, 1, NULL, &odd, NULL, 0, NULL, NULL));
     cl_int brc = clEnqueueWriteBuffer(q, big, CL_TRUE, 0, big_size, src, 0, NULL, NULL);
     cl_int bfrc = clFinish(q);
     CHECK(clEnqueueReadBuffer(q, big, CL_TRUE, 0, big_size, dst, 0, NULL, NULL));
@@ -279,7 +287,8 @@ static void death(void) {
   size_t g = 1;
   cl_event evs[3] = { NULL, NULL, NULL };
   int ok = 0, first_error = 0;
-  /* The fault driver crashes in the first NDRange: the worker dies with the rest queued. */
+  /* The fault driver crashes in the second NDRange (CLOISTER_FAULT_SKIP=1; the first, of a new
+   * launch shape, goes as a call): the worker dies with the rest queued. */
   for (int i = 0; i < 3000; i++) {
     cl_event *e = i == 0 ? &evs[0] : i == 1500 ? &evs[1] : i == 2999 ? &evs[2] : NULL;
     cl_int rc = clEnqueueNDRangeKernel(q, inc, 1, NULL, &g, NULL, 0, NULL, e);
@@ -346,12 +355,53 @@ static void alloc(void) {
   CHECK(clReleaseMemObject(good)); CHECK(clReleaseKernel(inc)); CHECK(clReleaseCommandQueue(q));
 }
 
+/* ---- shapes ---- */
+
+/* Each NDRange twice (the second of a shape the driver took is posted), then clFinish. */
+static void shape(cl_command_queue q, cl_kernel k, const char *what, size_t global, const size_t *local) {
+  cl_int first = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, local, 0, NULL, NULL);
+  cl_int second = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, local, 0, NULL, NULL);
+  printf("shapes: %s -> %d, again %d, clFinish %d\n", what, first, second, clFinish(q));
+}
+
+static void shapes(void) {
+  cl_int err;
+  cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err); CHECK(err);
+  cl_kernel inc = clCreateKernel(prog, "inc", &err); CHECK(err);
+  cl_kernel eight = clCreateKernel(prog, "eight", &err); CHECK(err);
+  size_t wg = 0;
+  CHECK(clGetKernelWorkGroupInfo(inc, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL));
+  cl_bool non_uniform = CL_FALSE;
+  CHECK(clGetDeviceInfo(dev, CL_DEVICE_NON_UNIFORM_WORK_GROUP_SUPPORT, sizeof non_uniform, &non_uniform, NULL));
+  printf("shapes: the device has non-uniform work-groups: %s\n", non_uniform ? "yes" : "no");
+  size_t n = wg * 4;
+  cl_mem a = clCreateBuffer(ctx, CL_MEM_READ_WRITE, n * sizeof(int), NULL, &err); CHECK(err);
+  CHECK(clSetKernelArg(inc, 0, sizeof a, &a));
+  CHECK(clSetKernelArg(eight, 0, sizeof a, &a));
+  size_t too_large = wg * 2, whole = wg, sixteen = 16, four = 4, eight_ = 8;
+  shape(q, inc, "a work-group larger than the kernel allows", wg * 2, &too_large);
+  shape(q, inc, "the kernel's largest work-group", wg * 2, &whole);
+  shape(q, inc, "60 work-items in groups of 16 (OpenCL C 1.2: uniform)", 60, &sixteen);
+  shape(q, inc, "64 work-items in groups of 16", 64, &sixteen);
+  shape(q, inc, "60 work-items, the driver's groups", 60, NULL);
+  shape(q, eight, "required 8, groups of 4", 64, &four);
+  shape(q, eight, "required 8, groups of 8", 64, &eight_);
+  shape(q, eight, "required 8, 60 work-items, the driver's groups", 60, NULL);
+  shape(q, eight, "required 8, 64 work-items, the driver's groups", 64, NULL);
+  int got[2] = { 0, 0 };
+  CHECK(clEnqueueReadBuffer(q, a, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+  printf("shapes: read back %d %d\n", got[0], got[1]);
+  CHECK(clReleaseMemObject(a)); CHECK(clReleaseKernel(inc)); CHECK(clReleaseKernel(eight));
+  CHECK(clReleaseCommandQueue(q));
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *mode = argc > 1 ? argv[1] : "stream";
   setup();
   if (!strcmp(mode, "stream")) { stream(); cross_thread(); }
   else if (!strcmp(mode, "late")) late();
+  else if (!strcmp(mode, "shapes")) shapes();
   else if (!strcmp(mode, "death")) death();
   else if (!strcmp(mode, "alloc")) alloc();
   else { printf("unknown mode %s\n", mode); return 2; }

@@ -28,19 +28,23 @@ fn posted_enqueues_run_in_order_with_the_right_results() {
     assert_eq!(lines(&s), want, "strict:\n{}", text(&s));
 }
 
-/// A work-group larger than the kernel allows: directly (and in strict mode) the call says
-/// CL_INVALID_WORK_GROUP_SIZE; posted, the call succeeds and the error comes late, as OpenCL's
-/// asynchronous errors do.
+/// An NDRange the driver refuses though it took one of the same shape (the fault driver refuses
+/// odd global sizes with CL_OUT_OF_RESOURCES, as a driver short of resources would): directly
+/// (and in strict mode) the call says so; posted, the call succeeds and the error comes late,
+/// as OpenCL's asynchronous errors do.
 #[test]
 fn a_rejected_enqueue_reports_late_and_strict_mode_reports_at_once() {
     let exe = c_client("async_enqueue");
-    let d = direct(&exe, &["late"], &[]);
-    let s = caged(&[], &exe, &["late"], &[STRICT]);
-    let c = caged(&[], &exe, &["late"], &[]);
+    let vendors = vendors_dir_for(&fault_driver());
+    let vendors = ("OCL_ICD_VENDORS", vendors.to_str().unwrap());
+    const REFUSE: (&str, &str) = ("CLOISTER_FAULT", "enqueue:refuse-odd");
+    let d = direct(&exe, &["late"], &[REFUSE, vendors]);
+    let s = caged_on_faultcl(&exe, &["late"], &[REFUSE, STRICT]);
+    let c = caged_on_faultcl(&exe, &["late"], &[REFUSE]);
     for o in [&d, &s, &c] {
         assert!(o.status.success(), "{}", text(o));
     }
-    let code = CL_INVALID_WORK_GROUP_SIZE;
+    let code = CL_OUT_OF_RESOURCES;
     assert_eq!(lines(&d)[0], format!("rejected NDRange -> {code}"), "{}", text(&d));
     assert_eq!(lines(&s), lines(&d), "strict mode must answer as the driver does:\n{}", text(&s));
 
@@ -65,19 +69,19 @@ fn a_rejected_enqueue_reports_late_and_strict_mode_reports_at_once() {
     // With other contexts on the same worker, made before and after, the same (each enqueue's
     // objects are checked to be of its queue's context). Before, every enqueue went as
     // a call once a second context had been made, and the NDRange failed at once.
-    let others = caged(&[], &exe, &["late"], &[("OTHER_CONTEXTS", "1")]);
+    let others = caged_on_faultcl(&exe, &["late"], &[REFUSE, ("OTHER_CONTEXTS", "1")]);
     assert!(others.status.success(), "{}", text(&others));
     assert_eq!(lines(&others)[..expected.len()], expected, "with other contexts:\n{}", text(&others));
     // Staged: the small write is posted (the clFinish after it returns the late error), the
     // large one pipelined; both land.
-    let staged = caged(&[], &exe, &["late"], &[("CLOISTER_ZERO_COPY", "0")]);
+    let staged = caged_on_faultcl(&exe, &["late"], &[REFUSE, ("CLOISTER_ZERO_COPY", "0")]);
     assert!(staged.status.success(), "{}", text(&staged));
     let mut staged_expected = expected.clone();
     staged_expected[9] = format!("late: then a blocking write -> 0, clFinish -> {code}, read back 7");
     assert_eq!(lines(&staged)[..expected.len()], staged_expected, "staged:\n{}", text(&staged));
     let heard = out.iter().find(|l| l.starts_with("late: notify heard: ")).expect("a notify line");
     assert!(
-        heard.contains("clEnqueueNDRangeKernel") && heard.contains("CL_INVALID_WORK_GROUP_SIZE (-54)"),
+        heard.contains("clEnqueueNDRangeKernel") && heard.contains("CL_OUT_OF_RESOURCES (-5)"),
         "the context's callback must name the call and the error: {heard}"
     );
     // The queue and the kernel's arguments survive: the next NDRange works.
@@ -90,13 +94,41 @@ fn a_rejected_enqueue_reports_late_and_strict_mode_reports_at_once() {
     assert_eq!(out.last().map(String::as_str), Some("done"), "{t}");
 }
 
-/// The fault driver crashes the worker in the first NDRange, with the other 2 999 queued behind
-/// it: every later call returns CL_DEVICE_NOT_AVAILABLE, events included, and nothing hangs.
+/// Work-group sizes the driver refuses are refused at the call, as directly, the second time
+/// too: the first NDRange of each launch shape goes as a call, and only a shape the driver took
+/// is posted after (`launch_shapes`). Before, every one was posted once the kernel's arguments
+/// were set, and the error came late (the Khronos CTS's test_api failed
+/// `kernel_required_group_size` and `consistency_non_uniform_work_group` caged).
+#[test]
+fn work_group_sizes_the_driver_refuses_are_refused_at_the_call() {
+    let exe = c_client("async_enqueue");
+    let d = direct(&exe, &["shapes"], &[]);
+    assert!(d.status.success(), "{}", text(&d));
+    let want = lines(&d);
+    // What the test stands on: pocl refuses each of these, at the call and the second time.
+    for refused in [
+        "shapes: a work-group larger than the kernel allows -> -54, again -54, clFinish 0",
+        "shapes: required 8, groups of 4 -> -54, again -54, clFinish 0",
+        "shapes: the kernel's largest work-group -> 0, again 0, clFinish 0",
+        "shapes: required 8, groups of 8 -> 0, again 0, clFinish 0",
+    ] {
+        assert!(want.iter().any(|l| l == refused), "directly, no {refused:?}:\n{}", text(&d));
+    }
+    for env in [&[][..], &[STRICT][..], &[("OTHER_CONTEXTS", "1")][..]] {
+        let c = caged(&[], &exe, &["shapes"], env);
+        assert_eq!(lines(&c), want, "caged with {env:?}:\n{}", text(&c));
+    }
+}
+
+/// The fault driver crashes the worker in the second NDRange (the first, of a new launch shape,
+/// is a call), with the other 2 998 queued behind it: every later call returns
+/// CL_DEVICE_NOT_AVAILABLE, events included, and nothing hangs.
 #[test]
 fn a_worker_dying_with_posted_enqueues_queued_leaves_nothing_hanging() {
     let exe = c_client("async_enqueue");
     let started = std::time::Instant::now();
-    let c = caged_on_faultcl(&exe, &["death"], &[("CLOISTER_FAULT", "enqueue:segv"), ("CLOISTER_RECOVERY", "report")]);
+    let env = [("CLOISTER_FAULT", "enqueue:segv"), ("CLOISTER_FAULT_SKIP", "1"), ("CLOISTER_RECOVERY", "report")];
+    let c = caged_on_faultcl(&exe, &["death"], &env);
     let t = text(&c);
     assert!(c.status.success(), "{t}");
     let out = lines(&c);
@@ -182,4 +214,4 @@ fn a_buffer_the_driver_cannot_allocate_fails_at_its_uses() {
     }
 }
 
-const CL_INVALID_WORK_GROUP_SIZE: i32 = -54;
+const CL_OUT_OF_RESOURCES: i32 = -5;

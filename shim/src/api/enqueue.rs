@@ -19,6 +19,7 @@ use super::kernel::{all_args, all_args_set, each_object_arg, restore_dirty_args,
 use super::{enqueue_posted, enqueue_sync, finish_enqueue, slice};
 use crate::conn::Segment;
 use crate::handle::{lookup, Kind, MapArea, MapRecord, ObjData, Object};
+use crate::launch_shapes::{Launch, LaunchShapes};
 use crate::mirror::Mirror;
 use crate::pending::{settle, PendingOp, Transfer};
 use crate::queue_state::QueueState;
@@ -1600,13 +1601,22 @@ pub unsafe fn clEnqueueNDRangeKernel(
             // What the shim can vouch for is posted: a kernel of the queue's context (else the
             // driver's refusal is this call's: pocl's CL_INVALID_CONTEXT, NVIDIA's
             // CL_INVALID_KERNEL_ARGS), every argument set (with a shape the driver accepted),
-            // sizes given and non-zero. Whether the driver takes the sizes (a local size that
-            // does not divide the global one, or is too large for the kernel) comes late.
+            // sizes given and non-zero, in a launch shape the driver has accepted for this
+            // kernel on this device (`launch_shapes`: the first NDRange of each shape is a call,
+            // so a work-group size the driver refuses is refused at the call, as directly).
             let nonzero = |v: &Option<Dims>| v.as_ref().is_some_and(|v| v.iter().all(|&x| x > 0));
-            let vouched = k.data.context() == q.data.context()
-                && all_args_set(&k.data)
-                && nonzero(&global)
-                && (local.is_none() || nonzero(&local));
+            let launch = match &global {
+                Some(g)
+                    if k.data.context() == q.data.context()
+                        && all_args_set(&k.data)
+                        && nonzero(&global)
+                        && (local.is_none() || nonzero(&local)) =>
+                {
+                    launch_shape(q, k, work_dim, g, local.as_ref())
+                }
+                _ => None,
+            };
+            let vouched = launch.as_ref().is_some_and(|(shapes, launch)| shapes.accepted(launch));
             // What the kernel may write is noted before it can run; replay runs it again with every
             // argument (those of earlier enqueues too), gathered once it is posted (the worker runs it
             // meanwhile).
@@ -1630,14 +1640,50 @@ pub unsafe fn clEnqueueNDRangeKernel(
             let Request::EnqueueNdRange(mut sent) = req else { unreachable!("built as an NDRange above") };
             if rc != Ok(CL_SUCCESS) {
                 restore_dirty_args(&k.data, &sent.args);
-            } else if replays {
-                sent.args = all_args(&k.data);
-                crate::recovery::journal_of(&q.conn).enqueued(Request::EnqueueNdRange(sent));
+            } else {
+                if let (false, Some((shapes, launch))) = (vouched, launch) {
+                    // It ran as a call: the driver accepted its shape.
+                    shapes.accept(launch);
+                }
+                if replays {
+                    sent.args = all_args(&k.data);
+                    crate::recovery::journal_of(&q.conn).enqueued(Request::EnqueueNdRange(sent));
+                }
             }
             // SAFETY: event per API contract.
             Ok(unsafe { finish_enqueue(q, &sync, event, rc) })
         })
     })??
+}
+
+/// The launch shape of an NDRange of kernel `k` on queue `q` (`launch_shapes`), with the
+/// kernel's shapes. With no local size, the worker is asked once per device for the kernel's
+/// required work-group size. `None` (the NDRange then goes as a call): not a kernel on a queue,
+/// or that question unanswered.
+fn launch_shape<'k>(
+    q: &Object,
+    k: &'k Object,
+    work_dim: u32,
+    global: &Dims,
+    local: Option<&Dims>,
+) -> Option<(&'k LaunchShapes, Launch)> {
+    let ObjData::Kernel { launches, .. } = &k.data else { return None };
+    let device = q.data.queue_state()?.device();
+    let shape = || launches.shape(device, work_dim, global, local.map(|l| &l[..]));
+    if let Some(launch) = shape() {
+        return Some((launches, launch));
+    }
+    let param = CL_KERNEL_COMPILE_WORK_GROUP_SIZE;
+    let reply = k.conn.call(GetInfo { target: InfoTarget::KernelWorkGroup, object: k.id, aux: device, param }).ok()?;
+    // Three size_t: anything else is no answer. Any values will do: they only decide which
+    // shape an NDRange is, and the driver still says whether it takes it.
+    let sizes: [u8; 24] = reply.value.as_slice().try_into().ok()?;
+    if reply.status != CL_SUCCESS || reply.value_status != CL_SUCCESS {
+        return None;
+    }
+    let size = |i: usize| u64::from_ne_bytes(sizes[i * 8..i * 8 + 8].try_into().expect("8 of 24 bytes"));
+    launches.note_required(device, [size(0), size(1), size(2)]);
+    Some((launches, shape()?))
 }
 
 /// A work size as `clEnqueueNDRangeKernel` takes it (offset, global or local): `None` for NULL.

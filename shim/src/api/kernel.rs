@@ -23,7 +23,12 @@ fn kernel_data(p: &crate::handle::Object, num_args: u32) -> ObjData {
     // A program always has its context (`ObjData::context`); 0 matches no queue's, so a kernel
     // without one would never be posted.
     let context = p.data.context().unwrap_or(0);
-    ObjData::Kernel { context, num_args, args: std::sync::Arc::new(KernelArgs::new(num_args)) }
+    ObjData::Kernel {
+        context,
+        num_args,
+        args: std::sync::Arc::new(KernelArgs::new(num_args)),
+        launches: Default::default(),
+    }
 }
 
 /// Checks a kernel's argument count from the worker.
@@ -358,11 +363,15 @@ pub unsafe fn clGetKernelArgInfo(
 pub unsafe fn clCloneKernel(source_kernel: cl_kernel, errcode_ret: *mut cl_int) -> cl_kernel {
     let r = (|| {
         let k = lookup(source_kernel, Kind::Kernel)?;
-        let ObjData::Kernel { context, num_args, args } = &k.data else {
+        let ObjData::Kernel { context, num_args, args, launches } = &k.data else {
             return Err(CL_INVALID_KERNEL);
         };
-        let data =
-            ObjData::Kernel { context: *context, num_args: *num_args, args: std::sync::Arc::new(args.copy(false)) };
+        let data = ObjData::Kernel {
+            context: *context,
+            num_args: *num_args,
+            args: std::sync::Arc::new(args.copy(false)),
+            launches: std::sync::Arc::new(launches.copy()),
+        };
         // Of the source's program, which it keeps alive too.
         let program = crate::handle::held_by(source_kernel.cast_const()).map(|(h, kind)| (h as *const c_void, kind));
         let made = super::create(&k.conn, Kind::Kernel, data, |id| {

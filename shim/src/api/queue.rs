@@ -12,10 +12,10 @@ use crate::queue_state::QueueState;
 
 /// A new queue's state for direct transfers (`direct`): capable if it runs in order on a
 /// context of CPU devices whose buffers are zero-copy.
-fn queue_state(ctx: &Object, properties: cl_bitfield) -> QueueState {
+fn queue_state(ctx: &Object, device: u64, properties: cl_bitfield) -> QueueState {
     let in_order = properties & (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_ON_DEVICE) == 0;
     let capable = in_order && super::memory::zero_copy_context(ctx) && super::memory::cpu_context(ctx);
-    QueueState::new(ctx.id, in_order, capable).with_profiling(properties & CL_QUEUE_PROFILING_ENABLE != 0)
+    QueueState::new(ctx.id, device, in_order, capable).with_profiling(properties & CL_QUEUE_PROFILING_ENABLE != 0)
 }
 
 fn context_and_device(
@@ -38,7 +38,7 @@ pub unsafe fn clCreateCommandQueue(
 ) -> cl_command_queue {
     let (properties, traced) = crate::intercept::device::add_profiling(properties);
     let r = context_and_device(context, device).and_then(|(ctx, dev)| {
-        let state = queue_state(&ctx, properties);
+        let state = queue_state(&ctx, dev, properties);
         super::create_held((context.cast_const(), Kind::Context), &ctx.conn, Kind::Queue, ObjData::Queue(state), |id| {
             crate::recovery::recorded(&ctx.conn, CreateCommandQueue { id, context: ctx.id, device: dev, properties })
         })
@@ -79,7 +79,7 @@ pub unsafe fn clCreateCommandQueueWithProperties(
         let queue_properties = props
             .as_deref()
             .and_then(|p| p.chunks_exact(2).find(|kv| kv[0] == CL_QUEUE_PROPERTIES as u64).map(|kv| kv[1]));
-        let state = queue_state(&ctx, queue_properties.unwrap_or(0));
+        let state = queue_state(&ctx, dev, queue_properties.unwrap_or(0));
         let (props, traced) = crate::intercept::device::add_profiling_list(props);
         let held = (context.cast_const(), Kind::Context);
         let r = super::create_held(held, &ctx.conn, Kind::Queue, ObjData::Queue(state), |id| {

@@ -14,7 +14,9 @@
 //! (clEnqueueReadBuffer) takes `late-no-event`: a non-blocking read with no wait list that asks
 //! for an event returns success without one and completes 300 ms later. Point `create`
 //! (clCreateBuffer) takes `fail-odd`: a buffer of an odd size fails with
-//! `CL_MEM_OBJECT_ALLOCATION_FAILURE`, as a driver out of memory would. Point `callback`
+//! `CL_MEM_OBJECT_ALLOCATION_FAILURE`, as a driver out of memory would. Point `enqueue` also
+//! takes `refuse-odd`: an NDRange whose first global size is odd fails with
+//! `CL_OUT_OF_RESOURCES`, as a driver short of resources would (a refusal no shape tells). Point `callback`
 //! (clSetEventCallback) takes `late`: every event callback is called 3 s after the driver would
 //! have called it, from a thread of its own (NVIDIA's driver calls them some microseconds after
 //! a wait on the event returned; this makes that delay plain to see), and `refuse`: every
@@ -630,7 +632,15 @@ unsafe extern "C" fn enqueue_nd_range(
     w: *const cl_event,
     e: *mut cl_event,
 ) -> cl_int {
-    fault_point("enqueue");
+    if fault_for("enqueue").as_deref() == Some("refuse-odd") {
+        // SAFETY: a non-NULL global size holds `dim` values per the API contract, at least one.
+        if !g.is_null() && dim >= 1 && unsafe { *g } % 2 == 1 {
+            eprintln!("faultcl: enqueue refuse-odd");
+            return CL_OUT_OF_RESOURCES;
+        }
+    } else {
+        fault_point("enqueue");
+    }
     // SAFETY: as above.
     unsafe { orig().clEnqueueNDRangeKernel.expect("pocl has clEnqueueNDRangeKernel")(q, k, dim, off, g, l, n, w, e) }
 }
