@@ -1658,8 +1658,9 @@ pub unsafe fn clEnqueueNDRangeKernel(
 
 /// The launch shape of an NDRange of kernel `k` on queue `q` (`launch_shapes`), with the
 /// kernel's shapes. With no local size, the worker is asked once per device for the kernel's
-/// required work-group size. `None` (the NDRange then goes as a call): not a kernel on a queue,
-/// or that question unanswered.
+/// required work-group size; a driver that does not answer is taken to require none (its
+/// NDRanges without a local size are then one shape). `None` (the NDRange then goes as a
+/// call): not a kernel on a queue.
 fn launch_shape<'k>(
     q: &Object,
     k: &'k Object,
@@ -1674,15 +1675,18 @@ fn launch_shape<'k>(
         return Some((launches, launch));
     }
     let param = CL_KERNEL_COMPILE_WORK_GROUP_SIZE;
-    let reply = k.conn.call(GetInfo { target: InfoTarget::KernelWorkGroup, object: k.id, aux: device, param }).ok()?;
+    let reply = k.conn.call(GetInfo { target: InfoTarget::KernelWorkGroup, object: k.id, aux: device, param });
     // Three size_t: anything else is no answer. Any values will do: they only decide which
     // shape an NDRange is, and the driver still says whether it takes it.
-    let sizes: [u8; 24] = reply.value.as_slice().try_into().ok()?;
-    if reply.status != CL_SUCCESS || reply.value_status != CL_SUCCESS {
-        return None;
-    }
-    let size = |i: usize| u64::from_ne_bytes(sizes[i * 8..i * 8 + 8].try_into().expect("8 of 24 bytes"));
-    launches.note_required(device, [size(0), size(1), size(2)]);
+    let sizes = reply
+        .ok()
+        .filter(|r| r.status == CL_SUCCESS && r.value_status == CL_SUCCESS)
+        .and_then(|r| <[u8; 24]>::try_from(r.value.as_slice()).ok());
+    let required = sizes.map_or([0; 3], |b| {
+        let size = |i: usize| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 of 24 bytes"));
+        [size(0), size(1), size(2)]
+    });
+    launches.note_required(device, required);
     Some((launches, shape()?))
 }
 
