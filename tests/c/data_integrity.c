@@ -954,6 +954,9 @@ int main(void) {
   transfers_with_events(4096 + 3);
   transfers_with_events((256 << 10) + 7);
   transfers_with_events((1 << 20) + 5);
+  /* Staged, a blocking write posts its chunks: up to 16 MiB each in a segment of its own, past
+   * it reusing them. */
+  transfers_with_events((20 << 20) + 123);
   direct_maps();
   two_threads();
   host_ptr_flags(4096);

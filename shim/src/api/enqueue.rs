@@ -1206,9 +1206,30 @@ const _: () = assert!(PIPE_MIN <= BULK_CAP);
 const PIPE_CHUNK_MIN: usize = 1 << 20;
 const PIPE_CHUNK_MAX: usize = 8 << 20;
 
-/// A large blocking read or write through two pooled staging segments that take turns, so the
-/// shim's copy of one chunk overlaps the driver's copy of the other: each chunk is enqueued
+/// The most a pipelined write whose chunks are posted (`posts_chunks`) stages at once: up to
+/// this, every chunk has a segment of its own and the shim copies one after another without
+/// waiting for the worker, then waits once. On the H200 a 16 MiB blocking write with an event
+/// (pyopencl's) took 1.48-1.72 ms caged with each chunk a call and a wait, 1.33-1.45 so (four
+/// runs each; directly 0.98-1.41); staging 64 MiB at once did no better. (Smaller writes with
+/// an event stay one copy and one DMA through the lane: cut into 256 KiB chunks posted this
+/// way, a MiB took 145-152 us against 123-136.)
+const WRITE_STAGING: usize = 16 << 20;
+
+/// Whether a blocking write of `[offset, offset + size)` of `m` on `q` posts its chunks (and
+/// waits once, at the end): every refusal but the driver's lack of memory made by the shim
+/// (`transfer_vouched`), on an in-order queue this thread alone has used, with no wait list (so
+/// `exclusive_transfer` keeps the chunks together).
+fn posts_chunks(q: &Object, m: &Object, offset: usize, size: usize, sync: &EnqueueSync) -> bool {
+    sync.wait.is_empty()
+        && q.data.queue_state().is_some_and(|state| state.in_order() && !state.shared())
+        && transfer_vouched(q, m, true, offset, size)
+}
+
+/// A large blocking read or write through pooled staging segments that take turns, so the
+/// shim's copy of one chunk overlaps the driver's copy of another: each chunk is enqueued
 /// without blocking, and a segment is reused only once the worker says its last chunk is done.
+/// A read has two; a write whose every refusal the shim makes (`posts_chunks`) posts its chunks
+/// and has up to `WRITE_STAGING` of them, waiting for them all at the end in one call.
 /// Every chunk carries the wait list (an out-of-order queue may run them in any order); the
 /// application's event is the last chunk's, and the call returns only when all are done.
 ///
@@ -1301,9 +1322,14 @@ unsafe fn pipelined_in(
 ) -> Result<cl_int, cl_int> {
     let _settled = SettleAfter::new(q);
     let n = size.div_ceil(chunk);
-    let slots = (0..n.min(2)).map(|_| q.conn.acquire_segment(chunk)).collect::<Result<Vec<_>, _>>()?;
+    // A write whose chunks are posted stages up to `WRITE_STAGING` at once and waits for them
+    // all in one call at the end; each chunk otherwise is a call, and its slot is reused once
+    // the worker says it is done.
+    let posted = write && posts_chunks(q, m, offset, size, sync);
+    let slot_count = if posted { (WRITE_STAGING / chunk).max(2) } else { 2 };
+    let slots = (0..n.min(slot_count)).map(|_| q.conn.acquire_segment(chunk)).collect::<Result<Vec<_>, _>>()?;
     // Per slot: the chunk in flight in it (its event, where it goes in `app`, its length).
-    let mut in_flight: [Option<(ObjectId, usize, usize)>; 2] = [None, None];
+    let mut in_flight: Vec<Option<(ObjectId, usize, usize)>> = vec![None; slots.len()];
     // On a profiling queue the application's event (the last chunk's) starts with the first
     // chunk: that one's event is kept for its timestamps (`Object::start_with`).
     let profiled = sync.event.is_some() && n > 1 && q.data.queue_state().is_some_and(QueueState::profiling);
@@ -1337,7 +1363,7 @@ unsafe fn pipelined_in(
     };
     let mut run = || -> Result<cl_int, cl_int> {
         for i in 0..n {
-            let slot = i % 2;
+            let slot = i % slots.len();
             if let Some(flight) = in_flight[slot].take() {
                 match land(slot, flight, first)? {
                     CL_SUCCESS => {}
@@ -1362,14 +1388,23 @@ unsafe fn pipelined_in(
             let data = DataRef::Segment { id: seg.id, offset: 0, len: len as u64 };
             let at = (offset + start) as u64;
             let rc = match write {
-                true => q.conn.call(EnqueueWriteBuffer {
-                    queue: q.id,
-                    mem: m.id,
-                    blocking: false,
-                    offset: at,
-                    data,
-                    sync: chunk_sync,
-                })?,
+                true => {
+                    let req = EnqueueWriteBuffer {
+                        queue: q.id,
+                        mem: m.id,
+                        blocking: false,
+                        offset: at,
+                        data,
+                        sync: chunk_sync,
+                    };
+                    // Posted: a refusal the shim did not foresee fails the chunk's event, which
+                    // the wait below returns.
+                    if posted {
+                        q.conn.post(req)?
+                    } else {
+                        q.conn.call(req)?
+                    }
+                }
                 false => q.conn.call(EnqueueReadBuffer {
                     queue: q.id,
                     mem: m.id,
@@ -1384,9 +1419,26 @@ unsafe fn pipelined_in(
             }
             in_flight[slot] = Some((ev, start, len));
         }
-        for j in n..n + 2 {
-            if let Some(flight) = in_flight[j % 2].take() {
-                match land(j % 2, flight, first)? {
+        if write {
+            // Nothing to copy back: one wait for every chunk still in flight. After a failure they
+            // stay in flight, for the one-by-one waits below.
+            let events: Vec<ObjectId> = in_flight.iter().flatten().map(|&(ev, _, _)| ev).collect();
+            if events.is_empty() {
+                return Ok(CL_SUCCESS);
+            }
+            let rc = q.conn.call(WaitForEvents { events: events.clone() })?;
+            if rc == CL_SUCCESS {
+                in_flight.iter_mut().for_each(|f| *f = None);
+                for ev in events.into_iter().filter(|&ev| Some(ev) != sync.event && Some(ev) != first) {
+                    let _ = q.conn.post(Release { object: ev });
+                }
+            }
+            return Ok(rc);
+        }
+        for j in n..n + slots.len() {
+            let slot = j % slots.len();
+            if let Some(flight) = in_flight[slot].take() {
+                match land(slot, flight, first)? {
                     CL_SUCCESS => {}
                     rc => return Ok(rc),
                 }
