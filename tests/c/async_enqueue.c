@@ -332,6 +332,16 @@ static void alloc(void) {
     printf("alloc: blocking write -> %d\n", clEnqueueWriteBuffer(q, bad, CL_TRUE, 0, sizeof v, &v, 0, NULL, NULL));
     printf("alloc: blocking read -> %d\n", clEnqueueReadBuffer(q, bad, CL_TRUE, 0, sizeof v, &v, 0, NULL, NULL));
     printf("alloc: clFinish after them -> %d\n", clFinish(q));
+    /* A blocking write large enough to be pipelined (staged, its chunks are posted): the
+     * driver's code from the call, and said once. */
+    size_t big = (4 << 20) + 1;
+    cl_mem big_bad = clCreateBuffer(ctx, CL_MEM_READ_WRITE, big, NULL, &err); CHECK(err);
+    char *src = calloc(1, big);
+    if (!src) { printf("FAIL out of memory\n"); exit(1); }
+    cl_int brc = clEnqueueWriteBuffer(q, big_bad, CL_TRUE, 0, big, src, 0, NULL, NULL);
+    printf("alloc: a 4 MiB blocking write -> %d, clFinish after it -> %d\n", brc, clFinish(q));
+    free(src);
+    CHECK(clReleaseMemObject(big_bad));
     printf("alloc: release -> %d\n", clReleaseMemObject(bad));
     print_heard("alloc");
   }

@@ -1229,7 +1229,8 @@ fn posts_chunks(q: &Object, m: &Object, offset: usize, size: usize, sync: &Enque
 /// shim's copy of one chunk overlaps the driver's copy of another: each chunk is enqueued
 /// without blocking, and a segment is reused only once the worker says its last chunk is done.
 /// A read has two; a write whose every refusal the shim makes (`posts_chunks`) posts its chunks
-/// and has up to `WRITE_STAGING` of them, waiting for them all at the end in one call.
+/// and has up to `WRITE_STAGING` of them, waiting for them all at the end in one `clFinish`
+/// (which also returns the code of a chunk the driver refused).
 /// Every chunk carries the wait list (an out-of-order queue may run them in any order); the
 /// application's event is the last chunk's, and the call returns only when all are done.
 ///
@@ -1361,12 +1362,20 @@ unsafe fn pipelined_in(
         }
         rc
     };
+    // A posted chunk the driver refused failed its event and left the worker a late error for
+    // the queue: a `clFinish` (the queue is this transfer's alone, `exclusive_transfer`) waits for
+    // every chunk and returns that error, the driver's own code, once, as the call would have.
+    let finish_posted = |rc: cl_int| -> Result<cl_int, cl_int> {
+        let late = q.conn.call(FlushOrFinish { queue: q.id, finish: true })?;
+        Ok(if late != CL_SUCCESS { late } else { rc })
+    };
     let mut run = || -> Result<cl_int, cl_int> {
         for i in 0..n {
             let slot = i % slots.len();
             if let Some(flight) = in_flight[slot].take() {
                 match land(slot, flight, first)? {
                     CL_SUCCESS => {}
+                    rc if posted => return finish_posted(rc),
                     rc => return Ok(rc),
                 }
             }
@@ -1419,17 +1428,11 @@ unsafe fn pipelined_in(
             }
             in_flight[slot] = Some((ev, start, len));
         }
-        if write {
-            // Nothing to copy back: one wait for every chunk still in flight. After a failure they
-            // stay in flight, for the one-by-one waits below.
-            let events: Vec<ObjectId> = in_flight.iter().flatten().map(|&(ev, _, _)| ev).collect();
-            if events.is_empty() {
-                return Ok(CL_SUCCESS);
-            }
-            let rc = q.conn.call(WaitForEvents { events: events.clone() })?;
-            if rc == CL_SUCCESS {
-                in_flight.iter_mut().for_each(|f| *f = None);
-                for ev in events.into_iter().filter(|&ev| Some(ev) != sync.event && Some(ev) != first) {
+        if posted {
+            // Nothing to copy back: one wait for every chunk still in flight.
+            let rc = finish_posted(CL_SUCCESS)?;
+            for (ev, _, _) in in_flight.iter_mut().filter_map(Option::take) {
+                if Some(ev) != sync.event && Some(ev) != first {
                     let _ = q.conn.post(Release { object: ev });
                 }
             }
