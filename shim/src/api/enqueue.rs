@@ -1209,7 +1209,7 @@ const PIPE_CHUNK_MAX: usize = 8 << 20;
 /// The most a pipelined write whose chunks are posted (`posts_chunks`) stages at once: up to
 /// this, every chunk has a segment of its own and the shim copies one after another without
 /// waiting for the worker, then waits once. On the H200 a 16 MiB blocking write with an event
-/// (pyopencl's) took 1.48-1.72 ms caged with each chunk a call and a wait, 1.33-1.45 so (four
+/// (pyopencl's) took 1.43-1.72 ms caged with each chunk a call and a wait, 1.27-1.45 so (six
 /// runs each; directly 0.98-1.41); staging 64 MiB at once did no better. (Smaller writes with
 /// an event stay one copy and one DMA through the lane: cut into 256 KiB chunks posted this
 /// way, a MiB took 145-152 us against 123-136.)
