@@ -177,9 +177,14 @@ impl Dims {
         Some(d)
     }
 
+    /// The values, three always (those past `len` zero).
+    pub fn padded(&self) -> [u64; 3] {
+        self.values
+    }
+
     /// The values as the driver takes them, three always (those past `len` zero).
     pub fn to_usize(&self) -> [usize; 3] {
-        self.values.map(|v| v as usize)
+        self.padded().map(|v| v as usize)
     }
 }
 

@@ -19,7 +19,7 @@
 //!
 //! Layer: a leaf (the wire's ids, `brief_lock`).
 
-use cloister_ipc::ObjectId;
+use cloister_ipc::{Dims, ObjectId};
 
 use crate::brief_lock::BriefLock;
 
@@ -51,10 +51,10 @@ impl LaunchShapes {
     /// The shape of an NDRange of `global` work-items in groups of `local` (`work_dim` of each
     /// used) on `device`; `None` with no local size while the kernel's required size on that
     /// device is not known (`note_required`).
-    pub fn shape(&self, device: ObjectId, work_dim: u32, global: &[u64], local: Option<&[u64]>) -> Option<Launch> {
+    pub fn shape(&self, device: ObjectId, work_dim: u32, global: &[u64], local: Option<&Dims>) -> Option<Launch> {
         let divides = |group: &[u64]| global.iter().zip(group).all(|(&g, &l)| l == 0 || g % l == 0);
         let (local, uniform) = match local {
-            Some(l) => (Some(padded(l)), divides(l)),
+            Some(l) => (Some(l.padded()), divides(l)),
             None => {
                 let required = self.required.lock().iter().find(|(d, _)| *d == device).map(|(_, size)| *size)?;
                 (None, divides(&required))
@@ -98,32 +98,27 @@ impl LaunchShapes {
     }
 }
 
-/// Up to three sizes as three, the missing ones zero.
-fn padded(values: &[u64]) -> [u64; 3] {
-    let mut out = [0; 3];
-    for (o, v) in out.iter_mut().zip(values) {
-        *o = *v;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn dims(values: &[u64]) -> Dims {
+        Dims::new(values.iter().copied()).unwrap()
+    }
+
     #[test]
     fn a_shape_is_its_local_size_and_whether_the_groups_divide_the_global_size() {
         let shapes = LaunchShapes::default();
-        let a = shapes.shape(1, 1, &[64], Some(&[16])).unwrap();
-        assert_eq!(shapes.shape(1, 1, &[1 << 20], Some(&[16])), Some(a), "another global size, the same shape");
-        assert_ne!(shapes.shape(1, 1, &[60], Some(&[16])), Some(a), "a partial work-group");
-        assert_ne!(shapes.shape(1, 1, &[64], Some(&[8])), Some(a), "another local size");
-        assert_ne!(shapes.shape(2, 1, &[64], Some(&[16])), Some(a), "another device");
-        assert_ne!(shapes.shape(1, 2, &[64, 1], Some(&[16, 1])), Some(a), "another dimension count");
+        let a = shapes.shape(1, 1, &[64], Some(&dims(&[16]))).unwrap();
+        assert_eq!(shapes.shape(1, 1, &[1 << 20], Some(&dims(&[16]))), Some(a), "another global size, the same shape");
+        assert_ne!(shapes.shape(1, 1, &[60], Some(&dims(&[16]))), Some(a), "a partial work-group");
+        assert_ne!(shapes.shape(1, 1, &[64], Some(&dims(&[8]))), Some(a), "another local size");
+        assert_ne!(shapes.shape(2, 1, &[64], Some(&dims(&[16]))), Some(a), "another device");
+        assert_ne!(shapes.shape(1, 2, &[64, 1], Some(&dims(&[16, 1]))), Some(a), "another dimension count");
         assert!(!shapes.accepted(&a));
         shapes.accept(a);
         assert!(shapes.accepted(&a));
-        assert!(!shapes.accepted(&shapes.shape(1, 1, &[60], Some(&[16])).unwrap()));
+        assert!(!shapes.accepted(&shapes.shape(1, 1, &[60], Some(&dims(&[16]))).unwrap()));
     }
 
     #[test]
@@ -142,7 +137,7 @@ mod tests {
     #[test]
     fn the_oldest_shape_is_forgotten_past_the_limit() {
         let shapes = LaunchShapes::default();
-        let launch = |l: u64| shapes.shape(1, 1, &[l * 4], Some(&[l])).unwrap();
+        let launch = |l: u64| shapes.shape(1, 1, &[l * 4], Some(&dims(&[l]))).unwrap();
         for l in 1..=KEPT as u64 + 1 {
             shapes.accept(launch(l));
         }

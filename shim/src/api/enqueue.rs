@@ -1725,7 +1725,7 @@ fn launch_shape<'k>(
 ) -> Option<(&'k LaunchShapes, Launch)> {
     let ObjData::Kernel { launches, .. } = &k.data else { return None };
     let device = q.data.queue_state()?.device();
-    let shape = || launches.shape(device, work_dim, global, local.map(|l| &l[..]));
+    let shape = || launches.shape(device, work_dim, global, local);
     if let Some(launch) = shape() {
         return Some((launches, launch));
     }
