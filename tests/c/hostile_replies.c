@@ -243,6 +243,31 @@ static void few_statuses(void) {
     check("guards intact", intact(a, 4096) && intact(b, 4096));
 }
 
+/* NDRanges with no local size, of one to three dimensions and several global sizes, each twice:
+ * the worker says the kernel requires work-groups of 0 x 2^64-1 x 3 work-items. That answer
+ * only sorts the NDRanges into launch shapes (which of them the shim posts); every one must
+ * return what the worker, which accepts everything, answers. */
+static void group_size(void) {
+    cl_int err;
+    cl_program prog = built_program();
+    cl_kernel k = clCreateKernel(prog, "k", &err);
+    check("kernel", err == CL_SUCCESS);
+    cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
+    check("kernel argument", clSetKernelArg(k, 0, sizeof m, &m) == CL_SUCCESS);
+    cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
+    const size_t sizes[][3] = {{1, 1, 1}, {3, 5, 6}, {64, 64, 9}, {(size_t)-1, 2, 3}, {7, (size_t)-1, 0}};
+    int accepted = 0, tried = 0;
+    for (cl_uint dim = 1; dim <= 3; dim++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int twice = 0; twice < 2; twice++) {
+                tried++;
+                accepted += clEnqueueNDRangeKernel(q, k, dim, NULL, sizes[s], NULL, 0, NULL, NULL) == CL_SUCCESS;
+            }
+    printf("NDRanges accepted: %d of %d\n", accepted, tried);
+    check("every NDRange returned the worker's answer", accepted == tried);
+    check("clFinish", clFinish(q) == CL_SUCCESS);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "huge-welcome") == 0) {
@@ -269,6 +294,8 @@ int main(int argc, char **argv) {
         context_callback();
     else if (strcmp(mode, "few-statuses") == 0)
         few_statuses();
+    else if (strcmp(mode, "group-size") == 0)
+        group_size();
     else {
         printf("unknown mode %s\n", mode);
         return 2;

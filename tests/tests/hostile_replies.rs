@@ -74,6 +74,15 @@ fn a_short_status_answer_is_a_fault() {
     assert!(t.contains("ok nothing was copied into the application's memory"), "{t}");
 }
 
+/// The kernel's required work-group size, which the shim asks for before posting NDRanges with
+/// no local size, answered with zero and 2^64 - 1 work-items: it only sorts NDRanges into
+/// launch shapes, divides nothing by zero, and every NDRange returns the worker's answer.
+#[test]
+fn a_required_work_group_size_of_zero_or_huge_only_sorts_launches() {
+    let t = run("group-size", "group-size");
+    assert!(t.contains("ok every NDRange returned the worker's answer"), "{t}");
+}
+
 #[test]
 fn huge_welcome_is_refused() {
     run("huge-welcome", "huge-welcome");

@@ -13,7 +13,8 @@
 //! (exits at the first `clFinish`, for the callback lifetime tests of class 3), zero-copy (a
 //! host-unified device that accepts everything and scribbles over every shared segment it gets,
 //! zero-copy buffers' memory included), few-statuses (answers a status query for N events with
-//! fewer statuses).
+//! fewer statuses), group-size (a kernel's required work-group size of zero and of 2^64 - 1
+//! work-items, which only chooses which NDRanges the shim posts).
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
@@ -35,6 +36,7 @@ const SCRIPTED: &[&str] = &[
     "die-on-finish",
     "zero-copy",
     "few-statuses",
+    "group-size",
 ];
 
 /// The size every binary is said to have (`CL_PROGRAM_BINARY_SIZES`).
@@ -106,6 +108,9 @@ fn scripted(mode: &str, req: Request) -> Vec<u8> {
                 CL_DEVICE_AVAILABLE => 1u32.to_ne_bytes().to_vec(),
                 CL_DEVICE_HOST_UNIFIED_MEMORY => 1u32.to_ne_bytes().to_vec(),
                 CL_CONTEXT_DEVICES => (WORKER_ID_BIT | 1).to_ne_bytes().to_vec(),
+                CL_KERNEL_COMPILE_WORK_GROUP_SIZE if mode == "group-size" => {
+                    [0u64, u64::MAX, 3].iter().flat_map(|v| v.to_ne_bytes()).collect()
+                }
                 _ => b"hostile\0".to_vec(),
             };
             enc!(InfoReply { status: 0, value_status: 0, value })
