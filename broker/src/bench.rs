@@ -169,7 +169,8 @@ fn median(mut xs: Vec<f64>) -> Option<f64> {
 /// driver's pace differs from one process to the next (on the H200 a 4 KiB non-blocking write
 /// took 3.0-4.3 us directly in successive processes), so one process against one other
 /// measured which two processes were drawn as much as the cage. A workload some run lacks
-/// is joined from those that have it. The document is the first run's otherwise.
+/// is joined from those that have it (the further draws of the short rows run those alone:
+/// `short_rows`). The document is the first run's otherwise, its `pairs` the runs' count.
 pub fn merge_pairs(runs: &[Value]) -> Value {
     let Some(first) = runs.first() else { return Value::Null };
     let mut doc = first.clone();
@@ -200,6 +201,27 @@ pub fn merge_pairs(runs: &[Value]) -> Value {
         r["pair_median_ns"] = medians.into();
     }
     doc
+}
+
+/// Rows whose operation took less than this (median, directly and caged) are measured in
+/// `--draws` pairs of processes (`short_rows`).
+pub const SHORT_ROW_NS: f64 = 100_000.0;
+
+/// The rows `cloister bench` measures again in further pairs of fresh processes, those rows
+/// alone, until each has `--draws` pairs: those whose operation took under `SHORT_ROW_NS` in
+/// both merged runs, save `platform_init` (one sample a process, and the process's start is
+/// what it measures). A short operation's time is the driver's pace in that process, which the
+/// driver draws at its start (on the H200 a 4 KiB non-blocking write took 2.9-3.3 us in some
+/// processes and 3.9-4.4 in others, directly and in a worker alike): in a few pairs, its ratio
+/// compared the draws as much as the cage. A further pair of such rows costs a process start
+/// and well under a second a row.
+pub fn short_rows(direct: &Value, caged: &Value) -> Vec<String> {
+    rows(direct, caged)
+        .iter()
+        .filter(|r| r.name != "platform_init")
+        .filter(|r| [r.direct, r.caged].iter().all(|x| x["median_ns"].as_f64().is_some_and(|m| m < SHORT_ROW_NS)))
+        .map(|r| r.name.to_string())
+        .collect()
 }
 
 /// `median (min-max)`, all in the median's unit.
@@ -362,6 +384,7 @@ pub fn render(direct: &Value, caged: &Value, load: usize, json: bool) -> String 
     let rows = rows(direct, caged);
     let rounds = direct["rounds"].as_u64().unwrap_or(1);
     let pairs = direct["pairs"].as_u64().unwrap_or(1);
+    let draws = direct["draws"].as_u64().unwrap_or(pairs);
     let host_unified = direct["host_unified"].as_bool() == Some(true);
     // Beside `rows`, one for each.
     let verdicts: Vec<Option<Verdict>> = rows.iter().map(|r| Verdict::of(r, load, host_unified)).collect();
@@ -403,14 +426,19 @@ pub fn render(direct: &Value, caged: &Value, load: usize, json: bool) -> String 
         if direct["quick"].as_bool() == Some(true) { " (quick)" } else { "" },
         if load == 1 { "" } else { "es" },
         if rounds == 1 { "" } else { "s" },
-        if pairs > 1 {
-            format!(
-                ", in {pairs} pairs of fresh processes one after the other (median: the pairs' \
+        match (pairs, draws) {
+            (1, 1) => String::new(),
+            _ => format!(
+                ", in {pairs} pair{} of fresh processes one after the other{} (median: the pairs' \
                  medians'; pairs: each pair's own ratio; ratio and target: the median of the \
-                 pairs' own)"
-            )
-        } else {
-            String::new()
+                 pairs' own)",
+                if pairs == 1 { "" } else { "s" },
+                if draws > pairs {
+                    format!(", the rows of operations under {} us in {draws}", SHORT_ROW_NS / 1e3)
+                } else {
+                    String::new()
+                }
+            ),
         },
     );
     let header = format!(
@@ -421,7 +449,7 @@ pub fn render(direct: &Value, caged: &Value, load: usize, json: bool) -> String 
         "ratio",
         "target",
         "throughput direct / caged",
-        if pairs > 1 { "pairs" } else { "" }
+        if draws > 1 { "pairs" } else { "" }
     );
     out.push_str(header.trim_end());
     out.push('\n');
@@ -665,6 +693,47 @@ mod tests {
         let table = render(&d, &c, 0, false);
         let line = table.lines().find(|l| l.starts_with("w ")).unwrap();
         assert!(!table.contains("pairs") && line.ends_with("10.00 / 3.33"), "{table}");
+    }
+
+    #[test]
+    fn short_rows_are_drawn_again_and_joined_over_all_their_pairs() {
+        // Under 100 us a time directly and caged: drawn again. Over it on either side, or
+        // the process's start: not.
+        let whole = [
+            ("write_4k_nb", 3_000.0, 4_000.0),
+            ("write_1m", 99_000.0, 120_000.0),
+            ("read_1m", 120_000.0, 40_000.0),
+            ("set_kernel_arg", 20.0, 30.0),
+            ("platform_init", 50_000.0, 90_000.0),
+            ("write_64m", 5e6, 4e6),
+        ];
+        let (d, c) = runs(&whole, false);
+        assert_eq!(short_rows(&d, &c), ["write_4k_nb", "set_kernel_arg"]);
+
+        // One whole pair (the caged client drew a slow pace), then two further pairs of the
+        // short rows alone: those rows join over three pairs, the others keep their one.
+        let (d1, c1) = runs(&whole, false);
+        let (d2, c2) = runs(&[("write_4k_nb", 4_000.0, 3_000.0), ("set_kernel_arg", 20.0, 20.0)], false);
+        let (d3, c3) = runs(&[("write_4k_nb", 3_000.0, 3_000.0), ("set_kernel_arg", 20.0, 22.0)], false);
+        let (mut d, mut c) = (merge_pairs(&[d1, d2, d3]), merge_pairs(&[c1, c2, c3]));
+        for run in [&mut d, &mut c] {
+            run["pairs"] = 1.into();
+            run["draws"] = 3.into();
+        }
+        let json: Value = serde_json::from_str(&render(&d, &c, 0, true)).unwrap();
+        let pairs = |name: &str| json["pair_ratios"][name].as_array().map_or(0, Vec::len);
+        assert_eq!((pairs("write_4k_nb"), pairs("set_kernel_arg"), pairs("write_1m")), (3, 3, 0), "{json}");
+        assert_eq!(json["ratios"]["write_4k_nb"].as_f64(), Some(1.0), "the median of 1.33, 0.75 and 1.00");
+        assert_eq!(json["targets"]["write_4k_nb"]["met"].as_bool(), Some(true));
+        assert!((json["ratios"]["write_1m"].as_f64().unwrap() - 120.0 / 99.0).abs() < 1e-9, "{json}");
+        let table = render(&d, &c, 0, false);
+        assert!(
+            table
+                .contains("in 1 pair of fresh processes one after the other, the rows of operations under 100 us in 3"),
+            "{table}"
+        );
+        let line = table.lines().find(|l| l.starts_with("write_4k_nb ")).unwrap();
+        assert!(line.ends_with("1.33 0.75 1.00"), "{line}");
     }
 
     #[test]

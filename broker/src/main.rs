@@ -153,6 +153,12 @@ enum Cmd {
         /// one process to the next. Default: 3, 1 with --quick.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
         pairs: Option<u32>,
+        /// Measure the rows of short operations (under 100 us, directly and caged) in further
+        /// pairs of fresh processes, those rows alone, until each has N pairs: their figures
+        /// follow the pace each process's driver drew at its start. Default: 15, with --quick
+        /// as many as --pairs.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=50))]
+        draws: Option<u32>,
         #[command(flatten)]
         sandbox: cage::SandboxOptions,
     },
@@ -274,9 +280,10 @@ fn main() -> ExitCode {
             print!("{}", cloister_ipc::dispatch::coverage_markdown());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench { driver, json, quick, load, only, rounds, pairs, sandbox } => {
+        Cmd::Bench { driver, json, quick, load, only, rounds, pairs, draws, sandbox } => {
             let pairs = pairs.unwrap_or(if quick { 1 } else { 3 });
-            run_bench(driver.as_deref(), &BenchOptions { json, quick, load, only, rounds, pairs }, &sandbox)
+            let draws = draws.unwrap_or(if quick { pairs } else { 15 }).max(pairs);
+            run_bench(driver.as_deref(), &BenchOptions { json, quick, load, only, rounds, pairs, draws }, &sandbox)
         }
     };
     match result {
@@ -449,6 +456,8 @@ struct BenchOptions {
     rounds: u32,
     /// Pairs of fresh client processes, one pair after the other (`bench::merge_pairs`).
     pairs: u32,
+    /// Pairs in all for the rows of short operations (`bench::short_rows`), at least `pairs`.
+    draws: u32,
 }
 
 /// `--load`'s busy processes: killed (and reaped) when this goes, whichever way `run_bench`
@@ -500,13 +509,17 @@ fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxO
     let mut drivers = cage::choose_drivers(&install, driver)?;
     drivers.truncate(1);
     let cage = Cage::start(&install, drivers, sandbox)?;
-    let client_command = |caged: bool| {
+    // `names`: the further draws' rows, by their whole names.
+    let client_command = |caged: bool, names: Option<&str>| {
         let mut cmd = Command::new(&client);
         if opts.quick {
             cmd.arg("--quick");
         }
         if let Some(only) = &opts.only {
             cmd.arg("--only").arg(only);
+        }
+        if let Some(names) = names {
+            cmd.arg("--names").arg(names);
         }
         cmd.arg("--rounds").arg(opts.rounds.to_string());
         if caged {
@@ -519,12 +532,25 @@ fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxO
     let load = Load::start(&client, opts.load)?;
     let (mut direct, mut caged) = (Vec::new(), Vec::new());
     for _ in 0..opts.pairs {
-        let (d, c) = bench::interleave(client_command(false), client_command(true))?;
+        let (d, c) = bench::interleave(client_command(false, None), client_command(true, None))?;
+        direct.push(d);
+        caged.push(c);
+    }
+    let short = bench::short_rows(&bench::merge_pairs(&direct), &bench::merge_pairs(&caged));
+    let further = if short.is_empty() { 0 } else { opts.draws - opts.pairs };
+    for _ in 0..further {
+        let names = Some(short.join(","));
+        let (d, c) =
+            bench::interleave(client_command(false, names.as_deref()), client_command(true, names.as_deref()))?;
         direct.push(d);
         caged.push(c);
     }
     drop(load);
-    let (direct, caged) = (bench::merge_pairs(&direct), bench::merge_pairs(&caged));
+    let (mut direct, mut caged) = (bench::merge_pairs(&direct), bench::merge_pairs(&caged));
+    for run in [&mut direct, &mut caged] {
+        run["pairs"] = opts.pairs.into();
+        run["draws"] = (opts.pairs + further).into();
+    }
     print!("{}", bench::render(&direct, &caged, opts.load, opts.json));
     Ok(ExitCode::SUCCESS)
 }

@@ -156,3 +156,31 @@ fn pairs_of_fresh_processes_are_joined_and_each_pairs_ratio_kept() {
     let args = Command::new(cloister()).args(["bench", "--pairs", "0"]).output().unwrap();
     assert!(!args.status.success() && text(&args).contains("--pairs"), "{}", text(&args));
 }
+
+/// `--draws`: the rows of short operations are measured in further pairs of fresh processes,
+/// those rows alone; the process's start and the long rows keep their `--pairs`.
+#[test]
+fn short_rows_are_drawn_in_further_pairs_of_processes() {
+    let doc = bench(&[
+        "--quick",
+        "--json",
+        "--pairs",
+        "1",
+        "--draws",
+        "3",
+        "--only",
+        "platform_init,set_kernel_arg,write_64m",
+    ]);
+    for run in ["direct", "caged"] {
+        assert_eq!((doc[run]["pairs"].as_u64(), doc[run]["draws"].as_u64()), (Some(1), Some(3)), "{doc:#}");
+        let pairs_of = |name: &str| {
+            let results = doc[run]["results"].as_array().unwrap();
+            let r = results.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("{name}: {doc:#}"));
+            r["pair_median_ns"].as_array().map_or(0, Vec::len)
+        };
+        assert_eq!(pairs_of("set_kernel_arg"), 3, "{doc:#}");
+        assert_eq!(pairs_of("platform_init"), 1, "{doc:#}");
+        assert_eq!(pairs_of("write_64m"), 1, "a 64 MiB write takes more than 100 us: {doc:#}");
+    }
+    assert_eq!(doc["pair_ratios"]["set_kernel_arg"].as_array().map(Vec::len), Some(3), "{doc:#}");
+}

@@ -4,7 +4,9 @@
 //! over the repeats (README, Benchmarks, lists the workloads).
 //!
 //! `--quick` shortens every workload, `--only A,B` runs the workloads whose names contain A or B,
-//! and `--spin` makes this process one of `cloister bench --load`'s busy threads instead.
+//! `--names A,B` those named A or B exactly (how `cloister bench` runs its further draws of the
+//! short rows), and `--spin` makes this process one of `cloister bench --load`'s busy threads
+//! instead.
 //!
 //! `--rounds N --lockstep` is how `cloister bench` runs it: each workload is measured in N blocks
 //! of a time budget's Nth part, and before each block the client says so and waits for a line on
@@ -184,6 +186,8 @@ struct Plan {
     budget: Duration,
     /// Substrings of the workload names to run (`--only`); empty: all.
     only: Vec<String>,
+    /// Whole workload names to run (`--names`); empty: all.
+    names: Vec<String>,
     /// Blocks each workload is measured in (`--rounds`), each with its share of the repeats.
     rounds: usize,
     /// Wait for a line on standard input before each block (`--lockstep`).
@@ -209,7 +213,8 @@ struct Bench {
 
 impl Bench {
     fn wanted(&self, name: &str) -> bool {
-        self.plan.only.is_empty() || self.plan.only.iter().any(|p| name.contains(p.as_str()))
+        (self.plan.only.is_empty() || self.plan.only.iter().any(|p| name.contains(p.as_str())))
+            && (self.plan.names.is_empty() || self.plan.names.iter().any(|n| n == name))
     }
 
     /// Times `repeat(ops)` (which performs `ops` operations, waiting for them to complete)
@@ -306,7 +311,7 @@ fn spin() -> ! {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut quick, mut lockstep, mut rounds) = (false, false, 1);
-    let mut only = Vec::new();
+    let (mut only, mut names) = (Vec::new(), Vec::new());
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => quick = true,
@@ -320,6 +325,7 @@ fn main() {
             },
             "--spin" => spin(),
             "--only" => only.extend(args.next().unwrap_or_default().split(',').map(str::to_string)),
+            "--names" => names.extend(args.next().unwrap_or_default().split(',').map(str::to_string)),
             other => {
                 eprintln!("cloister-bench-client: unknown argument {other}");
                 std::process::exit(2);
@@ -327,8 +333,9 @@ fn main() {
         }
     }
     only.retain(|p| !p.is_empty());
+    names.retain(|n| !n.is_empty());
     let (min_repeats, budget) = if quick { (3, Duration::from_millis(30)) } else { (5, Duration::from_millis(400)) };
-    let plan = Plan { quick, min_repeats, budget, only, rounds, lockstep };
+    let plan = Plan { quick, min_repeats, budget, only, names, rounds, lockstep };
     let mut bench = Bench { plan, results: Vec::new() };
     // SAFETY (whole function): plain OpenCL calls with valid pointers to locals and buffers of
     // the sizes passed; every return code is checked before the results are used.
