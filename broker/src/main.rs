@@ -538,10 +538,9 @@ fn run_bench(driver: Option<&str>, opts: &BenchOptions, sandbox: &cage::SandboxO
     }
     let short = bench::short_rows(&bench::merge_pairs(&direct), &bench::merge_pairs(&caged));
     let further = if short.is_empty() { 0 } else { opts.draws - opts.pairs };
+    let names = short.join(",");
     for _ in 0..further {
-        let names = Some(short.join(","));
-        let (d, c) =
-            bench::interleave(client_command(false, names.as_deref()), client_command(true, names.as_deref()))?;
+        let (d, c) = bench::interleave(client_command(false, Some(&names)), client_command(true, Some(&names)))?;
         direct.push(d);
         caged.push(c);
     }
